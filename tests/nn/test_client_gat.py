@@ -3,19 +3,47 @@ import torch
 import torch.nn.functional as F
 
 from pyg_fedgraph.data.federation import FederationGraph
-from pyg_fedgraph.nn.client_gat import AllocationLogits, ClientGAT, allocation_backward
+from pyg_fedgraph.nn.client_gat import (AllocationLogits, ClientGAT, allocation_backward,
+                                        client_similarity)
+
+
+def manual_similarity(x: torch.Tensor) -> torch.Tensor:
+    # s_ij written out pair by pair.
+    dev = x - x.mean(dim=0)
+    n = x.size(0)
+    return torch.tensor([[float(dev[i] @ dev[j] / (dev[i].norm() * dev[j].norm()))
+                          for j in range(n)] for i in range(n)])
 
 
 def manual_allocation(gat: ClientGAT, x: torch.Tensor) -> torch.Tensor:
     # GAT attention written out from the GATConv's own weights (PyG 2.8:
-    # lin.weight (H*C, D), att_src / att_dst (1, H, C)).
+    # lin.weight (H*C, D), att_src / att_dst / att_edge (1, H, C)).
     conv = gat.conv
     h = F.layer_norm(x, (x.size(1),))
     z = (h @ conv.lin.weight.t()).view(x.size(0), conv.heads, conv.out_channels)
     score_src = (z * conv.att_src).sum(-1)  # (N, H): a_src . W h_j
     score_dst = (z * conv.att_dst).sum(-1)  # (N, H): a_dst . W h_i
-    e = F.leaky_relu(score_dst[:, None, :] + score_src[None, :, :], conv.negative_slope)
+    e = score_dst[:, None, :] + score_src[None, :, :]
+    if gat.similarity:  # + beta_k * tau * s_ij, beta_k = sum_c att_edge[k, c]
+        beta = conv.att_edge.sum(-1).view(1, 1, -1)
+        e = e + beta * gat.similarity_scale * manual_similarity(x)[:, :, None]
+    e = F.leaky_relu(e, conv.negative_slope)
     return e.softmax(dim=1).mean(dim=-1)  # softmax over j, mean over heads
+
+
+def paper_twin(gat: ClientGAT) -> ClientGAT:
+    # The paper's GAT (similarity=False) with the same node-feature weights.
+    twin = ClientGAT(gat.in_channels, gat.hidden_channels, heads=gat.heads,
+                     negative_slope=gat.negative_slope, similarity=False)
+    for name in ("lin.weight", "att_src", "att_dst", "bias"):
+        twin.conv.get_parameter(name).data.copy_(gat.conv.get_parameter(name))
+    return twin
+
+
+def random_similarity_coefficients(gat: ClientGAT, seed: int) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        gat.conv.att_edge.copy_(0.1 * torch.randn(gat.conv.att_edge.shape, generator=gen))
 
 
 def two_groups(seed: int = 0, n: int = 6, d: int = 6):
@@ -40,15 +68,68 @@ def test_client_gat_shapes_and_rows():
     assert alloc.requires_grad and alloc.grad_fn is not None
 
 
-def test_client_gat_matches_manual_attention():
+@pytest.mark.parametrize("similarity", [True, False])
+def test_client_gat_matches_manual_attention(similarity):
     torch.manual_seed(1)
-    gat = ClientGAT(7, hidden_channels=3, heads=4, negative_slope=0.3)
+    gat = ClientGAT(7, hidden_channels=3, heads=4, negative_slope=0.3, similarity=similarity)
+    assert str(gat) == "ClientGAT(7, 3, heads=4" + ("" if similarity else ", similarity=False") + ")"
+    if similarity:
+        random_similarity_coefficients(gat, seed=1)
     x = torch.randn(4, 7)
     alloc = gat.allocation(x)
     expected = manual_allocation(gat, x)
     assert torch.allclose(alloc, expected, atol=1e-6)
     # The allocation is not symmetric in general: the edge direction matters.
     assert not torch.allclose(alloc, alloc.t(), atol=1e-4)
+
+
+def test_client_similarity_by_hand():
+    x = torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, -1.0], [0.0, 0.0]])
+    # mean (0, 0): deviations are the rows; client 3 sits at the mean.
+    r = 2 ** -0.5
+    expected = torch.tensor([[1.0, 0.0, -r, 0.0],
+                             [0.0, 1.0, -r, 0.0],
+                             [-r, -r, 1.0, 0.0],
+                             [0.0, 0.0, 0.0, 0.0]])
+    torch.testing.assert_close(client_similarity(x), expected)
+    torch.testing.assert_close(client_similarity(x + 3.0), expected)  # shift invariant
+    y = torch.randn(5, 3, generator=torch.Generator().manual_seed(0))
+    perm = torch.tensor([2, 4, 0, 1, 3])
+    torch.testing.assert_close(client_similarity(y[perm]), client_similarity(y)[perm][:, perm])
+    torch.testing.assert_close(client_similarity(y), manual_similarity(y))
+    assert torch.equal(client_similarity(y.new_ones(4, 3)), torch.zeros(4, 4))  # all alike
+
+
+def test_fresh_similarity_module_scores_like_the_paper_gat():
+    # beta starts at 0: with the same GATConv weights both modules agree.
+    torch.manual_seed(2)
+    with_sim = ClientGAT(6, hidden_channels=3, heads=2)
+    paper = paper_twin(with_sim)
+    assert torch.equal(with_sim.similarity_coefficients, torch.zeros(2))
+    assert paper.similarity_coefficients is None
+    x = torch.randn(5, 6)
+    torch.testing.assert_close(with_sim.allocation(x), paper.allocation(x))
+    # The edge projection is fixed: only att_edge carries the coefficients.
+    trainable = {name for name, p in with_sim.named_parameters() if p.requires_grad}
+    assert "conv.lin_edge.weight" not in trainable and "conv.att_edge" in trainable
+
+
+def test_static_attention_ranks_alike_similarity_term_does_not():
+    # Paper GAT, one head: every row orders the columns the same way.
+    torch.manual_seed(3)
+    x = torch.randn(6, 8)
+    static = ClientGAT(8, hidden_channels=4, heads=1, similarity=False)
+    alloc = static.allocation(x)
+    order = alloc.argsort(dim=1)
+    assert (order == order[:1]).all()
+    # With the similarity term each client can favour its own neighbours:
+    # with a large beta every row puts its largest weight on itself (s_ii = 1).
+    sim = ClientGAT(8, hidden_channels=4, heads=1)
+    with torch.no_grad():
+        sim.conv.att_edge.fill_(1.0)  # beta = tau * C = 80
+    alloc = sim.allocation(x)
+    assert torch.equal(alloc.argmax(dim=1), torch.arange(6))
+    assert not (alloc.argsort(dim=1) == alloc.argsort(dim=1)[:1]).all()
 
 
 def test_client_gat_accepts_federation_graph():
@@ -92,10 +173,13 @@ def test_client_gat_clients_join():
     assert torch.allclose(alloc10, manual_allocation(gat, x), atol=1e-6)
     _, alloc8_again = gat(x[:8])
     assert torch.allclose(alloc8_again, alloc8)
+    random_similarity_coefficients(gat, seed=5)  # a trained similarity term, too
+    assert torch.allclose(gat.allocation(x), manual_allocation(gat, x), atol=1e-6)
 
-    # With one head, the old clients' scores are unchanged and only
-    # renormalized over the two new ones (LayerNorm is per client).
-    single = ClientGAT(6, hidden_channels=4, heads=1)
+    # With one head and no similarity term (s_ij depends on the mean of all
+    # clients), the old clients' scores are unchanged and only renormalized
+    # over the two new ones (LayerNorm is per client).
+    single = ClientGAT(6, hidden_channels=4, heads=1, similarity=False)
     _, alloc8 = single(x[:8])
     _, alloc10 = single(x)
     renorm = alloc10[:8, :8] / alloc10[:8, :8].sum(dim=1, keepdim=True)
@@ -114,12 +198,17 @@ def test_client_gat_input_errors():
         gat(torch.randn(3, 6, dtype=torch.float64))
     with pytest.raises(ValueError, match="hidden_channels must be a positive int"):
         ClientGAT(6, hidden_channels=0)
+    with pytest.raises(ValueError, match="similarity_scale must be positive"):
+        ClientGAT(6, similarity_scale=0.0)
+    with pytest.raises(TypeError, match="similarity must be a bool"):
+        ClientGAT(6, similarity="cosine")
 
 
 def test_gradient_feedback_equals_end_to_end_autograd():
     torch.manual_seed(6)
     theta, target, _ = two_groups(seed=6, n=4, d=5)
     gat = ClientGAT(5, hidden_channels=3, heads=2)
+    random_similarity_coefficients(gat, seed=6)
 
     # End to end: L = sum_i ||theta_tilde_i - t_i||^2 straight through autograd.
     theta_tilde, _ = gat(theta)
@@ -133,7 +222,8 @@ def test_gradient_feedback_equals_end_to_end_autograd():
     allocation_backward(theta_tilde, feedback, mode="gradient")
     got = {name: p.grad for name, p in gat.named_parameters() if p.grad is not None}
 
-    assert set(got) == set(expected) == {"conv.att_src", "conv.att_dst", "conv.lin.weight"}
+    assert set(got) == set(expected) == {"conv.att_src", "conv.att_dst", "conv.lin.weight",
+                                         "conv.att_edge"}
     for name in expected:
         assert torch.allclose(got[name], expected[name], atol=1e-6), name
         assert expected[name].abs().sum() > 0
@@ -164,27 +254,38 @@ def test_allocation_backward_errors():
         allocation_backward(theta_tilde.detach(), torch.zeros(3, 5))
 
 
-def test_client_gat_learns_two_groups():
+def train_two_groups(similarity: bool, steps: int = 20):
     torch.manual_seed(1)
     theta, target, group = two_groups(seed=1)
     same = (group[:, None] == group[None, :]).float()
     gat = ClientGAT(theta.size(1), hidden_channels=4, heads=2)
+    if not similarity:
+        gat = paper_twin(gat)
     optimizer = torch.optim.SGD(gat.parameters(), lr=0.005)
 
     def evaluate():
         with torch.no_grad():
             theta_tilde, alloc = gat(theta)
-        return ((theta_tilde - target) ** 2).sum(), (alloc * same).sum(dim=1).mean()
+        return float(((theta_tilde - target) ** 2).sum()), float((alloc * same).sum(1).mean())
 
-    loss_before, same_before = evaluate()
-    for _ in range(10):
+    before = evaluate()
+    for _ in range(steps):
         optimizer.zero_grad()
         theta_tilde, _ = gat(theta)
         allocation_backward(theta_tilde, 2 * (theta_tilde.detach() - target), mode="gradient")
         optimizer.step()
-    loss_after, same_after = evaluate()
-    assert loss_after < 0.8 * loss_before
-    assert same_after > same_before + 0.04
+    return before, evaluate()
+
+
+def test_client_gat_learns_two_groups():
+    (loss0, same0), (loss_paper, same_paper) = train_two_groups(similarity=False)
+    (loss0_sim, same0_sim), (loss_sim, same_sim) = train_two_groups(similarity=True)
+    assert (loss0, same0) == pytest.approx((loss0_sim, same0_sim))  # same start
+    # Both learn; the paper's static attention levels off well below the
+    # block structure the similarity term reaches.
+    assert loss_paper < 0.8 * loss0 and same_paper > same0 + 0.04
+    assert same_sim > 0.95 and loss_sim < 0.1 * loss0
+    assert same_sim > same_paper + 0.2
 
 
 def test_allocation_logits():
