@@ -79,12 +79,13 @@ def test_registered_and_hparams():
     assert STRATEGIES["pfedgat"] is PFedGAT
     strategy = build_strategy("pfedgat", hidden_channels=4, heads=2)
     assert strategy.hparams() == {"hidden_channels": 4, "heads": 2, "negative_slope": 0.2,
-                                  "gat_lr": 0.01, "optimizer": "sgd", "feedback": "delta",
-                                  "use_gat": True, "server_steps": 1,
+                                  "gat_lr": 0.01, "optimizer": "sgd", "feedback": "gradient",
+                                  "use_gat": True, "similarity": True,
+                                  "similarity_scale": 20.0, "server_steps": 1,
                                   "evaluate": "personalized"}
-    assert not strategy.needs_feedback_gradient
-    assert PFedGAT(feedback="gradient").needs_feedback_gradient
-    assert "feedback=delta" in str(strategy)
+    assert strategy.needs_feedback_gradient
+    assert not PFedGAT(feedback="delta").needs_feedback_gradient
+    assert "feedback=gradient" in str(strategy)
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -94,6 +95,7 @@ def test_registered_and_hparams():
     ({"server_steps": 0}, "server_steps must be a positive int"),
     ({"hidden_channels": 2.5}, "hidden_channels must be a positive int"),
     ({"evaluate": "local"}, "evaluate must be one of"),
+    ({"similarity_scale": -1.0}, "similarity_scale must be positive"),
 ])
 def test_invalid_options(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -143,7 +145,7 @@ def test_round_changes_gat_and_uses_only_sampled_feedback():
 
     for name, param in reference.named_parameters():
         if param.grad is None:  # GATConv's output bias never reaches A
-            assert name == "conv.bias"
+            assert name in ("conv.bias", "conv.lin_edge.weight")  # fixed edge projection
             continue
         assert param.grad.abs().sum() > 0, name
         torch.testing.assert_close(dict(strategy.server.named_parameters())[name],
@@ -223,11 +225,11 @@ def test_simulator_hook_gradient_equals_end_to_end_autograd():
         torch.testing.assert_close(after[name], before[name] - lr * param.grad,
                                    atol=1e-6, rtol=1e-5)
         moved += int(not torch.equal(after[name], before[name]))
-    assert moved == 3
+    assert moved == 4  # lin.weight, att_src, att_dst, att_edge
 
 
 def test_simulator_adds_feedback_only_when_asked():
-    strategy = PFedGAT(hidden_channels=3, heads=2)  # feedback="delta"
+    strategy = PFedGAT(hidden_channels=3, heads=2, feedback="delta")
     sim = _simulator(strategy)
     graphs = []
     aggregate = strategy.aggregate_train
