@@ -94,10 +94,11 @@ class ClientGAT(torch.nn.Module):
     \mathbf{W}^k h_j` for every :math:`i`, so all clients rank the others in
     the same order; a row can only sharpen or flatten a head (the LeakyReLU
     kink), and the mean over heads has fixed weights :math:`1/K`. Client
-    :math:`i` preferring :math:`j` while client :math:`j'` prefers
-    :math:`j'` cannot be expressed. Yet that is what the feedback asks for.
-    On digits with a pathological split (10 clients, round 13), the
-    descent direction of the allocation logits averaged +0.16 on pairs
+    :math:`i` preferring :math:`j` over :math:`j'` while client :math:`i'`
+    prefers :math:`j'` over :math:`j` cannot be expressed. Yet that is what
+    the feedback asks for. On digits with a pathological split (10 clients,
+    round 13, delta feedback), the descent direction of the allocation
+    logits averaged +0.16 on pairs
     sharing a class and -0.09 on the others, and +0.35 on the diagonal. It
     followed :math:`s_{ij}` (+0.46 / -0.25 / 1), while its column means,
     the only part static attention can follow, were noise of either sign.
