@@ -40,6 +40,7 @@ from typing import Any, Optional
 import torch
 
 from _report import emit, machine
+from pfedgat_allocation import allocation_stats, label_histogram
 from pyg_fedgraph.experiment import ExperimentConfig, build_simulator
 from pyg_fedgraph.strategies import STRATEGIES
 
@@ -226,16 +227,6 @@ def fedaghn_section(rounds: int, clients: int) -> list[str]:
 
 
 # -------------------------------------------------------------- E. pFedGAT F3
-def _label_hist(data) -> torch.Tensor:
-    sp = data.splits["train"]
-    num_classes = int(sp.y.max()) + 1
-    hist = torch.zeros(sp.counts.numel(), num_classes)
-    for i, c in enumerate(sp.counts.tolist()):  # set-up only, not a server step
-        hist[i] = torch.bincount(sp.y[i, :c].long().reshape(-1), minlength=num_classes)[
-            :num_classes].float()
-    return hist
-
-
 def pfedgat_section(rounds: int, quick: bool) -> list[str]:
     title = ["## E. pFedGAT Figure 3: allocation matrices (10 clients)", ""]
     if "pfedgat" not in STRATEGIES:
@@ -246,24 +237,19 @@ def pfedgat_section(rounds: int, quick: bool) -> list[str]:
         sim, _ = run(ExperimentConfig(dataset="digits", strategy="pfedgat", partition=partition,
                                       clients=10, rounds=rounds, seed=0, overrides=dict(over)))
         w = sim.strategy.collaboration_graph().float()
-        n = w.size(0)
+        stats = allocation_stats(w, label_histogram(sim.dataset))
         if partition == "iid":
-            dev = float((w - 1.0 / n).abs().max())
-            mean_dev = float((w - 1.0 / n).abs().mean())
+            dev = float((w - 1.0 / w.size(0)).abs().max())
             rows.append(f"| IID | weights in [{float(w.min()):.3f}, {float(w.max()):.3f}], "
-                        f"mean / max abs deviation from 1/N = {mean_dev:.4f} / {dev:.3f} | "
+                        f"mean / max abs deviation from 1/N = {stats['dev']:.4f} / {dev:.3f} | "
                         "all weights 'consistently around 0.1' |")
         else:
-            hist = _label_hist(sim.dataset)
-            share = (hist @ hist.t()) > 0
-            off = ~torch.eye(n, dtype=torch.bool)
-            within = float(w[share & off].mean()) if (share & off).any() else float("nan")
-            between = float(w[~share].mean()) if (~share).any() else float("nan")
+            within, between = stats["within"], stats["between"]
             contrast = (f"{within / between:.2f}x" if between >= 1e-3
                         else "over 100x")
             rows.append(f"| pathological | mean weight to clients sharing a class "
                         f"{within:.3f}, to the others {between:.4f} (contrast "
-                        f"{contrast}), self {float(w.diagonal().mean()):.3f} | "
+                        f"{contrast}), self {stats['self']:.3f} | "
                         "larger weights to similar clients, smaller but non-zero to "
                         "dissimilar ones |")
     return title + [f"Ours: digits, 10 clients, {rounds} rounds"
