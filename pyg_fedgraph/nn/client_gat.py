@@ -32,6 +32,16 @@ def _client_params(graph_or_x: Any) -> Tensor:
     return x
 
 
+def check_similarity_options(similarity: Any, similarity_scale: Any) -> None:
+    r"""Raises if ``similarity`` is not a bool or ``similarity_scale`` is not
+    positive (shared by :class:`ClientGAT` and the strategy that builds it
+    later)."""
+    if not isinstance(similarity, bool):
+        raise TypeError(f"similarity must be a bool, got {similarity!r}")
+    if not similarity_scale > 0:
+        raise ValueError(f"similarity_scale must be positive, got {similarity_scale!r}")
+
+
 def client_similarity(x: Tensor) -> Tensor:
     r"""Cosine similarity of the clients' deviations from their mean model,
 
@@ -170,10 +180,7 @@ class ClientGAT(torch.nn.Module):
                             ("heads", heads)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if not isinstance(similarity, bool):
-            raise TypeError(f"similarity must be a bool, got {similarity!r}")
-        if not similarity_scale > 0:
-            raise ValueError(f"similarity_scale must be positive, got {similarity_scale!r}")
+        check_similarity_options(similarity, similarity_scale)
         self.in_channels = in_channels
         self.hidden_channels = hidden_channels
         self.heads = heads

@@ -10,7 +10,8 @@ import torch
 from torch import Tensor
 
 from pyg_fedgraph.data.federation import FederationGraph
-from pyg_fedgraph.nn.client_gat import AllocationLogits, ClientGAT, allocation_backward
+from pyg_fedgraph.nn.client_gat import (AllocationLogits, ClientGAT, allocation_backward,
+                                        check_similarity_options)
 from pyg_fedgraph.strategies.base import (FederationContext, ServerOptimizerState, Strategy,
                                           TrainPlan)
 from pyg_fedgraph.strategies.registry import register_strategy
@@ -186,10 +187,7 @@ class PFedGAT(ServerOptimizerState, Strategy):
             raise ValueError(f"evaluate must be one of {EVALUATE_MODES}, got {evaluate!r}")
         if not isinstance(use_gat, bool):
             raise TypeError(f"use_gat must be a bool, got {use_gat!r}")
-        if not isinstance(similarity, bool):
-            raise TypeError(f"similarity must be a bool, got {similarity!r}")
-        if not similarity_scale > 0:
-            raise ValueError(f"similarity_scale must be positive, got {similarity_scale!r}")
+        check_similarity_options(similarity, similarity_scale)
         self.hidden_channels = hidden_channels
         self.heads = heads
         self.negative_slope = float(negative_slope)
