@@ -5,7 +5,6 @@ import datetime as dt
 import os
 import platform
 from pathlib import Path
-from typing import Optional
 
 import torch
 
@@ -26,7 +25,7 @@ def machine(load_start: float) -> list[str]:
     ]
 
 
-def emit(text: str, out: Optional[Path]) -> None:
+def emit(text: str, out: Path | None) -> None:
     r"""Prints ``text`` and, if ``out`` is given, writes it there."""
     print(text)
     if out is not None:

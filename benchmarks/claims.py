@@ -35,12 +35,12 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import torch
-
 from _report import emit, machine
 from pfedgat_allocation import allocation_stats, label_histogram
+
 from pyg_fedgraph.experiment import ExperimentConfig, build_simulator
 from pyg_fedgraph.strategies import STRATEGIES
 
@@ -57,13 +57,13 @@ def _load_example(name: str):
     return module
 
 
-def run(cfg: ExperimentConfig, callbacks: Optional[list] = None) -> tuple[Any, dict]:
+def run(cfg: ExperimentConfig, callbacks: list | None = None) -> tuple[Any, dict]:
     sim = build_simulator(cfg, progress=False, callbacks=callbacks or [])
     sim.run()
     return sim, sim.summary()
 
 
-def pct(v: Optional[float]) -> str:
+def pct(v: float | None) -> str:
     return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{100 * v:.1f}"
 
 
@@ -118,13 +118,13 @@ T1_SETTINGS = [("extreme: pathological, 5 clients", {"partition": "pathological"
                ("homogeneous: IID, 10 clients", {"partition": "iid", "clients": 10})]
 
 
-def pfedgraph_t1_section(rounds: int, quick: bool, strategies: Optional[list[str]]
+def pfedgraph_t1_section(rounds: int, quick: bool, strategies: list[str] | None
                          ) -> list[str]:
     names, missing = available(strategies or list(PFEDGRAPH_T1_AVG))
     over = {"epochs": 1} if quick else {}
     scores: dict[str, list[float]] = {}
     for name in names:
-        for label, kw in T1_SETTINGS:
+        for _label, kw in T1_SETTINGS:
             _, s = run(ExperimentConfig(dataset="digits", strategy=name, rounds=rounds, seed=0,
                                         overrides=dict(over), **kw))
             scores.setdefault(name, []).append(s["test"])
@@ -159,7 +159,7 @@ PFEDGRAPH_T3 = {  # SHUFFLE, SAME, FLIP, GAUSS, AVG on CIFAR-10, r = 0.4
 T3_ATTACKS = ("shuffle", "same-value", "sign-flip", "gaussian")
 
 
-def pfedgraph_t3_section(rounds: int, quick: bool, strategies: Optional[list[str]]
+def pfedgraph_t3_section(rounds: int, quick: bool, strategies: list[str] | None
                          ) -> list[str]:
     title = ["## C. pFedGraph Table 3: model poisoning at ratio 0.4", ""]
     try:
@@ -292,7 +292,7 @@ def fedcedar_section(rounds: int, per_group: int, epochs: int) -> list[str]:
 
 
 # -------------------------------------------------------------------- main
-def main(argv: Optional[list[str]] = None) -> str:
+def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
                         help="few rounds, 1 local epoch, fewer strategies (< 5 min on 2 cores)")

@@ -32,14 +32,13 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 import torch
-
 from _report import emit
+
 from pyg_fedgraph.data.federated_dataset import ClientSplit, FederatedDataset
 from pyg_fedgraph.datasets import load_dataset
-from pyg_fedgraph.models import GRUForecaster, MLP
+from pyg_fedgraph.models import MLP, GRUForecaster
 from pyg_fedgraph.train.engine import ClientTrainer, LocalConfig
 
 RESULTS = Path(__file__).resolve().parent / "results" / "client_parallel.md"
@@ -152,7 +151,7 @@ def machine() -> list[str]:
     return lines
 
 
-def main(argv: Optional[list[str]] = None) -> str:
+def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
                         help="20 GRU clients x 64 windows, 2 steps, 1 repeat; prints only")

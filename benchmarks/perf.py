@@ -35,8 +35,8 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
 
 import torch
 
@@ -44,8 +44,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import client_parallel  # noqa: E402  (benchmarks/client_parallel.py)
-from _report import emit, machine  # noqa: E402  (benchmarks/_report.py)
 import pfedgraph_qp  # noqa: E402  (benchmarks/pfedgraph_qp.py)
+from _report import emit, machine  # noqa: E402  (benchmarks/_report.py)
 
 from pyg_fedgraph.data.layout import ParamLayout  # noqa: E402
 from pyg_fedgraph.models.cnn import CNNBN  # noqa: E402
@@ -102,7 +102,7 @@ def qp_rows(sizes: list[int], cap: float, repeats: int) -> list[dict]:
         s, p = pfedgraph_qp.make_instance(n, dim=2000, groups=5, seed=0)
         qp = CollaborationQP()
         alpha = qp.effective_alpha(n)
-        t_proj, _, w = pfedgraph_qp.time_repeated(lambda: qp(s, p), repeats)
+        t_proj, _, w = pfedgraph_qp.time_repeated(lambda qp=qp, s=s, p=p: qp(s, p), repeats)
         t_loop, w_loop, done = pfedgraph_qp.time_per_row(s, p, alpha, cap, None, None)
         diff = float((w_loop.double() - w[:w_loop.size(0)]).abs().max())
         note = "" if done == n else f"cvxpy capped at {cap:g} s after {done}/{n} rows, extrapolated"
@@ -130,13 +130,13 @@ def aghn_loop_step(conv: AGHNConv, x: torch.Tensor, delta: torch.Tensor, ptr: to
         q_i = conv.self_weight[i].detach().clone().requires_grad_(True)
         others = torch.cat([torch.arange(i), torch.arange(i + 1, n)])
         pieces = []
-        for l in range(len(bounds) - 1):
-            sl = slice(bounds[l], bounds[l + 1])
+        for layer in range(len(bounds) - 1):
+            sl = slice(bounds[layer], bounds[layer + 1])
             d = delta[:, sl]
             norms = d.norm(dim=1)
             cos = (d[others] @ d[i]) / (norms[others] * norms[i]).clamp_min(1e-12)
-            w = torch.softmax(p_i[l] * cos, dim=0)
-            q = q_i[l].clamp(min=conv.self_weight_min)
+            w = torch.softmax(p_i[layer] * cos, dim=0)
+            q = q_i[layer].clamp(min=conv.self_weight_min)
             total = w.sum() + q
             pieces.append((q * x[i, sl] + w @ x[others, sl]) / total)
         theta_i = torch.cat(pieces)
@@ -159,7 +159,7 @@ def aghn_rows(sizes: list[int], image: int, repeats: int) -> list[dict]:
         delta_new = torch.randn(n, dim, generator=gen)
         conv = AGHNConv(n, layout.num_layers)
 
-        def batched():
+        def batched(conv=conv, x=x, delta=delta, delta_new=delta_new):
             out = conv(x, delta, ptr)
             gp, gq = torch.autograd.grad(out, [conv.sharpness, conv.self_weight],
                                          grad_outputs=-delta_new)
@@ -167,7 +167,8 @@ def aghn_rows(sizes: list[int], image: int, repeats: int) -> list[dict]:
 
         t_b, (o_b, gp_b, gq_b) = _median_time(batched, repeats)
         t_l, (o_l, gp_l, gq_l) = _median_time(
-            lambda: aghn_loop_step(conv, x, delta, ptr, delta_new), max(1, repeats // 3))
+            lambda conv=conv, x=x, delta=delta, delta_new=delta_new: aghn_loop_step(
+                conv, x, delta, ptr, delta_new), max(1, repeats // 3))
         diff = max(float((o_b - o_l).abs().max()),
                    float((gp_b - gp_l).abs().max() / gp_l.abs().max().clamp_min(1e-30)),
                    float((gq_b - gq_l).abs().max() / gq_l.abs().max().clamp_min(1e-30)))
@@ -179,7 +180,7 @@ def aghn_rows(sizes: list[int], image: int, repeats: int) -> list[dict]:
 
 
 # ------------------------------------------------------- 3. client-parallel
-def _train_flops(case: "client_parallel.Case", timesteps: int = 1) -> float:
+def _train_flops(case: client_parallel.Case, timesteps: int = 1) -> float:
     r"""Approximate training FLOPs of one parallel run: 6 x params x samples
     (forward 2, backward 4 per weight and sample), times ``timesteps`` for
     recurrent models (weights reused at every step)."""
@@ -319,12 +320,12 @@ def _available_memory() -> float:
     return float("inf")
 
 
-def _mib(b: Optional[float]) -> Optional[float]:
+def _mib(b: float | None) -> float | None:
     return None if b is None else b / 2**20
 
 
 # ------------------------------------------------------------ 5. end to end
-def e2e_rows(dataset: str, rounds: int, quick: bool, strategies: Optional[list[str]]
+def e2e_rows(dataset: str, rounds: int, quick: bool, strategies: list[str] | None
              ) -> list[dict]:
     from pyg_fedgraph.experiment import ExperimentConfig, build_simulator
     from pyg_fedgraph.strategies import STRATEGIES
@@ -385,7 +386,7 @@ def table(rows: list[dict], cols: list[str]) -> list[str]:
     return out
 
 
-def main(argv: Optional[list[str]] = None) -> str:
+def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
                         help="small sizes, few repeats (< 5 min on 2 cores)")

@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-
 from _report import emit, machine
+
 from pyg_fedgraph.experiment import ExperimentConfig, build_simulator
 
 RESULTS = Path(__file__).resolve().parent / "results" / "pfedgat_allocation.md"
@@ -132,7 +132,7 @@ def main() -> None:
                   "|---|---|---|---|---|---|---|---|"]
         for variant, rows in results.items():
             tests = [r["test"] for r in rows]
-            wins = sum(t >= loc - 1e-9 for t, loc in zip(tests, local))
+            wins = sum(t >= loc - 1e-9 for t, loc in zip(tests, local, strict=True))
             if "self" in rows[0]:
                 cols = [fmt([r[k] for r in rows]) for k in ("same", "within", "between", "self")]
                 cols.append(fmt([r["dev"] for r in rows], digits=4))

@@ -30,12 +30,13 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 import torch
-
 from _report import emit
+
 from pyg_fedgraph.nn.collaboration_qp import (
     CollaborationQP,
     collaboration_qp_cvxpy,
@@ -70,7 +71,7 @@ def time_repeated(fn: Callable[[], Any], repeats: int) -> tuple[float, float, An
 
 
 def time_per_row(s: torch.Tensor, p: torch.Tensor, alpha: float, cap: float,
-                 cvxpy_solver: Optional[str], solver_options: Optional[dict]
+                 cvxpy_solver: str | None, solver_options: dict | None
                  ) -> tuple[float, torch.Tensor, int]:
     r"""The per-client loop, row by row so it can stop after ``cap`` seconds.
     Returns (seconds for all N rows, possibly extrapolated; rows solved; count)."""
@@ -93,7 +94,8 @@ def machine() -> list[str]:
 
     lines = [
         f"- date: {dt.datetime.now().astimezone().isoformat(timespec='seconds')}",
-        f"- platform: {platform.platform()} ({platform.machine()}, {platform.processor() or 'n/a'})",
+        f"- platform: {platform.platform()} "
+        f"({platform.machine()}, {platform.processor() or 'n/a'})",
         f"- CPUs: {os.cpu_count()} (torch threads: {torch.get_num_threads()})",
         f"- python {platform.python_version()}, torch {torch.__version__}, "
         f"cvxpy {cvxpy.__version__}",
@@ -108,7 +110,7 @@ def machine() -> list[str]:
     return lines
 
 
-def main(argv: Optional[list[str]] = None) -> str:
+def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=207, help="number of clients (default: 207)")
     parser.add_argument("--dim", type=int, default=2000, help="length of the updates")
@@ -148,7 +150,7 @@ def main(argv: Optional[list[str]] = None) -> str:
         for dtype in (torch.float64, torch.float32):
             sg, pg = s.to("cuda", dtype), p.to("cuda", dtype)
 
-            def on_gpu() -> torch.Tensor:
+            def on_gpu(sg=sg, pg=pg) -> torch.Tensor:
                 out = qp(sg, pg)
                 torch.cuda.synchronize()
                 return out

@@ -177,6 +177,7 @@ def main() -> None:
 
     if graphs:
         import matplotlib.pyplot as plt
+
         from pyg_fedgraph.viz import plot_collaboration_network
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)

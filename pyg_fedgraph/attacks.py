@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Literal, Optional, Sequence
+from collections.abc import Sequence
+from typing import Literal
 
 import torch
 from torch import Tensor
@@ -54,8 +55,8 @@ _TRIGGER_SEED = 20171215
 
 
 # ------------------------------------------------------------ model poisoning
-def shuffle_params(x: Tensor, *, generator: Optional[torch.Generator] = None,
-                   segment_ptr: Optional[Tensor] = None) -> Tensor:
+def shuffle_params(x: Tensor, *, generator: torch.Generator | None = None,
+                   segment_ptr: Tensor | None = None) -> Tensor:
     r"""pFedGraph's *parameter shuffling*: every client's flat parameter
     vector is randomly permuted, independently per client (the authors' code
     permutes the whole flattened model); ``segment_ptr`` restricts the
@@ -109,7 +110,7 @@ def sign_flip_params(x: Tensor) -> Tensor:
 
 
 def gaussian_params(x: Tensor, std: float = 1.0, *,
-                    generator: Optional[torch.Generator] = None) -> Tensor:
+                    generator: torch.Generator | None = None) -> Tensor:
     r"""pFedGraph's *Gaussian* poisoning: every parameter is drawn from
     :math:`\mathcal{N}(0, \sigma^2)` (the paper uses :math:`\sigma = 1`).
 
@@ -143,7 +144,7 @@ def scaled_negative_params(x: Tensor, start: Tensor, scale: float = 0.5) -> Tens
 
 # ------------------------------------------------------------- data poisoning
 def flip_labels(y: Tensor, num_classes: int, mode: FlipMode = "random", *,
-                generator: Optional[torch.Generator] = None) -> Tensor:
+                generator: torch.Generator | None = None) -> Tensor:
     r"""Label flipping: ``"random"`` replaces every label by a uniformly drawn
     *other* class (Panacea's "randomly flip the labels"); ``"reverse"`` maps
     class :math:`k` to :math:`C - 1 - k`.
@@ -258,7 +259,7 @@ class Attack:
     def __init__(self, kind: AttackName, ratio: float = 0.4, *, value: float = 1.0,
                  std: float = 1.0, scale: float = 0.5, flip: FlipMode = "random",
                  target: int = 1, fraction: float = 0.5, blend: float = 0.2,
-                 trigger: Optional[Tensor] = None) -> None:
+                 trigger: Tensor | None = None) -> None:
         if kind not in ATTACKS:
             raise ValueError(f"unknown attack {kind!r}; choose one of {list(ATTACKS)}")
         if isinstance(ratio, bool) or not 0.0 <= float(ratio) <= 1.0:
@@ -312,8 +313,8 @@ class Attack:
 
     # ------------------------------------------------------------ what
     def poison_params(self, x: Tensor, start: Tensor, *,
-                      generator: Optional[torch.Generator] = None,
-                      segment_ptr: Optional[Tensor] = None) -> Tensor:
+                      generator: torch.Generator | None = None,
+                      segment_ptr: Tensor | None = None) -> Tensor:
         r"""The parameters the malicious clients upload instead of their
         trained ones ``x`` :math:`(S, D)`, which started from ``start``
         :math:`(S, D)`; ``segment_ptr`` bounds the parameter tensors for

@@ -11,9 +11,9 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Optional, Sequence
 
 __all__ = ["main", "build_parser"]
 
@@ -124,8 +124,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from pyg_fedgraph.experiment import ExperimentConfig, build_dataset, build_simulator, \
-        parse_value
+    from pyg_fedgraph.experiment import (
+        ExperimentConfig,
+        build_dataset,
+        build_simulator,
+        parse_value,
+    )
     from pyg_fedgraph.simulation.report import format_table
 
     if args.checkpoint_every < 0:
@@ -157,6 +161,7 @@ def _run(args: argparse.Namespace) -> int:
     print(format_table(rows, _table_columns(args.novel_clients, args.attack)))
     if len(names) > 1:
         import matplotlib.pyplot as plt
+
         from pyg_fedgraph.viz import plot_learning_curves
         fig = plot_learning_curves(histories, title=f"{args.dataset}")
         fig.savefig(out_root / "learning_curves.png", dpi=120)
@@ -166,7 +171,7 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _table_columns(novel: float, attack: Optional[str]) -> list[str]:
+def _table_columns(novel: float, attack: str | None) -> list[str]:
     return (["strategy", "metric", "test", "test_final", "best_round", "rounds", "seconds"]
             + (["test_novel"] if novel else []) + (["test_benign"] if attack else []))
 
@@ -241,6 +246,7 @@ def _resume(args: argparse.Namespace) -> int:
 
 def _tune(args: argparse.Namespace) -> int:
     import optuna
+
     from pyg_fedgraph.experiment import ExperimentConfig, parse_value
     from pyg_fedgraph.tune import default_study_name, parse_distribution, tune, write_study
 
@@ -278,7 +284,7 @@ def _tune(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:
         argv = ["run"]

@@ -9,7 +9,7 @@ import inspect
 import json
 import logging
 from dataclasses import dataclass, field, fields
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -70,18 +70,18 @@ class ExperimentConfig:
     """
     dataset: str = "digits"
     strategy: str = "fedavg"
-    rounds: Optional[int] = None
-    clients: Optional[int] = None
-    partition: Optional[str] = None
-    beta: Optional[float] = None
-    classes_per_client: Optional[int] = None
+    rounds: int | None = None
+    clients: int | None = None
+    partition: str | None = None
+    beta: float | None = None
+    classes_per_client: int | None = None
     seed: int = 0
     novel_clients: float = 0.0
     overrides: dict[str, Any] = field(default_factory=dict)
     # Robustness (see pyg_fedgraph.attacks and Simulator): an attack name of
     # pyg_fedgraph.attacks.ATTACKS and the share of malicious clients, the
     # per-round dropout probability, and the policy for bad uploads.
-    attack: Optional[str] = None
+    attack: str | None = None
     attack_ratio: float = 0.4
     dropout: float = 0.0
     reject_policy: str = "drop"
@@ -115,7 +115,7 @@ def _split_overrides(cfg: ExperimentConfig) -> dict[str, dict[str, Any]]:
     return out
 
 
-def build_dataset(cfg: ExperimentConfig, extra: Optional[dict[str, Any]] = None
+def build_dataset(cfg: ExperimentConfig, extra: dict[str, Any] | None = None
                   ) -> FederatedDataset:
     r"""Loads ``cfg.dataset`` passing only the options its builder accepts."""
     if cfg.dataset.lower() not in DATASETS:
@@ -132,7 +132,7 @@ def build_dataset(cfg: ExperimentConfig, extra: Optional[dict[str, Any]] = None
     return load_dataset(cfg.dataset, **{k: v for k, v in kwargs.items() if k in accepted})
 
 
-def build_simulator(cfg: ExperimentConfig, *, dataset: Optional[FederatedDataset] = None,
+def build_simulator(cfg: ExperimentConfig, *, dataset: FederatedDataset | None = None,
                     progress: bool = True, callbacks: tuple = ()) -> Simulator:
     r"""Data, model, strategy and :class:`Simulator` for ``cfg``.
 

@@ -44,13 +44,18 @@ import os
 import random
 import time
 import warnings
+from collections.abc import Callable, Mapping
 from dataclasses import MISSING, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any
 
 from pyg_fedgraph.data.federated_dataset import FederatedDataset
-from pyg_fedgraph.experiment import DATASET_DEFAULTS, ExperimentConfig, build_dataset, \
-    build_simulator
+from pyg_fedgraph.experiment import (
+    DATASET_DEFAULTS,
+    ExperimentConfig,
+    build_dataset,
+    build_simulator,
+)
 from pyg_fedgraph.strategies import STRATEGIES, Strategy
 from pyg_fedgraph.train.objective import objective_for
 
@@ -77,8 +82,8 @@ class _SpaceTrial:
     records only what is really tuned), and parameters the user re-declared
     are drawn from the user's distribution instead of the strategy's."""
 
-    def __init__(self, trial: "optuna.trial.Trial", fixed: Mapping[str, Any],
-                 params: Mapping[str, "optuna.distributions.BaseDistribution"]) -> None:
+    def __init__(self, trial: optuna.trial.Trial, fixed: Mapping[str, Any],
+                 params: Mapping[str, optuna.distributions.BaseDistribution]) -> None:
         self._trial = trial
         self._fixed = fixed
         self._params = params
@@ -93,7 +98,7 @@ class _SpaceTrial:
             return True, _suggest(self._trial, name, self._params[name])
         return False, None
 
-    def suggest_float(self, name: str, low: float, high: float, *, step: Optional[float] = None,
+    def suggest_float(self, name: str, low: float, high: float, *, step: float | None = None,
                       log: bool = False) -> float:
         hit, value = self._user(name)
         return value if hit else self._trial.suggest_float(name, low, high, step=step, log=log)
@@ -108,10 +113,9 @@ class _SpaceTrial:
         return value if hit else self._trial.suggest_categorical(name, choices)
 
 
-def _suggest(trial: "optuna.trial.Trial", name: str,
-             dist: "optuna.distributions.BaseDistribution") -> Any:
-    from optuna.distributions import (CategoricalDistribution, FloatDistribution,
-                                      IntDistribution)
+def _suggest(trial: optuna.trial.Trial, name: str,
+             dist: optuna.distributions.BaseDistribution) -> Any:
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
     if isinstance(dist, FloatDistribution):
         return trial.suggest_float(name, dist.low, dist.high, step=dist.step, log=dist.log)
     if isinstance(dist, IntDistribution):
@@ -122,11 +126,11 @@ def _suggest(trial: "optuna.trial.Trial", name: str,
                     f"FloatDistribution, IntDistribution or CategoricalDistribution")
 
 
-def suggest_overrides(trial: "optuna.trial.Trial", strategy: str, *,
-                      space: Optional[SearchSpace] = None,
-                      params: Optional[Mapping[str, "optuna.distributions.BaseDistribution"]]
+def suggest_overrides(trial: optuna.trial.Trial, strategy: str, *,
+                      space: SearchSpace | None = None,
+                      params: Mapping[str, optuna.distributions.BaseDistribution] | None
                       = None,
-                      fixed: Optional[Mapping[str, Any]] = None,
+                      fixed: Mapping[str, Any] | None = None,
                       tune_local: bool = False) -> dict[str, Any]:
     r"""Samples one trial's settings as ``--set`` keys (strategy options,
     local-training keys such as ``lr``, ``model.*`` ...).
@@ -171,7 +175,7 @@ def suggest_overrides(trial: "optuna.trial.Trial", strategy: str, *,
     return {k: v for k, v in out.items() if k not in fixed}
 
 
-def parse_distribution(text: str) -> "optuna.distributions.BaseDistribution":
+def parse_distribution(text: str) -> optuna.distributions.BaseDistribution:
     r"""Parses the CLI's ``--param NAME=SPEC`` specification.
 
     ``LOW:HIGH`` is uniform (integers if both bounds are integers),
@@ -184,8 +188,7 @@ def parse_distribution(text: str) -> "optuna.distributions.BaseDistribution":
         ``"3:7"`` -> ``IntDistribution(3, 7)``;
         ``"[1, 2, 4, 8]"`` -> ``CategoricalDistribution((1, 2, 4, 8))``.
     """
-    from optuna.distributions import (CategoricalDistribution, FloatDistribution,
-                                      IntDistribution)
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
     text = text.strip()
     if text.startswith("["):
         try:
@@ -273,9 +276,9 @@ class TuneObjective:
             ``fn(simulator, record)`` (default: ``()``).
     """
 
-    def __init__(self, config: ExperimentConfig, *, space: Optional[SearchSpace] = None,
-                 params: Optional[Mapping[str, "optuna.distributions.BaseDistribution"]] = None,
-                 tune_local: bool = False, dataset: Optional[FederatedDataset] = None,
+    def __init__(self, config: ExperimentConfig, *, space: SearchSpace | None = None,
+                 params: Mapping[str, optuna.distributions.BaseDistribution] | None = None,
+                 tune_local: bool = False, dataset: FederatedDataset | None = None,
                  callbacks: tuple = ()) -> None:
         if config.strategy not in STRATEGIES:
             raise ValueError(f"unknown strategy {config.strategy!r}; known: "
@@ -306,7 +309,7 @@ class TuneObjective:
         higher = objective.higher_is_better
         return "maximize" if higher else "minimize"
 
-    def __call__(self, trial: "optuna.trial.Trial") -> float:
+    def __call__(self, trial: optuna.trial.Trial) -> float:
         import optuna
 
         sampled = suggest_overrides(trial, self.config.strategy, space=self.space,
@@ -333,7 +336,7 @@ class TuneObjective:
         return float(summary["val_best"])
 
     @staticmethod
-    def _record(trial: "optuna.trial.Trial", sim: Any, seconds: float) -> dict[str, Any]:
+    def _record(trial: optuna.trial.Trial, sim: Any, seconds: float) -> dict[str, Any]:
         summary = sim.summary()
         trial.set_user_attr("metric", summary["metric"])
         trial.set_user_attr("test_at_best_val", _finite(summary["test"]))
@@ -345,14 +348,14 @@ class TuneObjective:
         return summary
 
 
-def _finite(value: float) -> Optional[float]:
+def _finite(value: float) -> float | None:
     # JSON (the storage's format) has no NaN.
     return None if value is None or math.isnan(value) else float(value)
 
 
 # ------------------------------------------------------------------ studies
-def make_storage(storage: Union[str, "optuna.storages.BaseStorage", None]
-                 ) -> Union[str, "optuna.storages.BaseStorage", None]:
+def make_storage(storage: str | optuna.storages.BaseStorage | None
+                 ) -> str | optuna.storages.BaseStorage | None:
     r"""An Optuna storage from a URL.
 
     * ``sqlite:///path.db``: :class:`optuna.storages.RDBStorage` whose
@@ -394,7 +397,7 @@ def make_storage(storage: Union[str, "optuna.storages.BaseStorage", None]
 
 
 def make_pruner(name: str, rounds: int, *, n_startup_trials: int = 5,
-                n_warmup_steps: int = 0) -> "optuna.pruners.BasePruner":
+                n_warmup_steps: int = 0) -> optuna.pruners.BasePruner:
     r"""``"median"``: :class:`optuna.pruners.MedianPruner` (a trial stops when
     its value at round :math:`t` is worse than the median of earlier trials
     at :math:`t`, once ``n_startup_trials`` finished); ``"hyperband"``:
@@ -420,8 +423,8 @@ def _resolved_rounds(config: ExperimentConfig) -> int:
 
 
 def _settings(config: ExperimentConfig, tune_local: bool,
-              params: Mapping[str, "optuna.distributions.BaseDistribution"],
-              space: Optional[SearchSpace]) -> dict[str, Any]:
+              params: Mapping[str, optuna.distributions.BaseDistribution],
+              space: SearchSpace | None) -> dict[str, Any]:
     from optuna.distributions import distribution_to_json
     out = {**config.to_dict(), "rounds": _resolved_rounds(config), "tune_local": tune_local,
            "params": {k: json.loads(distribution_to_json(d)) for k, d in sorted(params.items())},
@@ -435,13 +438,13 @@ def default_study_name(config: ExperimentConfig) -> str:
                     if p is not None)
 
 
-def create_study(config: ExperimentConfig, *, storage: Union[str, Any, None] = None,
-                 study_name: Optional[str] = None, direction: str = "maximize",
-                 pruner: Union[str, "optuna.pruners.BasePruner"] = "median",
-                 sampler: Optional["optuna.samplers.BaseSampler"] = None,
+def create_study(config: ExperimentConfig, *, storage: str | Any | None = None,
+                 study_name: str | None = None, direction: str = "maximize",
+                 pruner: str | optuna.pruners.BasePruner = "median",
+                 sampler: optuna.samplers.BaseSampler | None = None,
                  tune_local: bool = False,
-                 params: Optional[Mapping[str, "optuna.distributions.BaseDistribution"]] = None,
-                 space: Optional[SearchSpace] = None) -> "optuna.Study":
+                 params: Mapping[str, optuna.distributions.BaseDistribution] | None = None,
+                 space: SearchSpace | None = None) -> optuna.Study:
     r"""Creates the study, or loads it when ``storage`` already holds one of
     that name (resuming it, or joining other workers).
 
@@ -502,16 +505,16 @@ def _setting_defaults() -> dict[str, Any]:
     return json.loads(json.dumps(out, default=str))
 
 
-def tune(config: ExperimentConfig, n_trials: Optional[int] = None, *,
-         storage: Union[str, Any, None] = "sqlite:///study.db",
-         study_name: Optional[str] = None,
-         pruner: Union[str, "optuna.pruners.BasePruner"] = "median",
-         sampler: Optional["optuna.samplers.BaseSampler"] = None,
-         space: Optional[SearchSpace] = None,
-         params: Optional[Mapping[str, "optuna.distributions.BaseDistribution"]] = None,
-         tune_local: bool = False, timeout: Optional[float] = None,
-         dataset: Optional[FederatedDataset] = None,
-         show_progress_bar: bool = False) -> "optuna.Study":
+def tune(config: ExperimentConfig, n_trials: int | None = None, *,
+         storage: str | Any | None = "sqlite:///study.db",
+         study_name: str | None = None,
+         pruner: str | optuna.pruners.BasePruner = "median",
+         sampler: optuna.samplers.BaseSampler | None = None,
+         space: SearchSpace | None = None,
+         params: Mapping[str, optuna.distributions.BaseDistribution] | None = None,
+         tune_local: bool = False, timeout: float | None = None,
+         dataset: FederatedDataset | None = None,
+         show_progress_bar: bool = False) -> optuna.Study:
     r"""Runs (or resumes, or joins) a study of ``config.strategy`` on
     ``config.dataset`` and returns it.
 
@@ -552,7 +555,7 @@ def tune(config: ExperimentConfig, n_trials: Optional[int] = None, *,
 
 
 # ------------------------------------------------------------------ reports
-def _trial_counts(study: "optuna.Study") -> dict[str, int]:
+def _trial_counts(study: optuna.Study) -> dict[str, int]:
     counts: dict[str, int] = {}
     for t in study.get_trials(deepcopy=False):
         key = t.state.name.lower()
@@ -575,7 +578,7 @@ def _run_command(settings: Mapping[str, Any], overrides: Mapping[str, Any]) -> s
     return "pyg-fedgraph run " + " ".join(flags)
 
 
-def study_summary(study: "optuna.Study") -> dict[str, Any]:
+def study_summary(study: optuna.Study) -> dict[str, Any]:
     r"""What ``best.json`` holds: the best trial (by validation), its
     parameters, its test metric at its best-validation round, the settings
     of the study, the trial counts by state, the parameter importances and
@@ -614,7 +617,7 @@ def study_summary(study: "optuna.Study") -> dict[str, Any]:
     return out
 
 
-def write_study(study: "optuna.Study", out: Union[str, Path]) -> dict[str, Path]:
+def write_study(study: optuna.Study, out: str | Path) -> dict[str, Path]:
     r"""Writes ``best.json`` (:func:`study_summary`), ``trials.csv`` and the
     optimization-history, intermediate-values and parameter-importance
     plots (Optuna's matplotlib visualization) to ``out``; returns the paths
@@ -624,6 +627,7 @@ def write_study(study: "optuna.Study", out: Union[str, Path]) -> dict[str, Path]
     of one study that finish together never leave a half-written file."""
     import optuna
     import optuna.visualization.matplotlib as ovm
+
     from pyg_fedgraph.simulation.report import write_csv
     from pyg_fedgraph.viz import _plt
 
@@ -665,6 +669,6 @@ def write_study(study: "optuna.Study", out: Union[str, Path]) -> dict[str, Path]
                 continue
             fig = ax.figure if hasattr(ax, "figure") else ax.flat[0].figure
             fig.tight_layout()
-            commit(name, f"{name}.png", lambda p: fig.savefig(p, dpi=120, format="png"))
+            commit(name, f"{name}.png", lambda p, fig=fig: fig.savefig(p, dpi=120, format="png"))
             plt.close(fig)
     return written

@@ -4,7 +4,8 @@ Functions return a :class:`matplotlib.figure.Figure`; saving is the caller's cho
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping, Optional
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -23,16 +24,16 @@ def _plt():
     return plt
 
 
-def plot_learning_curves(histories: Mapping[str, "History"], title: Optional[str] = None):
+def plot_learning_curves(histories: Mapping[str, History], title: str | None = None):
     r"""Mean validation and test metric per round, one line per run."""
     plt = _plt()
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
     metric = None
     for name, h in histories.items():
         metric = h.metric
-        for ax, split in zip(axes, ("val", "test")):
+        for ax, split in zip(axes, ("val", "test"), strict=True):
             ax.plot(h.rounds, h.mean(split), label=name, marker="." if len(h) < 40 else None)
-    for ax, split in zip(axes, ("validation", "test")):
+    for ax, split in zip(axes, ("validation", "test"), strict=True):
         ax.set_xlabel("round")
         ax.set_title(f"{split} {metric} (mean over clients)")
         ax.grid(alpha=0.3)
@@ -44,7 +45,7 @@ def plot_learning_curves(histories: Mapping[str, "History"], title: Optional[str
     return fig
 
 
-def plot_collaboration_matrix(weight: Tensor, groups: Optional[Tensor] = None,
+def plot_collaboration_matrix(weight: Tensor, groups: Tensor | None = None,
                               title: str = "collaboration graph"):
     r"""Heatmap of a collaboration matrix :math:`(N, N)` (row :math:`i` =
     weights client :math:`i` gives), clients ordered by ``groups`` if given."""
@@ -66,8 +67,8 @@ def plot_collaboration_matrix(weight: Tensor, groups: Optional[Tensor] = None,
     return fig
 
 
-def plot_collaboration_network(weight: Tensor, prior_edge_index: Optional[Tensor] = None,
-                               groups: Optional[Tensor] = None, top_k: int = 3,
+def plot_collaboration_network(weight: Tensor, prior_edge_index: Tensor | None = None,
+                               groups: Tensor | None = None, top_k: int = 3,
                                title: str = "collaboration graph", seed: int = 0):
     r"""The collaboration matrix as a network: each client's ``top_k`` largest
     off-diagonal weights above the uniform share :math:`1/N` as edges, width
@@ -85,7 +86,7 @@ def plot_collaboration_network(weight: Tensor, prior_edge_index: Optional[Tensor
     if k:
         vals, idx = w.topk(k, dim=1)
         for i in range(n):
-            for v, j in zip(vals[i].tolist(), idx[i].tolist()):
+            for v, j in zip(vals[i].tolist(), idx[i].tolist(), strict=True):
                 if v > 1.0 / n:
                     old = g.get_edge_data(i, j, {"weight": 0.0})["weight"]
                     g.add_edge(i, j, weight=max(old, v))
@@ -115,8 +116,8 @@ def plot_collaboration_network(weight: Tensor, prior_edge_index: Optional[Tensor
     return fig
 
 
-def plot_layer_graphs(alphas: Tensor, layer_names: Optional[list] = None,
-                      groups: Optional[Tensor] = None,
+def plot_layer_graphs(alphas: Tensor, layer_names: list | None = None,
+                      groups: Tensor | None = None,
                       title: str = "layer-wise collaboration graphs"):
     r"""FedAGHN's layer-wise collaboration weights :math:`\alpha^{(l)}`
     :math:`(L, N, N)` as :math:`L` heatmaps side by side (one colour scale
@@ -138,8 +139,8 @@ def plot_layer_graphs(alphas: Tensor, layer_names: Optional[list] = None,
     if a.dim() != 3 or a.size(1) != a.size(2):
         raise ValueError(f"alphas must be (L, N, N), got {tuple(alphas.shape)}")
     num_layers, n = a.size(0), a.size(1)
-    names = list(layer_names) if layer_names is not None else [f"layer {l}"
-                                                               for l in range(num_layers)]
+    names = list(layer_names) if layer_names is not None else [f"layer {layer}"
+                                                               for layer in range(num_layers)]
     if len(names) != num_layers:
         raise ValueError(f"{len(names)} layer names given for {num_layers} layers")
     if groups is not None and groups.numel() != n:
@@ -150,9 +151,9 @@ def plot_layer_graphs(alphas: Tensor, layer_names: Optional[list] = None,
     fig, axes = plt.subplots(1, num_layers, figsize=(2.8 * num_layers + 0.8, 3.2),
                              squeeze=False)
     im = None
-    for l, ax in enumerate(axes[0]):
-        im = ax.imshow(a[l].numpy(), cmap="viridis", vmin=0.0, vmax=vmax)
-        ax.set_title(str(names[l]), fontsize=8)
+    for layer, ax in enumerate(axes[0]):
+        im = ax.imshow(a[layer].numpy(), cmap="viridis", vmin=0.0, vmax=vmax)
+        ax.set_title(str(names[layer]), fontsize=8)
         ax.set_xticks([])
         ax.set_yticks([])
     axes[0][0].set_ylabel("client i (receives)")

@@ -9,9 +9,15 @@ from pyg_fedgraph.experiment import ExperimentConfig
 from pyg_fedgraph.strategies import STRATEGIES, build_strategy, strategy_kwargs
 from pyg_fedgraph.strategies.fedavg import Local
 from pyg_fedgraph.train import LocalConfig
-from pyg_fedgraph.tune import (TuneObjective, create_study, make_pruner, parse_distribution,
-                               suggest_overrides, tune, write_study)
-
+from pyg_fedgraph.tune import (
+    TuneObjective,
+    create_study,
+    make_pruner,
+    parse_distribution,
+    suggest_overrides,
+    tune,
+    write_study,
+)
 
 # Tiny runs: FL-60 restricted to 6 clients, one local epoch.
 TINY = dict(dataset="fl60", clients=6, overrides={"epochs": 1})
@@ -60,7 +66,7 @@ def test_test_metric_is_taken_at_the_best_validation_round(monkeypatch):
     assert trial.user_attrs["test_at_best_val"] != pytest.approx(trial.user_attrs["test_final"])
     # Every evaluated round was reported, under its round number.
     assert trial.intermediate_values == pytest.approx(dict(zip([1, 2, 3],
-                                                               history.mean("val"))))
+                                                               history.mean("val"), strict=True)))
     # The lr tuned by Local's space reached the run.
     assert set(trial.params) == {"lr"}
     assert trial.user_attrs["overrides"] == {"lr": trial.params["lr"], "epochs": 1}

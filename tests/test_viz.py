@@ -72,9 +72,9 @@ def test_layer_graphs_one_heatmap_per_layer_ordered_by_group():
     images = _images(fig)
     assert len(images) == 3
     order = torch.tensor([1, 3, 0, 2])
-    for l, im in enumerate(images):
+    for layer, im in enumerate(images):
         np.testing.assert_allclose(np.asarray(im.get_array()),
-                                   alphas[l][order][:, order].numpy(), rtol=1e-6)
+                                   alphas[layer][order][:, order].numpy(), rtol=1e-6)
     titles = [ax.get_title() for ax in fig.axes if ax.get_images()]
     assert titles == ["conv1", "conv2", "fc"]
     # one shared colour scale

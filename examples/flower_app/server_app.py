@@ -7,11 +7,10 @@ import torch
 from flwr.app import Context
 from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
+from task import load_model, local_config
 
 from pyg_fedgraph.integrations.flower import GraphStrategy
 from pyg_fedgraph.strategies import build_strategy
-
-from task import load_model, local_config
 
 app = ServerApp()
 

@@ -1,7 +1,7 @@
 r"""Federation graph, parameter layout, per-client data and partitioners."""
-from pyg_fedgraph.data.layout import ParamLayout
-from pyg_fedgraph.data.federation import FederationGraph
 from pyg_fedgraph.data.federated_dataset import ClientSplit, FederatedDataset
+from pyg_fedgraph.data.federation import FederationGraph
+from pyg_fedgraph.data.layout import ParamLayout
 
 __all__ = [
     "ParamLayout",

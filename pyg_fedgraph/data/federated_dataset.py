@@ -1,8 +1,9 @@
 """Per-client data, stored so that all clients can be batched at once."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Optional, Sequence
+from typing import Literal
 
 import torch
 from torch import Tensor
@@ -38,25 +39,25 @@ class ClientSplit:
                              f"{self.x.size(1)} rows are stored")
 
     @classmethod
-    def from_lists(cls, xs: Sequence[Tensor], ys: Sequence[Tensor]) -> "ClientSplit":
+    def from_lists(cls, xs: Sequence[Tensor], ys: Sequence[Tensor]) -> ClientSplit:
         r"""Pads per-client tensors ``xs[i]`` :math:`(n_i, *F)`, ``ys[i]`` :math:`(n_i, *T)`."""
         if len(xs) != len(ys):
             raise ValueError(f"{len(xs)} input tensors but {len(ys)} target tensors")
         if not xs:
             raise ValueError("from_lists needs at least one client")
-        for i, (a, b) in enumerate(zip(xs, ys)):
+        for i, (a, b) in enumerate(zip(xs, ys, strict=True)):
             if a.size(0) != b.size(0):
                 raise ValueError(f"client {i}: {a.size(0)} inputs but {b.size(0)} targets")
         counts = torch.tensor([a.size(0) for a in xs], dtype=torch.long)
         n_max = max(int(counts.max()), 1)
         x = xs[0].new_zeros((len(xs), n_max, *xs[0].shape[1:]))
         y = ys[0].new_zeros((len(ys), n_max, *ys[0].shape[1:]))
-        for i, (a, b) in enumerate(zip(xs, ys)):
+        for i, (a, b) in enumerate(zip(xs, ys, strict=True)):
             x[i, :a.size(0)] = a
             y[i, :b.size(0)] = b
         return cls(x, y, counts)
 
-    def gather(self, index: Tensor, clients: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
+    def gather(self, index: Tensor, clients: Tensor | None = None) -> tuple[Tensor, Tensor]:
         r"""Rows ``index`` :math:`(S, B)` of clients ``clients`` :math:`(S,)`
         (all clients when ``None``). Returns :math:`(S, B, *F)` and :math:`(S, B, *T)`."""
         rows = torch.arange(self.x.size(0)) if clients is None else clients
@@ -85,10 +86,10 @@ class FederatedDataset:
     name: str
     task: Task
     splits: dict[str, ClientSplit]
-    num_classes: Optional[int] = None
-    edge_index: Optional[Tensor] = None
-    edge_weight: Optional[Tensor] = None
-    client_labels: Optional[Tensor] = None
+    num_classes: int | None = None
+    edge_index: Tensor | None = None
+    edge_weight: Tensor | None = None
+    client_labels: Tensor | None = None
     info: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -115,7 +116,7 @@ class FederatedDataset:
         r"""Samples per client in ``split``, shape :math:`(N,)`."""
         return self.splits[split].counts
 
-    def batch(self, split: str, index: Tensor, clients: Optional[Tensor] = None
+    def batch(self, split: str, index: Tensor, clients: Tensor | None = None
               ) -> tuple[Tensor, Tensor]:
         r"""Stacked mini-batches: sample ``index[s, b]`` of client ``clients[s]``.
 
@@ -127,7 +128,7 @@ class FederatedDataset:
         """
         return self.splits[split].gather(index, clients)
 
-    def subset(self, clients: Tensor) -> "FederatedDataset":
+    def subset(self, clients: Tensor) -> FederatedDataset:
         r"""The dataset restricted to ``clients`` (prior graph restricted too)."""
         from torch_geometric.utils import subgraph
         splits = {s: ClientSplit(sp.x[clients], sp.y[clients], sp.counts[clients])

@@ -1,7 +1,8 @@
 """The federation as a PyG graph: node i is client i."""
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -39,10 +40,10 @@ class FederationGraph(Data):
         layout (ParamLayout, optional): the model layout (kept as metadata).
     """
 
-    def __init__(self, x: Optional[Tensor] = None, delta: Optional[Tensor] = None,
-                 num_samples: Optional[Tensor] = None, client_id: Optional[Tensor] = None,
-                 layer_ptr: Optional[Tensor] = None, edge_index: Optional[Tensor] = None,
-                 edge_weight: Optional[Tensor] = None, layout: Optional[ParamLayout] = None,
+    def __init__(self, x: Tensor | None = None, delta: Tensor | None = None,
+                 num_samples: Tensor | None = None, client_id: Tensor | None = None,
+                 layer_ptr: Tensor | None = None, edge_index: Tensor | None = None,
+                 edge_weight: Tensor | None = None, layout: ParamLayout | None = None,
                  **kwargs: Any) -> None:
         if x is not None:
             if x.dim() != 2:
@@ -76,8 +77,8 @@ class FederationGraph(Data):
             self.layout = layout
 
     @classmethod
-    def from_models(cls, models: Sequence[StateLike], layout: Optional[ParamLayout] = None,
-                    **kwargs: Any) -> "FederationGraph":
+    def from_models(cls, models: Sequence[StateLike], layout: ParamLayout | None = None,
+                    **kwargs: Any) -> FederationGraph:
         r"""Builds the graph from a list of models or state dicts.
 
         ``layout`` defaults to the layout of the first model (which must then be

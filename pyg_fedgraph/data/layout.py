@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence, Union
 
 import torch
 from torch import Tensor, nn
 
-StateLike = Union[nn.Module, Mapping[str, Tensor]]
+StateLike = nn.Module | Mapping[str, Tensor]
 
 __all__ = ["ParamLayout"]
 
@@ -74,7 +74,7 @@ class ParamLayout:
 
     # ------------------------------------------------------------------ build
     @classmethod
-    def from_module(cls, model: nn.Module) -> "ParamLayout":
+    def from_module(cls, model: nn.Module) -> ParamLayout:
         r"""Reads names, shapes, dtypes and layer boundaries from ``model``."""
         params, layer_names, bounds = [], [], [0]
         offset, current = 0, None
@@ -117,7 +117,7 @@ class ParamLayout:
     def buffer_names(self) -> list[str]:
         return [e.name for e in self.buffers]
 
-    def layer_slice(self, layer: Union[int, str]) -> slice:
+    def layer_slice(self, layer: int | str) -> slice:
         r"""The slice of the flat vector owned by ``layer`` (index or module name)."""
         if isinstance(layer, str):
             if layer not in self.layer_names:
@@ -130,7 +130,7 @@ class ParamLayout:
         sizes = self.ptr[1:] - self.ptr[:-1]
         return torch.repeat_interleave(torch.arange(self.num_layers), sizes)
 
-    def select_layers(self, pattern: Union[str, Iterable[str]]) -> list[int]:
+    def select_layers(self, pattern: str | Iterable[str]) -> list[int]:
         r"""Indices of layers whose module name contains ``pattern`` (or any of
         several patterns). Used for explicit ``layers=`` selections."""
         pats = [pattern] if isinstance(pattern, str) else list(pattern)
@@ -142,12 +142,12 @@ class ParamLayout:
     def mask(self, layers: Iterable[int]) -> Tensor:
         r"""Boolean mask of shape :math:`(D,)` selecting the given layers."""
         m = torch.zeros(self.num_params, dtype=torch.bool)
-        for l in layers:
-            m[self.layer_slice(int(l))] = True
+        for layer in layers:
+            m[self.layer_slice(int(layer))] = True
         return m
 
     # --------------------------------------------------------------- flatten
-    def flatten(self, states: Union[StateLike, Sequence[StateLike]], *,
+    def flatten(self, states: StateLike | Sequence[StateLike], *,
                 check_finite: bool = True) -> Tensor:
         r"""Stacks the parameters of one or several models / state dicts.
 
@@ -165,7 +165,7 @@ class ParamLayout:
         out = torch.stack(rows) if rows else torch.empty(0, self.num_params)
         return out[0] if single else out
 
-    def flatten_buffers(self, states: Union[StateLike, Sequence[StateLike]]) -> Tensor:
+    def flatten_buffers(self, states: StateLike | Sequence[StateLike]) -> Tensor:
         r"""Like :meth:`flatten` for floating-point buffers: :math:`(B,)` or :math:`(N, B)`."""
         single = isinstance(states, (nn.Module, Mapping))
         items = [states] if single else list(states)
@@ -192,35 +192,36 @@ class ParamLayout:
             parts.append(t)
         flat = torch.cat(parts) if parts else torch.empty(0)
         if check_finite and not torch.isfinite(flat).all():
-            bad = [e.name for e, t in zip(entries, parts) if not torch.isfinite(t).all()]
+            bad = [e.name for e, t in zip(entries, parts, strict=True)
+                   if not torch.isfinite(t).all()]
             raise ValueError(f"client {index}: non-finite values in {kind}s {bad}")
         return flat
 
     # ------------------------------------------------------------- unflatten
-    def unflatten(self, flat: Tensor) -> "OrderedDict[str, Tensor]":
+    def unflatten(self, flat: Tensor) -> OrderedDict[str, Tensor]:
         r"""Views of a flat :math:`(D,)` vector (or :math:`(N, D)` matrix) as
         named tensors of shape ``shape`` (or ``(N, *shape)``). Differentiable,
         and safe under :func:`torch.vmap`."""
         return self._unflatten(flat, self.params, self._offsets, self.num_params, "parameter")
 
-    def unflatten_buffers(self, flat: Tensor) -> "OrderedDict[str, Tensor]":
+    def unflatten_buffers(self, flat: Tensor) -> OrderedDict[str, Tensor]:
         r"""Named views of a flat buffer vector, see :meth:`unflatten`."""
         return self._unflatten(flat, self.buffers, self._buffer_offsets,
                                self.num_buffers, "buffer")
 
     @staticmethod
     def _unflatten(flat: Tensor, entries: list[_Entry], offsets: list[int], total: int,
-                   kind: str) -> "OrderedDict[str, Tensor]":
+                   kind: str) -> OrderedDict[str, Tensor]:
         if flat.shape[-1] != total:
             raise ValueError(f"flat {kind} vector has {flat.shape[-1]} values, "
                              f"the model has {total}")
         lead = flat.shape[:-1]
         return OrderedDict(
             (e.name, flat[..., o:o + e.numel].reshape(*lead, *e.shape).to(e.dtype))
-            for e, o in zip(entries, offsets))
+            for e, o in zip(entries, offsets, strict=True))
 
-    def state_dict_of(self, params: Tensor, buffers: Union[Tensor, None] = None
-                      ) -> "OrderedDict[str, Tensor]":
+    def state_dict_of(self, params: Tensor, buffers: Tensor | None = None
+                      ) -> OrderedDict[str, Tensor]:
         r"""A loadable state dict (copies) from flat parameters and buffers."""
         out = OrderedDict((k, v.detach().clone()) for k, v in self.unflatten(params).items())
         if buffers is not None:
@@ -228,7 +229,7 @@ class ParamLayout:
         return out
 
     def load_into(self, model: nn.Module, params: Tensor,
-                  buffers: Union[Tensor, None] = None) -> nn.Module:
+                  buffers: Tensor | None = None) -> nn.Module:
         r"""Copies flat parameters (and buffers) into ``model`` in place."""
         model.load_state_dict(self.state_dict_of(params, buffers), strict=False)
         return model

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Literal, Optional, Sequence
+from typing import Literal
 
 import numpy as np
 import torch
@@ -46,7 +47,8 @@ PARTITIONS = ("iid", "pathological", "dirichlet", "group")
 def _as_labels(labels: Tensor) -> Tensor:
     labels = torch.as_tensor(labels)
     if labels.dim() != 1:
-        raise ValueError(f"labels must be a 1-D tensor of class ids, got shape {tuple(labels.shape)}")
+        raise ValueError(f"labels must be a 1-D tensor of class ids, got shape "
+                         f"{tuple(labels.shape)}")
     if labels.dtype.is_floating_point or labels.dtype == torch.bool:
         raise TypeError(f"labels must hold integer class ids, got dtype {labels.dtype}")
     return labels.long()
@@ -339,7 +341,7 @@ def group_partition(labels: Tensor, num_clients: int, num_groups: int = 5,
 def partition_labels(labels: Tensor, num_clients: int, partition: PartitionName, *,
                      generator: torch.Generator, classes_per_client: int = 2, beta: float = 0.5,
                      min_size: int = 10, num_groups: int = 5, iid_share: float = 0.2
-                     ) -> tuple[list[Tensor], Optional[Tensor]]:
+                     ) -> tuple[list[Tensor], Tensor | None]:
     r"""Dispatches to one of the partitioners by name.
 
     Args:
@@ -446,12 +448,12 @@ def dominant_class(split: ClientSplit, num_classes: int) -> Tensor:
 
 
 def build_federated_dataset(name: str, x: Tensor, y: Tensor, partition: Sequence[Tensor], *,
-                            task: Task = "classification", num_classes: Optional[int] = None,
+                            task: Task = "classification", num_classes: int | None = None,
                             fractions: Sequence[float] = (0.7, 0.1, 0.2),
-                            generator: torch.Generator, edge_index: Optional[Tensor] = None,
-                            edge_weight: Optional[Tensor] = None,
-                            client_labels: Optional[Tensor] = None,
-                            info: Optional[dict] = None) -> FederatedDataset:
+                            generator: torch.Generator, edge_index: Tensor | None = None,
+                            edge_weight: Tensor | None = None,
+                            client_labels: Tensor | None = None,
+                            info: dict | None = None) -> FederatedDataset:
     r"""Splits every client's samples with :func:`split_client` and packs the
     result into a :class:`~pyg_fedgraph.data.FederatedDataset`.
 

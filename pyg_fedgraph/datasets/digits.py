@@ -1,13 +1,17 @@
 r"""The scikit-learn handwritten digits, dealt to clients (works offline)."""
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
 from pyg_fedgraph.data.federated_dataset import FederatedDataset
-from pyg_fedgraph.data.partition import (PartitionName, build_federated_dataset,
-                                         partition_labels, with_dominant_labels)
+from pyg_fedgraph.data.partition import (
+    PartitionName,
+    build_federated_dataset,
+    partition_labels,
+    with_dominant_labels,
+)
 from pyg_fedgraph.datasets.registry import register_dataset
 
 __all__ = ["digits"]

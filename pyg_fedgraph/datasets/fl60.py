@@ -2,7 +2,8 @@ r"""FL-60: the synthetic binary classification federation of Panacea."""
 from __future__ import annotations
 
 import math
-from typing import Literal, Sequence
+from collections.abc import Sequence
+from typing import Literal
 
 import torch
 from torch_geometric.utils import to_undirected

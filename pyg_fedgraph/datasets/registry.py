@@ -1,7 +1,8 @@
 r"""Name -> builder registry of the federated data sets."""
 from __future__ import annotations
 
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 from pyg_fedgraph.data.federated_dataset import FederatedDataset
 

@@ -2,7 +2,8 @@ r"""Clients grouped by a known label topology (FedCEDAR's case study), and a
 callback scoring a strategy's clustering against those groups."""
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -61,7 +62,7 @@ def _check_groups(groups: Sequence[Sequence[int]]) -> list[list[int]]:
 
 @register_dataset("topology")
 def topology(num_groups: int = 3, num_clients: int = 30,
-             groups: Optional[Sequence[Sequence[int]]] = None, seed: int = 0,
+             groups: Sequence[Sequence[int]] | None = None, seed: int = 0,
              fractions: Sequence[float] = (0.7, 0.1, 0.2), image: bool = False
              ) -> FederatedDataset:
     r"""The structured data of FedCEDAR's case study from "Rethinking

@@ -34,10 +34,10 @@ import logging
 import pickle
 import shutil
 import urllib.request
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import (TYPE_CHECKING, Any, Callable, Literal, Mapping, Optional, Sequence,
-                    Union)
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import torch
@@ -71,7 +71,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 Normalization = Literal["global", "sensor"]
-PathLike = Union[str, Path]
+PathLike = str | Path
 Fetch = Callable[[str, Path], None]
 
 # --------------------------------------------------------------------------- files
@@ -82,8 +82,8 @@ class RemoteFile:
     r"""A published file: its name in ``root``, a direct URL and its sha256
     (:obj:`None` when no stable URL / checksum is known to this package)."""
     name: str
-    url: Optional[str]
-    sha256: Optional[str]
+    url: str | None
+    sha256: str | None
 
 
 _DCRNN_GRAPHS = ("https://raw.githubusercontent.com/liyaguang/DCRNN/"
@@ -109,7 +109,7 @@ def _fetch_url(url: str, dest: Path) -> None:
         shutil.copyfileobj(response, f)
 
 
-def download_file(url: str, path: PathLike, sha256: str, fetch: Optional[Fetch] = None
+def download_file(url: str, path: PathLike, sha256: str, fetch: Fetch | None = None
                   ) -> Path:
     r"""Downloads ``url`` to ``path`` and verifies its sha256 before the
     file takes its final name (a failed check leaves nothing behind).
@@ -228,7 +228,7 @@ def load_sensor_graph(path: PathLike) -> tuple[list[str], np.ndarray]:
     return ids, adj.astype(np.float32)
 
 
-def adjacency_to_edges(adj: Union[np.ndarray, Tensor], self_loops: bool = False
+def adjacency_to_edges(adj: np.ndarray | Tensor, self_loops: bool = False
                        ) -> tuple[Tensor, Tensor]:
     r"""Directed ``edge_index`` :math:`(2, E)` and ``edge_weight`` :math:`(E,)`
     of the nonzero entries of a dense adjacency.
@@ -283,7 +283,7 @@ def read_speed_h5(path: PathLike, key: str = "df") -> pandas.DataFrame:
     return df
 
 
-def _series_from_dataframe(df: pandas.DataFrame, sensor_ids: Optional[Sequence[str]] = None
+def _series_from_dataframe(df: pandas.DataFrame, sensor_ids: Sequence[str] | None = None
                            ) -> tuple[np.ndarray, np.ndarray, list[str]]:
     r"""``(timestamps datetime64[ns] (T,), speeds float32 (T, N), ids)`` with
     the columns reordered to ``sensor_ids`` when given."""
@@ -394,15 +394,15 @@ class TrafficDataset(FederatedDataset):
           :math:`\mu`, :math:`\sigma`).
     """
 
-    def __init__(self, name: str, speed: Union[Tensor, np.ndarray], timestamps: np.ndarray, *,
-                 sensor_ids: Optional[Sequence[str]] = None,
-                 edge_index: Optional[Tensor] = None, edge_weight: Optional[Tensor] = None,
+    def __init__(self, name: str, speed: Tensor | np.ndarray, timestamps: np.ndarray, *,
+                 sensor_ids: Sequence[str] | None = None,
+                 edge_index: Tensor | None = None, edge_weight: Tensor | None = None,
                  input_steps: int = 12, output_steps: int = 12,
                  fractions: Sequence[float] = (0.7, 0.1, 0.2),
                  normalization: Normalization = "global",
                  horizons: Sequence[int] = (3, 6, 12),
-                 mean: Optional[Tensor] = None, std: Optional[Tensor] = None,
-                 info: Optional[dict] = None) -> None:
+                 mean: Tensor | None = None, std: Tensor | None = None,
+                 info: dict | None = None) -> None:
         if normalization not in ("global", "sensor"):
             raise ValueError(f"normalization must be 'global' or 'sensor', got "
                              f"{normalization!r}")
@@ -501,9 +501,9 @@ class TrafficDataset(FederatedDataset):
     # ------------------------------------------------------------ construction
     @classmethod
     def from_dataframe(cls, df: pandas.DataFrame, name: str = "traffic", *,
-                       adj: Optional[Union[np.ndarray, Tensor]] = None,
-                       sensor_ids: Optional[Sequence[str]] = None, **kwargs: Any
-                       ) -> "TrafficDataset":
+                       adj: np.ndarray | Tensor | None = None,
+                       sensor_ids: Sequence[str] | None = None, **kwargs: Any
+                       ) -> TrafficDataset:
         r"""A dataset from a DCRNN-format DataFrame (DatetimeIndex, one column
         per sensor, mph, 0 = missing); columns are put in ``sensor_ids``
         order, ``adj`` (:math:`(N, N)`, same order) becomes the prior graph
@@ -524,7 +524,7 @@ class TrafficDataset(FederatedDataset):
         return cls._plain(name, speed, ts, sensor_ids=ids, info=info, **kwargs)
 
     @classmethod
-    def _plain(cls, *args: Any, **kwargs: Any) -> "TrafficDataset":
+    def _plain(cls, *args: Any, **kwargs: Any) -> TrafficDataset:
         # Subclasses (METRLA, PEMSBAY) have file-reading constructors.
         obj = TrafficDataset.__new__(TrafficDataset)
         TrafficDataset.__init__(obj, *args, **kwargs)
@@ -536,7 +536,7 @@ class TrafficDataset(FederatedDataset):
         r"""The masked traffic objective matching :meth:`batch`'s targets."""
         return traffic_objective(horizons=self.horizons)
 
-    def batch(self, split: str, index: Tensor, clients: Optional[Tensor] = None
+    def batch(self, split: str, index: Tensor, clients: Tensor | None = None
               ) -> tuple[Tensor, Tensor]:
         r"""Windows ``index[s, b]`` (0-based within ``split``) of sensors
         ``clients[s]``: inputs :math:`(S, B, T_{in}, 2)` and packed targets
@@ -552,7 +552,7 @@ class TrafficDataset(FederatedDataset):
         std = self.std[rows].view(-1, 1, 1)
         return x, pack_targets(target, weight, mean, std)
 
-    def subset(self, clients: Tensor) -> "TrafficDataset":
+    def subset(self, clients: Tensor) -> TrafficDataset:
         r"""The sensors ``clients`` only (prior graph restricted and
         relabelled, normalization statistics kept)."""
         from torch_geometric.utils import subgraph
@@ -588,9 +588,9 @@ class _DCRNNDataset(TrafficDataset):
                  normalization: Normalization = "global", input_steps: int = 12,
                  output_steps: int = 12, fractions: Sequence[float] = (0.7, 0.1, 0.2),
                  horizons: Sequence[int] = (3, 6, 12),
-                 urls: Optional[Mapping[str, str]] = None,
-                 checksums: Optional[Mapping[str, str]] = None,
-                 fetch: Optional[Fetch] = None) -> None:
+                 urls: Mapping[str, str] | None = None,
+                 checksums: Mapping[str, str] | None = None,
+                 fetch: Fetch | None = None) -> None:
         self.root = Path(root)
         self._ensure_files(download, dict(urls or {}), dict(checksums or {}), fetch)
         ids, adj = load_sensor_graph(self.root / self.GRAPH_FILE)
@@ -612,7 +612,7 @@ class _DCRNNDataset(TrafficDataset):
         raise KeyError(name)
 
     def _ensure_files(self, download: bool, urls: dict[str, str], checksums: dict[str, str],
-                      fetch: Optional[Fetch]) -> None:
+                      fetch: Fetch | None) -> None:
         for res in self.RESOURCES:
             path = self.root / res.name
             if path.exists():
@@ -721,7 +721,7 @@ def _dense_adjacency(graph: Any) -> np.ndarray:
 
 
 def synthetic_traffic(graph: Any, num_steps: int = 4032, seed: int = 0, *,
-                      sensor_ids: Optional[Sequence[str]] = None, start: str = "2012-03-01",
+                      sensor_ids: Sequence[str] | None = None, start: str = "2012-03-01",
                       missing_rate: float = 0.05, noise: float = 1.5,
                       incident_rate: float = 1.0 / 864) -> pandas.DataFrame:
     r"""Synthetic 5-minute speeds (mph) on a road graph, in DCRNN's format.
@@ -859,8 +859,8 @@ def synthetic_traffic(graph: Any, num_steps: int = 4032, seed: int = 0, *,
 # ---------------------------------------------------------------- registry
 
 
-def _traffic_builder(cls: type[_DCRNNDataset], root: Optional[PathLike],
-                     graph_path: Optional[PathLike], synthetic_steps: int, seed: int,
+def _traffic_builder(cls: type[_DCRNNDataset], root: PathLike | None,
+                     graph_path: PathLike | None, synthetic_steps: int, seed: int,
                      download: bool, **kwargs: Any) -> TrafficDataset:
     if root is not None and (download or (Path(root) / cls.SPEED_FILE).exists()):
         return cls(root, download=download, **kwargs)
@@ -887,7 +887,7 @@ def _traffic_builder(cls: type[_DCRNNDataset], root: Optional[PathLike],
 
 
 @register_dataset("metr-la")
-def metr_la(root: Optional[PathLike] = None, graph_path: Optional[PathLike] = None,
+def metr_la(root: PathLike | None = None, graph_path: PathLike | None = None,
             synthetic_steps: int = 4032, seed: int = 0, download: bool = False,
             normalization: Normalization = "global", input_steps: int = 12,
             output_steps: int = 12) -> TrafficDataset:
@@ -915,7 +915,7 @@ def metr_la(root: Optional[PathLike] = None, graph_path: Optional[PathLike] = No
 
 
 @register_dataset("pems-bay")
-def pems_bay(root: Optional[PathLike] = None, graph_path: Optional[PathLike] = None,
+def pems_bay(root: PathLike | None = None, graph_path: PathLike | None = None,
              synthetic_steps: int = 4032, seed: int = 0, download: bool = False,
              normalization: Normalization = "global", input_steps: int = 12,
              output_steps: int = 12) -> TrafficDataset:

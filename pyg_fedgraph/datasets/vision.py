@@ -2,24 +2,28 @@ r"""Image classification benchmarks (Fashion-MNIST, CIFAR-10, CIFAR-100)
 dealt to clients, built on :mod:`torchvision` (optional extra ``vision``)."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Sequence, Union
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from pyg_fedgraph.data.federated_dataset import ClientSplit, FederatedDataset
-from pyg_fedgraph.data.partition import (PartitionName, build_federated_dataset,
-                                         partition_labels, with_dominant_labels)
+from pyg_fedgraph.data.partition import (
+    PartitionName,
+    build_federated_dataset,
+    partition_labels,
+    with_dominant_labels,
+)
 from pyg_fedgraph.datasets.registry import register_dataset
 from pyg_fedgraph.typing import WITH_TORCHVISION, require
 
 __all__ = ["fashion_mnist", "cifar10", "cifar100"]
 
 
-def _load(kind: str, root: Union[str, Path], download: bool) -> tuple[Tensor, Tensor]:
+def _load(kind: str, root: str | Path, download: bool) -> tuple[Tensor, Tensor]:
     r"""Pools the official train and test sets of ``kind`` into uint8 images
     :math:`(S, C, H, W)` and long labels :math:`(S,)`."""
     require(WITH_TORCHVISION, "torchvision", "vision")
@@ -37,7 +41,7 @@ def _load(kind: str, root: Union[str, Path], download: bool) -> tuple[Tensor, Te
     return torch.cat(xs).contiguous(), torch.cat(ys)
 
 
-def _federate(kind: str, root: Union[str, Path], num_classes: int, num_clients: int,
+def _federate(kind: str, root: str | Path, num_classes: int, num_clients: int,
               partition: PartitionName, classes_per_client: int, beta: float, seed: int,
               fractions: Sequence[float], download: bool, min_size: int, num_groups: int,
               iid_share: float) -> FederatedDataset:
@@ -99,7 +103,7 @@ _ARGS_DOC = r"""
 
 
 @register_dataset("fashion-mnist")
-def fashion_mnist(root: Union[str, Path], num_clients: int = 10,
+def fashion_mnist(root: str | Path, num_clients: int = 10,
                   partition: PartitionName = "pathological", classes_per_client: int = 2,
                   beta: float = 0.5, seed: int = 0,
                   fractions: Sequence[float] = (0.7, 0.1, 0.2), download: bool = False,
@@ -110,7 +114,7 @@ def fashion_mnist(root: Union[str, Path], num_clients: int = 10,
 
 
 @register_dataset("cifar10")
-def cifar10(root: Union[str, Path], num_clients: int = 10,
+def cifar10(root: str | Path, num_clients: int = 10,
             partition: PartitionName = "pathological", classes_per_client: int = 2,
             beta: float = 0.5, seed: int = 0, fractions: Sequence[float] = (0.7, 0.1, 0.2),
             download: bool = False, min_size: int = 10, num_groups: int = 5,
@@ -120,7 +124,7 @@ def cifar10(root: Union[str, Path], num_clients: int = 10,
 
 
 @register_dataset("cifar100")
-def cifar100(root: Union[str, Path], num_clients: int = 10,
+def cifar100(root: str | Path, num_clients: int = 10,
              partition: PartitionName = "pathological", classes_per_client: int = 20,
              beta: float = 0.5, seed: int = 0, fractions: Sequence[float] = (0.7, 0.1, 0.2),
              download: bool = False, min_size: int = 10, num_groups: int = 5,

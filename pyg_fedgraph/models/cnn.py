@@ -1,17 +1,17 @@
 """Convolutional client models for image classification."""
 from __future__ import annotations
 
-from typing import Sequence, Tuple, Union
+from collections.abc import Sequence
 
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 __all__ = ["SimpleCNN", "CNNBN"]
 
-ImageSize = Union[int, Tuple[int, int]]
+ImageSize = int | tuple[int, int]
 
 
-def _pair(image_size: ImageSize) -> Tuple[int, int]:
+def _pair(image_size: ImageSize) -> tuple[int, int]:
     if isinstance(image_size, int):
         return image_size, image_size
     size = tuple(int(s) for s in image_size)
@@ -21,7 +21,7 @@ def _pair(image_size: ImageSize) -> Tuple[int, int]:
     return size  # type: ignore[return-value]
 
 
-def _check_size(name: str, size: Tuple[int, int], num_pools: int) -> Tuple[int, int]:
+def _check_size(name: str, size: tuple[int, int], num_pools: int) -> tuple[int, int]:
     r"""Spatial size after ``num_pools`` 2x2 max-poolings (floor), checked to stay >= 1."""
     factor = 2**num_pools
     if min(size) < factor:
@@ -203,7 +203,7 @@ class CNNBN(nn.Module):
         sizes = (in_channels,) + self.channels
         # Named conv{k}/bn{k} attributes (not a Sequential) so parameter names
         # stay readable in ParamLayout: "conv1.weight", "bn1.running_mean", ...
-        for k, (a, b) in enumerate(zip(sizes[:-1], sizes[1:]), start=1):
+        for k, (a, b) in enumerate(zip(sizes[:-1], sizes[1:], strict=True), start=1):
             setattr(self, f"conv{k}", nn.Conv2d(a, b, kernel_size=3, padding=1))
             setattr(self, f"bn{k}", nn.BatchNorm2d(b, momentum=momentum))
         self.fc = nn.Linear(self.channels[-1] * out_h * out_w, num_classes)

@@ -131,8 +131,8 @@ class GRUForecaster(nn.Module):
         self.out_steps = out_steps
         self.num_layers = num_layers
         self.cells = nn.ModuleList(
-            GRUCell(in_channels if l == 0 else hidden_channels, hidden_channels)
-            for l in range(num_layers))
+            GRUCell(in_channels if layer == 0 else hidden_channels, hidden_channels)
+            for layer in range(num_layers))
         self.head = nn.Linear(hidden_channels, out_steps)
         self.reset_parameters()
 
@@ -154,9 +154,9 @@ class GRUForecaster(nn.Module):
         hs = [x.new_zeros(x.size(0), self.hidden_channels) for _ in self.cells]
         for t in range(x.size(1)):
             inp = x[:, t]
-            for l, cell in enumerate(self.cells):
-                hs[l] = cell(inp, hs[l])
-                inp = hs[l]
+            for layer, cell in enumerate(self.cells):
+                hs[layer] = cell(inp, hs[layer])
+                inp = hs[layer]
         return self.head(hs[-1])
 
     def __repr__(self) -> str:

@@ -60,7 +60,7 @@ class MLP(nn.Module):
 
         sizes = [in_channels] + [hidden_channels] * (num_layers - 1) + [out_channels]
         self.lins = nn.ModuleList(
-            nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:]))
+            nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:], strict=True))
         self.reset_parameters()
 
     def reset_parameters(self) -> None:

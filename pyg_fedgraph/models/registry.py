@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Dict, Sequence, Tuple
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from torch import nn
 
@@ -13,13 +14,13 @@ from pyg_fedgraph.models.mlp import MLP
 __all__ = ["MODEL_NAMES", "build_model"]
 
 
-def _build_mlp(shape: Tuple[int, ...], num_outputs: int, **kwargs: Any) -> nn.Module:
+def _build_mlp(shape: tuple[int, ...], num_outputs: int, **kwargs: Any) -> nn.Module:
     # Panacea's client MLP has hidden width 16 (Sec. V-A).
     kwargs.setdefault("hidden_channels", 16)
     return MLP(math.prod(shape), out_channels=num_outputs, **kwargs)
 
 
-def _image_dims(shape: Tuple[int, ...], kwargs: Dict[str, Any]) -> Tuple[int, Tuple[int, int]]:
+def _image_dims(shape: tuple[int, ...], kwargs: dict[str, Any]) -> tuple[int, tuple[int, int]]:
     r"""``(in_channels, (H, W))`` from a per-sample shape ``(C, H, W)``,
     ``(H, W)`` or flat ``(F,)`` (the latter with ``image_size=`` or square)."""
     image_size = kwargs.pop("image_size", None)
@@ -45,24 +46,24 @@ def _image_dims(shape: Tuple[int, ...], kwargs: Dict[str, Any]) -> Tuple[int, Tu
     return num_features // (h * w), (h, w)
 
 
-def _build_cnn(shape: Tuple[int, ...], num_outputs: int, **kwargs: Any) -> nn.Module:
+def _build_cnn(shape: tuple[int, ...], num_outputs: int, **kwargs: Any) -> nn.Module:
     in_channels, image_size = _image_dims(shape, kwargs)
     return SimpleCNN(in_channels, num_outputs, image_size, **kwargs)
 
 
-def _build_cnn_bn(shape: Tuple[int, ...], num_outputs: int, **kwargs: Any) -> nn.Module:
+def _build_cnn_bn(shape: tuple[int, ...], num_outputs: int, **kwargs: Any) -> nn.Module:
     in_channels, image_size = _image_dims(shape, kwargs)
     return CNNBN(in_channels, num_outputs, image_size, **kwargs)
 
 
-def _build_gru(shape: Tuple[int, ...], num_outputs: int, **kwargs: Any) -> nn.Module:
+def _build_gru(shape: tuple[int, ...], num_outputs: int, **kwargs: Any) -> nn.Module:
     if len(shape) != 2:
         raise ValueError(f"the 'gru' model needs sequences of shape (T, C) per sample, "
                          f"got {shape}")
     return GRUForecaster(in_channels=shape[1], out_steps=num_outputs, **kwargs)
 
 
-_BUILDERS: Dict[str, Callable[..., nn.Module]] = {
+_BUILDERS: dict[str, Callable[..., nn.Module]] = {
     "mlp": _build_mlp,
     "cnn": _build_cnn,
     "cnn-bn": _build_cnn_bn,
@@ -70,7 +71,7 @@ _BUILDERS: Dict[str, Callable[..., nn.Module]] = {
 }
 
 #: Names accepted by :func:`build_model`.
-MODEL_NAMES: Tuple[str, ...] = tuple(_BUILDERS)
+MODEL_NAMES: tuple[str, ...] = tuple(_BUILDERS)
 
 
 def build_model(name: str, dataset_input_shape: Sequence[int], num_outputs: int,

@@ -2,13 +2,20 @@ r"""Operators: tensors in, tensors out (no rounds, no I/O, no device choice)."""
 from pyg_fedgraph.nn.aggregation import GraphAggregation, dense_to_edges
 from pyg_fedgraph.nn.aghn_conv import AGHNConv
 from pyg_fedgraph.nn.client_gat import AllocationLogits, ClientGAT, allocation_backward
-from pyg_fedgraph.nn.collaboration_qp import (CollaborationQP, collaboration_qp_cvxpy,
-                                              initial_collaboration_graph, project_simplex,
-                                              update_similarity)
-from pyg_fedgraph.nn.cluster_propagation import (ClusterGraphPropagation, client_clusters,
-                                                 cluster_graph, distribute)
-from pyg_fedgraph.nn.hypernetwork import (GCNHypernetwork, hypernetwork_grads,
-                                          hypernetwork_update)
+from pyg_fedgraph.nn.cluster_propagation import (
+                                              ClusterGraphPropagation,
+                                              client_clusters,
+                                              cluster_graph,
+                                              distribute,
+)
+from pyg_fedgraph.nn.collaboration_qp import (
+                                              CollaborationQP,
+                                              collaboration_qp_cvxpy,
+                                              initial_collaboration_graph,
+                                              project_simplex,
+                                              update_similarity,
+)
+from pyg_fedgraph.nn.hypernetwork import GCNHypernetwork, hypernetwork_grads, hypernetwork_update
 
 __all__ = [
     "GraphAggregation",

@@ -1,8 +1,6 @@
 """Weighted aggregation of client parameters over a collaboration graph."""
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 from torch import Tensor
 from torch_geometric.nn.conv import MessagePassing
@@ -53,9 +51,9 @@ class GraphAggregation(MessagePassing):
         super().__init__(aggr="add")
         self.normalize = normalize
 
-    def forward(self, x: Tensor, edge_index: Optional[Tensor] = None,
-                edge_weight: Optional[Tensor] = None, *, weight: Optional[Tensor] = None,
-                layer_ptr: Optional[Tensor] = None) -> Tensor:
+    def forward(self, x: Tensor, edge_index: Tensor | None = None,
+                edge_weight: Tensor | None = None, *, weight: Tensor | None = None,
+                layer_ptr: Tensor | None = None) -> Tensor:
         r"""Aggregates ``x`` with the graph given as edges or as a dense ``weight``.
 
         Args:
@@ -87,9 +85,10 @@ class GraphAggregation(MessagePassing):
                              f"layers covering {x.size(1)} parameters")
         out = torch.empty_like(x)
         bounds = layer_ptr.tolist()
-        for l, adj in enumerate(mats):
-            xs = x[:, bounds[l]:bounds[l + 1]]
-            out[:, bounds[l]:bounds[l + 1]] = (self.propagate(adj, x=xs) if adj.is_sparse_csr
+        for layer, adj in enumerate(mats):
+            xs = x[:, bounds[layer]:bounds[layer + 1]]
+            out[:, bounds[layer]:bounds[layer + 1]] = (self.propagate(adj, x=xs)
+                                                       if adj.is_sparse_csr
                                                else self.message_and_aggregate(adj, xs))
         return out
 
@@ -103,7 +102,7 @@ class GraphAggregation(MessagePassing):
             weight = _row_normalize(weight)
         return list(weight.unbind(0))
 
-    def _sparse_mats(self, edge_index: Tensor, edge_weight: Optional[Tensor], n: int,
+    def _sparse_mats(self, edge_index: Tensor, edge_weight: Tensor | None, n: int,
                      x: Tensor) -> list[Tensor]:
         if edge_index.dim() != 2 or edge_index.size(0) != 2:
             raise ValueError(f"edge_index must be (2, E), got {tuple(edge_index.shape)}")
@@ -123,15 +122,16 @@ class GraphAggregation(MessagePassing):
             # Nearly complete graph: a dense (N, N) product is several times faster
             # than CSR and still never builds an (E, D) tensor.
             dense = x.new_zeros(ew.size(1), n, n)
-            for l in range(ew.size(1)):
-                dense[l].index_put_((edge_index[1], edge_index[0]), ew[:, l], accumulate=True)
+            for layer in range(ew.size(1)):
+                dense[layer].index_put_((edge_index[1], edge_index[0]), ew[:, layer],
+                                        accumulate=True)
             return list(dense.unbind(0))
         # Row i of adj_t gathers from the sources of the edges that end at i.
         flipped = edge_index.flip(0)
-        return [to_torch_csr_tensor(flipped, ew[:, l].contiguous(), size=(n, n))
-                for l in range(ew.size(1))]
+        return [to_torch_csr_tensor(flipped, ew[:, layer].contiguous(), size=(n, n))
+                for layer in range(ew.size(1))]
 
-    def message(self, x_j: Tensor, edge_weight: Optional[Tensor] = None) -> Tensor:
+    def message(self, x_j: Tensor, edge_weight: Tensor | None = None) -> Tensor:
         # Edge-wise form, used only if someone propagates over a plain edge_index:
         # forward() always goes through message_and_aggregate.
         return x_j if edge_weight is None else edge_weight.view(-1, 1) * x_j

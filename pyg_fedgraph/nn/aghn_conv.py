@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import logging
-from typing import Optional, Union
 
 import torch
 from torch import Tensor
@@ -155,10 +154,10 @@ class AGHNConv(MessagePassing):
         gradient through the clamp and stays there."""
         self.self_weight.clamp_(min=self.self_weight_min)
 
-    def forward(self, x: Tensor, delta: Optional[Tensor], layer_ptr: Tensor,
-                edge_index: Optional[Tensor] = None, *, client_id: Optional[Tensor] = None,
+    def forward(self, x: Tensor, delta: Tensor | None, layer_ptr: Tensor,
+                edge_index: Tensor | None = None, *, client_id: Tensor | None = None,
                 return_attention_weights: bool = False
-                ) -> Union[Tensor, tuple[Tensor, Tensor]]:
+                ) -> Tensor | tuple[Tensor, Tensor]:
         r"""Computes the personalized initial models of all clients.
 
         Args:
@@ -223,8 +222,8 @@ class AGHNConv(MessagePassing):
         dense[:, full_index[1], full_index[0]] = full_alpha.t()
         return out, dense
 
-    def _check_inputs(self, x: Tensor, delta: Optional[Tensor], layer_ptr: Tensor,
-                      client_id: Optional[Tensor]) -> tuple[int, Tensor, Tensor]:
+    def _check_inputs(self, x: Tensor, delta: Tensor | None, layer_ptr: Tensor,
+                      client_id: Tensor | None) -> tuple[int, Tensor, Tensor]:
         if x.dim() != 2:
             raise ValueError(f"x must be (num_clients, num_params), got {tuple(x.shape)}")
         n, d = x.shape
@@ -262,8 +261,8 @@ class AGHNConv(MessagePassing):
         r"""Cosine similarity matrices of the per-layer slices, :math:`(L, N, N)`."""
         bounds = layer_ptr.tolist()
         mats = []
-        for l in range(self.num_layers):
-            part = delta[:, bounds[l]:bounds[l + 1]]
+        for layer in range(self.num_layers):
+            part = delta[:, bounds[layer]:bounds[layer + 1]]
             unit = part / part.norm(dim=1, keepdim=True).clamp_min(_NORM_EPS)
             mats.append(unit @ unit.t())
         return torch.stack(mats)

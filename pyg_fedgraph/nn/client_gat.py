@@ -2,7 +2,7 @@ r"""pFedGAT's server operator: a graph attention network over the clients
 decides how much each client takes from every other client."""
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -196,7 +196,7 @@ class ClientGAT(torch.nn.Module):
             # similarity coefficient per head.
             self.conv.lin_edge.weight.requires_grad_(False)
         self.aggregation = GraphAggregation()
-        self._edge_index: Optional[Tensor] = None
+        self._edge_index: Tensor | None = None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -210,7 +210,7 @@ class ClientGAT(torch.nn.Module):
                 self.conv.att_edge.zero_()
 
     @property
-    def similarity_coefficients(self) -> Optional[Tensor]:
+    def similarity_coefficients(self) -> Tensor | None:
         r"""The per-head similarity coefficients :math:`\beta_k = \tau
         \sum_c \mathbf{a}_{edge}^{k}[c]` :math:`(K,)` (``None`` with
         ``similarity=False``); detached."""
@@ -218,7 +218,7 @@ class ClientGAT(torch.nn.Module):
             return None
         return self.similarity_scale * self.conv.att_edge.detach().sum(dim=-1).reshape(-1)
 
-    def full_edge_index(self, num_clients: int, device: Optional[torch.device] = None) -> Tensor:
+    def full_edge_index(self, num_clients: int, device: torch.device | None = None) -> Tensor:
         r"""All :math:`N^2` edges :math:`j \rightarrow i`, ordered so that edge
         :math:`iN + j` has source :math:`j` and target :math:`i` (cached for
         the last :math:`N` and device)."""

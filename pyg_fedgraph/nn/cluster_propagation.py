@@ -1,8 +1,6 @@
 r"""FedCEDAR's server operators: centre graph, propagation, distribution."""
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -89,8 +87,8 @@ class ClusterGraphPropagation(GraphAggregation):
             raise ValueError(f"num_steps must be a non-negative int, got {num_steps!r}")
         self.num_steps = num_steps
 
-    def forward(self, x: Tensor, edge_index: Optional[Tensor] = None,
-                edge_weight: Optional[Tensor] = None) -> Tensor:
+    def forward(self, x: Tensor, edge_index: Tensor | None = None,
+                edge_weight: Tensor | None = None) -> Tensor:
         r"""Propagates the centres ``x`` :math:`(K, D)` ``num_steps`` times.
 
         Args:

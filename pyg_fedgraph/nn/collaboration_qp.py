@@ -10,7 +10,8 @@ with :class:`~pyg_fedgraph.nn.aggregation.GraphAggregation`.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Literal, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
@@ -45,8 +46,8 @@ _TIGHT_OPTIONS: dict[str, dict[str, Any]] = {
 ExtraConstraints = Callable[..., list]
 
 
-def update_similarity(delta: Tensor, *, mask: Optional[Tensor] = None,
-                      threshold: Optional[float] = 0.9) -> Tensor:
+def update_similarity(delta: Tensor, *, mask: Tensor | None = None,
+                      threshold: float | None = 0.9) -> Tensor:
     r"""Cosine similarity of the clients' updates, as in pFedGraph's server step
     (Ye et al., 2023, Sec. 3.3 and Appendix C.1.4).
 
@@ -152,8 +153,8 @@ def project_simplex(v: Tensor) -> Tensor:
     return (v - tau).clamp_min(0.0)
 
 
-def initial_collaboration_graph(num_clients: int, *, dtype: Optional[torch.dtype] = None,
-                                device: Optional[torch.device] = None) -> Tensor:
+def initial_collaboration_graph(num_clients: int, *, dtype: torch.dtype | None = None,
+                                device: torch.device | None = None) -> Tensor:
     r"""The collaboration graph pFedGraph starts from (authors' code): uniform
     weight on every other client, none on itself.
 
@@ -251,13 +252,13 @@ class CollaborationQP(torch.nn.Module):
 
     def __init__(
         self,
-        alpha: Optional[float] = None,
+        alpha: float | None = None,
         solver: Literal["projection", "cvxpy"] = "projection",
-        cvxpy_solver: Optional[str] = None,
+        cvxpy_solver: str | None = None,
         *,
         per_row: bool = False,
-        extra_constraints: Optional[ExtraConstraints] = None,
-        solver_options: Optional[dict[str, Any]] = None,
+        extra_constraints: ExtraConstraints | None = None,
+        solver_options: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         if alpha is not None:
@@ -333,10 +334,10 @@ def collaboration_qp_cvxpy(
     alpha: float,
     *,
     per_row: bool = False,
-    rows: Optional[Sequence[int]] = None,
-    cvxpy_solver: Optional[str] = None,
-    solver_options: Optional[dict[str, Any]] = None,
-    extra_constraints: Optional[ExtraConstraints] = None,
+    rows: Sequence[int] | None = None,
+    cvxpy_solver: str | None = None,
+    solver_options: dict[str, Any] | None = None,
+    extra_constraints: ExtraConstraints | None = None,
 ) -> Tensor:
     r"""Reference cvxpy solver of the pFedGraph QP (Ye et al., 2023, eq. (4)),
     used by :class:`CollaborationQP` with ``solver="cvxpy"``.

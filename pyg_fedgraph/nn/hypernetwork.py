@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Iterable, List, Literal, Optional, Tuple
+from collections.abc import Iterable
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -130,7 +131,7 @@ class GCNHypernetwork(torch.nn.Module):
         num_mlp_layers: int = 3,
         encoder: Literal["gcn", "mlp"] = "gcn",
         graph_generator: bool = True,
-        chunk_size: Optional[int] = None,
+        chunk_size: int | None = None,
     ) -> None:
         super().__init__()
         for name, value in (("num_clients", num_clients), ("out_channels", out_channels),
@@ -199,8 +200,8 @@ class GCNHypernetwork(torch.nn.Module):
         if self.decoder_mlp is not None:
             self.decoder_mlp.reset_parameters()
 
-    def _check_graph(self, edge_index: Optional[Tensor],
-                     edge_weight: Optional[Tensor]) -> None:
+    def _check_graph(self, edge_index: Tensor | None,
+                     edge_weight: Tensor | None) -> None:
         if edge_index is None:
             if self.encoder == "gcn":
                 raise ValueError("encoder='gcn' needs the prior client graph: pass "
@@ -232,16 +233,16 @@ class GCNHypernetwork(torch.nn.Module):
                                self.embedding)
         return self.embedding
 
-    def _encode(self, h: Tensor, edge_index: Optional[Tensor],
-                edge_weight: Optional[Tensor]) -> Tensor:
+    def _encode(self, h: Tensor, edge_index: Tensor | None,
+                edge_weight: Tensor | None) -> Tensor:
         for i, conv in enumerate(self.convs):
             h = conv(h, edge_index, edge_weight) if self.encoder == "gcn" else conv(h)
             if i < self.num_gnn_layers - 1:
                 h = h.relu()
         return h
 
-    def embed(self, edge_index: Optional[Tensor] = None,
-              edge_weight: Optional[Tensor] = None) -> Tensor:
+    def embed(self, edge_index: Tensor | None = None,
+              edge_weight: Tensor | None = None) -> Tensor:
         r"""Returns the encoder output :math:`\mathbf{Z}` of all clients,
         shape :math:`(N, H)`.
 
@@ -267,9 +268,9 @@ class GCNHypernetwork(torch.nn.Module):
                          self.chunk_embedding.unsqueeze(0).expand(s, k, -1)], dim=-1)
         return self.head(inp).reshape(s, k * self.chunk_size)[:, :self.out_channels]
 
-    def forward(self, edge_index: Optional[Tensor] = None,
-                edge_weight: Optional[Tensor] = None,
-                clients: Optional[Tensor] = None) -> Tensor:
+    def forward(self, edge_index: Tensor | None = None,
+                edge_weight: Tensor | None = None,
+                clients: Tensor | None = None) -> Tensor:
         r"""Generates flat model parameters for ``clients``.
 
         The GCN encoder always runs over the whole graph (held-out clients
@@ -294,7 +295,7 @@ class GCNHypernetwork(torch.nn.Module):
         return self.generate(z)
 
     def reconstruction_loss(self, z: Tensor, edge_index: Tensor,
-                            neg_edge_index: Optional[Tensor] = None) -> Tensor:
+                            neg_edge_index: Tensor | None = None) -> Tensor:
         r"""Graph generator loss :math:`\mathcal{L}_d` of Eq. (5).
 
         Binary cross-entropy of :math:`\sigma(\hat{\mathbf{z}}_u^\top
@@ -333,7 +334,7 @@ class GCNHypernetwork(torch.nn.Module):
         neg_loss = -F.logsigmoid(-self.decoder(z_hat, neg_edge_index, sigmoid=False)).mean()
         return pos_loss + neg_loss
 
-    def set_held_out(self, clients: Optional[Tensor]) -> None:
+    def set_held_out(self, clients: Tensor | None) -> None:
         r"""Marks ``clients`` as held out (novel): their embeddings are
         detached in every forward pass; :obj:`None` clears the mask.
 
@@ -379,7 +380,7 @@ class GCNHypernetwork(torch.nn.Module):
 
 
 def hypernetwork_grads(generated: Tensor, delta: Tensor, params: Iterable[Tensor],
-                       retain_graph: bool = False) -> Tuple[Optional[Tensor], ...]:
+                       retain_graph: bool = False) -> tuple[Tensor | None, ...]:
     r"""Hypernetwork gradients of the pFedHN / Panacea server rule.
 
     .. math::
@@ -406,15 +407,15 @@ def hypernetwork_grads(generated: Tensor, delta: Tensor, params: Iterable[Tensor
         influence ``generated``.
     """
     _check_update(generated, delta)
-    param_list: List[Tensor] = list(params)
+    param_list: list[Tensor] = list(params)
     return torch.autograd.grad(generated, param_list, grad_outputs=-delta.detach(),
                                retain_graph=retain_graph, allow_unused=True)
 
 
 def hypernetwork_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                         generated: Tensor, delta: Tensor,
-                        extra_loss: Optional[Tensor] = None,
-                        max_grad_norm: Optional[float] = None) -> Tensor:
+                        extra_loss: Tensor | None = None,
+                        max_grad_norm: float | None = None) -> Tensor:
     r"""One server step of the pFedHN / Panacea rule (Algorithm 1, lines
     12-13): back-propagates :math:`-\sum_t \theta_t^\top \Delta\theta_t +
     \mathcal{L}_{\text{extra}}` and steps ``optimizer``.

@@ -21,8 +21,9 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping, Union
+from typing import Any, Union
 
 import torch
 

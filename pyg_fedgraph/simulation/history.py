@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -45,7 +45,7 @@ class History:
     """
 
     def __init__(self, metric: str, higher_is_better: bool,
-                 eval_clients: Optional[Tensor] = None) -> None:
+                 eval_clients: Tensor | None = None) -> None:
         self.metric = metric
         self.higher_is_better = higher_is_better
         self.eval_clients = eval_clients
@@ -63,7 +63,7 @@ class History:
         v = v[~torch.isnan(v)]
         return float(v.mean()) if v.numel() else math.nan
 
-    def mean(self, split: str, metric: Optional[str] = None) -> list[float]:
+    def mean(self, split: str, metric: str | None = None) -> list[float]:
         r"""Mean over clients of ``metric`` on ``split``, one value per record."""
         m = metric or self.metric
         return [self._mean(getattr(r, split)[m]) for r in self.records]
@@ -87,7 +87,7 @@ class History:
     def best_round(self) -> int:
         return self.records[self.best_index].round
 
-    def test_at_best(self, metric: Optional[str] = None) -> float:
+    def test_at_best(self, metric: str | None = None) -> float:
         return self.mean("test", metric)[self.best_index]
 
     def summary(self) -> dict[str, Any]:
@@ -148,7 +148,7 @@ class History:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, History) or len(self) != len(other):
             return False
-        for a, b in zip(self.records, other.records):
+        for a, b in zip(self.records, other.records, strict=True):
             if a.round != b.round or a.train_loss != b.train_loss:
                 return False
             for split in ("val", "test"):

@@ -4,8 +4,9 @@ from __future__ import annotations
 import csv
 import json
 import math
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any
 
 from torch import Tensor
 
@@ -32,8 +33,8 @@ def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
 
 def write_run(out: Path, history: History, config: Mapping[str, Any],
               summary: Mapping[str, Any], plots: bool = True,
-              collaboration: Optional[Tensor] = None, groups: Optional[Tensor] = None,
-              prior_edge_index: Optional[Tensor] = None) -> None:
+              collaboration: Tensor | None = None, groups: Tensor | None = None,
+              prior_edge_index: Tensor | None = None) -> None:
     r"""Writes ``config.json``, ``history.csv``, ``clients.csv``,
     ``summary.json`` and ``learning_curve.png`` into ``out``; with a
     ``collaboration`` matrix :math:`(N, N)` also ``collaboration.csv``,
@@ -46,8 +47,9 @@ def write_run(out: Path, history: History, config: Mapping[str, Any],
     (out / "summary.json").write_text(
         json.dumps({k: _clean(v) for k, v in summary.items()}, indent=2, default=str))
     if plots and len(history):
-        from pyg_fedgraph.viz import plot_learning_curves
         import matplotlib.pyplot as plt
+
+        from pyg_fedgraph.viz import plot_learning_curves
         fig = plot_learning_curves({summary.get("strategy", "run"): history},
                                    title=f"{summary.get('strategy')} on {summary.get('dataset')}")
         fig.savefig(out / "learning_curve.png", dpi=120)
@@ -58,6 +60,7 @@ def write_run(out: Path, history: History, config: Mapping[str, Any],
                   [{f"c{j}": float(w[i, j]) for j in range(w.size(1))} for i in range(w.size(0))])
         if plots:
             import matplotlib.pyplot as plt
+
             from pyg_fedgraph.viz import plot_collaboration_matrix, plot_collaboration_network
             name = summary.get("strategy", "run")
             fig = plot_collaboration_matrix(w, groups, title=f"{name}: collaboration matrix")

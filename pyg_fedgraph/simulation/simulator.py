@@ -5,7 +5,8 @@ import logging
 import math
 import time
 from collections import OrderedDict
-from typing import Any, Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -16,8 +17,12 @@ from pyg_fedgraph.attacks import Attack, triggered_test_split
 from pyg_fedgraph.data.federated_dataset import FederatedDataset
 from pyg_fedgraph.data.federation import FederationGraph
 from pyg_fedgraph.simulation.history import History, RoundRecord
-from pyg_fedgraph.simulation.validation import (DEFAULT_MAX_NORM, RejectPolicy,
-                                                UpdateValidator, check_dataset)
+from pyg_fedgraph.simulation.validation import (
+    DEFAULT_MAX_NORM,
+    RejectPolicy,
+    UpdateValidator,
+    check_dataset,
+)
 from pyg_fedgraph.strategies.base import FederationContext, Strategy, TrainPlan
 from pyg_fedgraph.train.engine import ClientTrainer, LocalConfig, Regularizer
 from pyg_fedgraph.train.objective import Objective
@@ -113,12 +118,12 @@ class Simulator:
 
     def __init__(self, dataset: FederatedDataset, model: nn.Module, strategy: Strategy, *,
                  rounds: int = 50, sample_fraction: float = 1.0,
-                 local: Optional[LocalConfig] = None, eval_every: int = 1, seed: int = 0,
-                 parallel: bool = True, objective: Optional[Objective] = None,
-                 held_out: Optional[Tensor] = None, progress: bool = True,
+                 local: LocalConfig | None = None, eval_every: int = 1, seed: int = 0,
+                 parallel: bool = True, objective: Objective | None = None,
+                 held_out: Tensor | None = None, progress: bool = True,
                  callbacks: Sequence[Callback] = (), dropout: float = 0.0,
-                 attack: Optional[Attack] = None, reject_policy: RejectPolicy = "drop",
-                 max_update_norm: Optional[float] = DEFAULT_MAX_NORM) -> None:
+                 attack: Attack | None = None, reject_policy: RejectPolicy = "drop",
+                 max_update_norm: float | None = DEFAULT_MAX_NORM) -> None:
         if rounds < 0:
             raise ValueError(f"rounds must be >= 0, got {rounds}")
         if not 0.0 < sample_fraction <= 1.0:
@@ -152,7 +157,7 @@ class Simulator:
         if self.train_clients.numel() == 0:
             raise ValueError("every client is held out; nothing would train")
         self.malicious = torch.zeros(0, dtype=torch.long)
-        self._trigger: Optional[Tensor] = None
+        self._trigger: Tensor | None = None
         if attack is not None:
             gen = torch.Generator().manual_seed(seed * 1_000_003 + 7_919)
             self.malicious = attack.select(self.train_clients, gen)
@@ -186,19 +191,20 @@ class Simulator:
                    "local": self.trainer.config}))
 
     # ---------------------------------------------------------------- rounds
-    def run(self, rounds: Optional[int] = None) -> History:
+    def run(self, rounds: int | None = None) -> History:
         r"""Runs up to round ``rounds`` (default: the constructor's) and
         returns the :class:`History`. Calling it again continues."""
         last = self.rounds if rounds is None else rounds
         bar = tqdm(range(self.round + 1, last + 1), desc=f"{self.strategy.name or 'run'}",
                    disable=not self.progress, leave=False)
-        for rnd in bar:
+        for _rnd in bar:
             record = self.step()
             if record is not None:
-                bar.set_postfix({self.history.metric: f"{self.history._mean(record.test[self.history.metric]):.4f}"})
+                value = self.history._mean(record.test[self.history.metric])
+                bar.set_postfix({self.history.metric: f"{value:.4f}"})
         return self.history
 
-    def step(self) -> Optional[RoundRecord]:
+    def step(self) -> RoundRecord | None:
         r"""One communication round; returns its record when it was evaluated."""
         t0 = time.perf_counter()
         self.round += 1
@@ -335,7 +341,7 @@ class Simulator:
             params, buffers = res.params, res.buffers
         return params, buffers
 
-    def evaluate(self, rnd: Optional[int] = None) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+    def evaluate(self, rnd: int | None = None) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
         r"""Per-client validation and test metrics of the personalized models."""
         params, buffers = self.personalized_models()
         everyone = torch.arange(self.dataset.num_clients)
@@ -443,8 +449,8 @@ class Simulator:
                 f"clients={self.dataset.num_clients}, rounds={self.rounds})")
 
 
-def _select_regularizer(reg: Optional[Regularizer], rows: Tensor, total: int
-                        ) -> Optional[Regularizer]:
+def _select_regularizer(reg: Regularizer | None, rows: Tensor, total: int
+                        ) -> Regularizer | None:
     r"""``reg`` restricted to positions ``rows`` of the ``total`` sampled clients."""
     if reg is None or rows.numel() == total:
         return reg

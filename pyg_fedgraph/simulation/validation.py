@@ -11,8 +11,9 @@ keep mask and reasons out) that the simulator and a Flower server can share;
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Optional, Sequence, Union
+from typing import Literal
 
 import torch
 from torch import Tensor
@@ -30,7 +31,7 @@ REJECT_POLICIES = ("drop", "raise")
 #: trained network's update, yet finite (a float32 overflow is near 3e38).
 DEFAULT_MAX_NORM = 1e6
 
-Updates = Union[Tensor, Sequence[Tensor]]
+Updates = Tensor | Sequence[Tensor]
 
 
 @dataclass
@@ -46,7 +47,7 @@ class UpdateCheck:
             length is wrong or a value is not finite).
     """
     keep: Tensor
-    reasons: list[Optional[str]]
+    reasons: list[str | None]
     norm: Tensor
 
     @property
@@ -55,9 +56,9 @@ class UpdateCheck:
         return (~self.keep).nonzero().view(-1)
 
 
-def check_updates(updates: Updates, num_params: int, *, reference: Optional[Tensor] = None,
-                  max_norm: Optional[float] = DEFAULT_MAX_NORM,
-                  max_norm_ratio: Optional[float] = None) -> UpdateCheck:
+def check_updates(updates: Updates, num_params: int, *, reference: Tensor | None = None,
+                  max_norm: float | None = DEFAULT_MAX_NORM,
+                  max_norm_ratio: float | None = None) -> UpdateCheck:
     r"""Accepts or rejects each client's upload.
 
     An upload :math:`\theta_i` is rejected when
@@ -103,7 +104,7 @@ def check_updates(updates: Updates, num_params: int, *, reference: Optional[Tens
     else:
         rows = [torch.as_tensor(u).reshape(-1) for u in updates]
         s = len(rows)
-    reasons: list[Optional[str]] = [None] * s
+    reasons: list[str | None] = [None] * s
     if rows is None:
         x = updates
         length_ok = torch.ones(s, dtype=torch.bool)
@@ -113,10 +114,11 @@ def check_updates(updates: Updates, num_params: int, *, reference: Optional[Tens
         for i, n in enumerate(lengths):
             if n != num_params:
                 reasons[i] = f"wrong length: sent {n} parameters, the model has {num_params}"
-        dtype = next((r.dtype for r, ok in zip(rows, length_ok) if ok), torch.float32)
+        dtype = next((r.dtype for r, ok in zip(rows, length_ok, strict=True) if ok), torch.float32)
         x = torch.zeros(s, num_params, dtype=dtype if dtype.is_floating_point else torch.float32)
         if bool(length_ok.any()):
-            x[length_ok] = torch.stack([r for r, ok in zip(rows, length_ok) if ok]).to(x.dtype)
+            kept = [r for r, ok in zip(rows, length_ok, strict=True) if ok]
+            x[length_ok] = torch.stack(kept).to(x.dtype)
     x = x.detach()
     if not x.is_floating_point():
         x = x.to(torch.get_default_dtype())
@@ -168,8 +170,8 @@ class UpdateValidator:
     """
 
     def __init__(self, num_params: int, *, policy: RejectPolicy = "drop",
-                 max_norm: Optional[float] = DEFAULT_MAX_NORM,
-                 max_norm_ratio: Optional[float] = None) -> None:
+                 max_norm: float | None = DEFAULT_MAX_NORM,
+                 max_norm_ratio: float | None = None) -> None:
         if policy not in REJECT_POLICIES:
             raise ValueError(f"policy must be one of {REJECT_POLICIES}, got {policy!r}")
         if max_norm is not None and not max_norm > 0:
@@ -181,8 +183,8 @@ class UpdateValidator:
         self.max_norm = max_norm
         self.max_norm_ratio = max_norm_ratio
 
-    def __call__(self, updates: Updates, reference: Optional[Tensor] = None,
-                 client_id: Optional[Tensor] = None, rnd: Optional[int] = None) -> Tensor:
+    def __call__(self, updates: Updates, reference: Tensor | None = None,
+                 client_id: Tensor | None = None, rnd: int | None = None) -> Tensor:
         r"""The keep mask :math:`(S,)` of ``updates`` sent by ``client_id``
         :math:`(S,)` (default: positions) in round ``rnd``."""
         check = check_updates(updates, self.num_params, reference=reference,

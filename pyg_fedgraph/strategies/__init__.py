@@ -1,19 +1,24 @@
 r"""Server algorithms: one strategy per paper, each owning its operators and state."""
 from pyg_fedgraph.strategies.base import FederationContext, Strategy, TrainPlan
-from pyg_fedgraph.strategies.registry import (STRATEGIES, build_strategy, register_strategy,
-                                              strategy_kwargs)
-from pyg_fedgraph.strategies.fedavg import FedAvg, FedAvgFT, Local, weighted_average
+from pyg_fedgraph.strategies.cfl import CFL
+from pyg_fedgraph.strategies.ditto import Ditto
+
 # Strategies of later issues: one import line each, below this comment.
 from pyg_fedgraph.strategies.fedaghn import FedAGHN
-from pyg_fedgraph.strategies.sfl import SFL
-from pyg_fedgraph.strategies.cfl import CFL
+from pyg_fedgraph.strategies.fedamp import FedAMP
+from pyg_fedgraph.strategies.fedavg import FedAvg, FedAvgFT, Local, weighted_average
 from pyg_fedgraph.strategies.fedcedar import FedCEDAR
 from pyg_fedgraph.strategies.fedprox import FedProx, FedProxFT
-from pyg_fedgraph.strategies.ditto import Ditto
-from pyg_fedgraph.strategies.fedamp import FedAMP
 from pyg_fedgraph.strategies.panacea import Panacea, PFedHN
-from pyg_fedgraph.strategies.pfedgraph import PFedGraph
 from pyg_fedgraph.strategies.pfedgat import PFedGAT
+from pyg_fedgraph.strategies.pfedgraph import PFedGraph
+from pyg_fedgraph.strategies.registry import (
+                                              STRATEGIES,
+                                              build_strategy,
+                                              register_strategy,
+                                              strategy_kwargs,
+)
+from pyg_fedgraph.strategies.sfl import SFL
 
 __all__ = [
     "Strategy",

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Optional
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -34,8 +34,8 @@ class FederationContext:
     layout: ParamLayout
     init_params: Tensor
     num_samples: Tensor
-    edge_index: Optional[Tensor] = None
-    edge_weight: Optional[Tensor] = None
+    edge_index: Tensor | None = None
+    edge_weight: Tensor | None = None
     seed: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -57,10 +57,10 @@ class TrainPlan:
             ``graph.personal_x`` :math:`(S, D)`; the simulator keeps no copy
             of it, so the strategy stores what it needs (default: ``None``).
     """
-    params: Optional[Tensor] = None
-    regularizer: Optional[Regularizer] = None
-    config: Optional[LocalConfig] = None
-    personal: Optional["TrainPlan"] = None
+    params: Tensor | None = None
+    regularizer: Regularizer | None = None
+    config: LocalConfig | None = None
+    personal: TrainPlan | None = None
 
 
 class Strategy(nn.Module):
@@ -90,7 +90,7 @@ class Strategy(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.ctx: Optional[FederationContext] = None
+        self.ctx: FederationContext | None = None
 
     def setup(self, ctx: FederationContext) -> None:
         r"""Called once before round 1 (and before :meth:`load_state_dict`)."""
@@ -105,7 +105,7 @@ class Strategy(nn.Module):
         return 1.0
 
     @classmethod
-    def search_space(cls, trial: "optuna.trial.Trial") -> dict[str, Any]:
+    def search_space(cls, trial: optuna.trial.Trial) -> dict[str, Any]:
         r"""The hyper-parameters an Optuna study tunes (:mod:`pyg_fedgraph.tune`),
         sampled from ``trial`` over the paper's grid: a dict from ``--set``
         keys to values, each drawn with ``trial.suggest_*`` under the same
@@ -117,7 +117,7 @@ class Strategy(nn.Module):
         return {}
 
     @staticmethod
-    def local_search_space(trial: "optuna.trial.Trial") -> dict[str, Any]:
+    def local_search_space(trial: optuna.trial.Trial) -> dict[str, Any]:
         r"""The local SGD learning rate ``lr``, log-uniform over
         :math:`[10^{-3}, 10^{-1}]`, the range of Panacea's grid
         :math:`\{0.001, 0.003, 0.01, 0.03, 0.1\}` for the target networks
@@ -131,12 +131,12 @@ class Strategy(nn.Module):
     def aggregate_train(self, rnd: int, graph: FederationGraph) -> None:
         raise NotImplementedError
 
-    def personalized_params(self, clients: Tensor) -> Optional[Tensor]:
+    def personalized_params(self, clients: Tensor) -> Tensor | None:
         r"""Models to evaluate for ``clients`` :math:`(S, D)`; ``None`` means
         each client's own local model."""
         raise NotImplementedError
 
-    def collaboration_graph(self) -> Optional[Tensor]:
+    def collaboration_graph(self) -> Tensor | None:
         r"""The latest client collaboration matrix :math:`(N, N)` if the
         strategy has one (row :math:`i` = weights client :math:`i` gives)."""
         return None
@@ -159,7 +159,7 @@ class ServerOptimizerState:
     :attr:`optimizer` (created in :meth:`Strategy.setup`) in the strategy's
     ``state_dict()`` through PyTorch's extra-state hooks. List it before
     :class:`Strategy` in the bases: ``class FedAGHN(ServerOptimizerState, Strategy)``."""
-    optimizer: Optional[torch.optim.Optimizer] = None
+    optimizer: torch.optim.Optimizer | None = None
 
     def get_extra_state(self) -> dict[str, Any]:
         return {} if self.optimizer is None else {"optimizer": self.optimizer.state_dict()}

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Literal, Optional
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch import Tensor
@@ -189,7 +189,7 @@ class CFL(Strategy):
         self.register_buffer("last_max_norm", torch.empty(0))
 
     @classmethod
-    def search_space(cls, trial: "optuna.trial.Trial") -> dict[str, Any]:
+    def search_space(cls, trial: optuna.trial.Trial) -> dict[str, Any]:
         r"""The split thresholds, log-uniform around the values in use (the
         authors' code: 0.4 and 1.6; pFedGraph's baseline: 2.0 and 2.5):
         :math:`\varepsilon_1 \in [0.1, 2.5]`, :math:`\varepsilon_2 \in [0.5, 5]`.
@@ -281,7 +281,7 @@ class CFL(Strategy):
                      float(mean_norm[c]), self.eps1, float(max_norm[c]), self.eps2, c,
                      int((~side).sum()), new, int(side.sum()))
 
-    def personalized_params(self, clients: Tensor) -> Optional[Tensor]:
+    def personalized_params(self, clients: Tensor) -> Tensor | None:
         self._require_setup()
         clients = clients.to(torch.long)
         out = self.cluster_params[clients].clone()
@@ -296,7 +296,7 @@ class CFL(Strategy):
         self._require_setup()
         return [(self.cluster_of == c).nonzero().view(-1) for c in range(int(self.num_clusters))]
 
-    def collaboration_graph(self) -> Optional[Tensor]:
+    def collaboration_graph(self) -> Tensor | None:
         r"""FedAvg weights within clusters :math:`(N, N)`:
         :math:`A_{ij} = |D_j| / |D_{c(i)}|` if :math:`j` is in :math:`i`'s
         cluster, else 0 (what the cluster model averages under full

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 from functools import partial
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -70,7 +70,7 @@ class Ditto(FedAvg):
         self.register_buffer("personal_params", torch.empty(0))
 
     @classmethod
-    def search_space(cls, trial: "optuna.trial.Trial") -> dict[str, Any]:
+    def search_space(cls, trial: optuna.trial.Trial) -> dict[str, Any]:
         r""":math:`\lambda` log-uniform over :math:`[0.01, 10]`, two decades
         around the value 1 of pFedGraph's baseline."""
         return {"lam": trial.suggest_float("lam", 0.01, 10.0, log=True)}
@@ -104,7 +104,7 @@ class Ditto(FedAvg):
         super().aggregate_train(rnd, graph)
         self.personal_params[graph.client_id] = personal.detach().to(self.personal_params.dtype)
 
-    def personalized_params(self, clients: Tensor) -> Optional[Tensor]:
+    def personalized_params(self, clients: Tensor) -> Tensor | None:
         ctx = self._require_setup()
         out = self.personal_params[clients].clone()
         held_out = ctx.extra.get("held_out")

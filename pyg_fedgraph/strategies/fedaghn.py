@@ -2,15 +2,19 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
 from pyg_fedgraph.data.federation import FederationGraph
 from pyg_fedgraph.nn.aghn_conv import AGHNConv
-from pyg_fedgraph.strategies.base import (FederationContext, ServerOptimizerState, Strategy,
-                                          TrainPlan)
+from pyg_fedgraph.strategies.base import (
+    FederationContext,
+    ServerOptimizerState,
+    Strategy,
+    TrainPlan,
+)
 from pyg_fedgraph.strategies.registry import register_strategy
 
 if TYPE_CHECKING:
@@ -123,8 +127,8 @@ class FedAGHN(ServerOptimizerState, Strategy):
         self.hn_lr = float(hn_lr)
         self.hn_momentum = float(hn_momentum)
         self.self_weight_min = float(self_weight_min)
-        self.conv: Optional[AGHNConv] = None
-        self.optimizer: Optional[torch.optim.SGD] = None
+        self.conv: AGHNConv | None = None
+        self.optimizer: torch.optim.SGD | None = None
         self.register_buffer("theta", torch.empty(0))
         self.register_buffer("last_delta", torch.empty(0))
         self.register_buffer("has_delta", torch.empty(0, dtype=torch.bool))
@@ -134,7 +138,7 @@ class FedAGHN(ServerOptimizerState, Strategy):
         self.register_buffer("alpha_round", torch.zeros((), dtype=torch.long))
 
     @classmethod
-    def search_space(cls, trial: "optuna.trial.Trial") -> dict[str, Any]:
+    def search_space(cls, trial: optuna.trial.Trial) -> dict[str, Any]:
         r"""The paper's grids (Sec. 5.5): initial sharpness :math:`p` over
         :math:`[1, 20]` (grid :math:`\{1, 5, 10, 20\}`), initial self weight
         :math:`q` over :math:`[0.01, 0.3]` (around the average weight
@@ -199,7 +203,7 @@ class FedAGHN(ServerOptimizerState, Strategy):
         self.last_delta[ids] = delta.detach()
         self.has_delta[ids] = True
 
-    def personalized_params(self, clients: Tensor) -> Optional[Tensor]:
+    def personalized_params(self, clients: Tensor) -> Tensor | None:
         r"""``None`` (each client's model after local training) unless some
         of ``clients`` are held out: those get the personalized initial model
         the AGHN generates for them from the current state."""
@@ -218,13 +222,13 @@ class FedAGHN(ServerOptimizerState, Strategy):
         return out
 
     # ------------------------------------------------------------- graphs
-    def collaboration_graph(self) -> Optional[Tensor]:
+    def collaboration_graph(self) -> Tensor | None:
         r"""The last round's weights :math:`\alpha` averaged over layers
         :math:`(N, N)`, row :math:`i` = weights client :math:`i` gives."""
         layers = self.layer_graphs()
         return None if layers is None else layers.mean(dim=0)
 
-    def layer_graphs(self) -> Optional[Tensor]:
+    def layer_graphs(self) -> Tensor | None:
         r"""The last round's layer-wise weights :math:`\alpha` :math:`(L, N, N)`
         (paper Fig. 7), or ``None`` before the first round."""
         if self.ctx is None or int(self.alpha_round) == 0:
@@ -237,7 +241,7 @@ class FedAGHN(ServerOptimizerState, Strategy):
         ctx = self._require_setup()
         trained = self.has_delta
         if bool(trained.any()):
-            delta: Optional[Tensor] = self.last_delta
+            delta: Tensor | None = self.last_delta
             edge_index = None if bool(trained.all()) else _edges_from(trained)
         else:
             # Round 1: no update yet, uniform weights over the trainable clients.

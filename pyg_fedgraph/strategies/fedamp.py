@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -144,7 +144,7 @@ class FedAMP(Strategy):
         self.register_buffer("weights", torch.empty(0))
 
     @classmethod
-    def search_space(cls, trial: "optuna.trial.Trial") -> dict[str, Any]:
+    def search_space(cls, trial: optuna.trial.Trial) -> dict[str, Any]:
         r"""Log-uniform around pFedGraph's baseline values (appendix C.1.4):
         :math:`\lambda \in [0.1, 10]` (1), :math:`\sigma \in [1, 100]` (10),
         and the self weight uniform over :math:`[0.1, 0.9]` (0.3).
@@ -189,10 +189,10 @@ class FedAMP(Strategy):
                   float(xi.diagonal().mean()),
                   float((xi - torch.diag_embed(xi.diagonal())).max()))
 
-    def personalized_params(self, clients: Tensor) -> Optional[Tensor]:
+    def personalized_params(self, clients: Tensor) -> Tensor | None:
         return None
 
-    def collaboration_graph(self) -> Optional[Tensor]:
+    def collaboration_graph(self) -> Tensor | None:
         return self.weights.clone() if self.weights.numel() else None
 
     def __repr__(self) -> str:

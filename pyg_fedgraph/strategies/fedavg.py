@@ -1,7 +1,7 @@
 """Local training, FedAvg and FedAvg with local fine-tuning."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -38,7 +38,7 @@ class Local(Strategy):
     """
 
     @classmethod
-    def search_space(cls, trial: "optuna.trial.Trial") -> dict[str, Any]:
+    def search_space(cls, trial: optuna.trial.Trial) -> dict[str, Any]:
         # No server hyper-parameter: tune the local learning rate.
         return cls.local_search_space(trial)
 
@@ -48,7 +48,7 @@ class Local(Strategy):
     def aggregate_train(self, rnd: int, graph: FederationGraph) -> None:
         return None
 
-    def personalized_params(self, clients: Tensor) -> Optional[Tensor]:
+    def personalized_params(self, clients: Tensor) -> Tensor | None:
         return None
 
 
@@ -70,7 +70,7 @@ class FedAvg(Strategy):
         self.register_buffer("global_params", torch.empty(0))
 
     @classmethod
-    def search_space(cls, trial: "optuna.trial.Trial") -> dict[str, Any]:
+    def search_space(cls, trial: optuna.trial.Trial) -> dict[str, Any]:
         # No server hyper-parameter: tune the local learning rate (FedAvg-FT too).
         return cls.local_search_space(trial)
 
@@ -87,7 +87,7 @@ class FedAvg(Strategy):
             return
         self.global_params = weighted_average(graph.x, graph.num_samples)
 
-    def personalized_params(self, clients: Tensor) -> Optional[Tensor]:
+    def personalized_params(self, clients: Tensor) -> Tensor | None:
         return self.global_params.expand(clients.numel(), -1).clone()
 
 
@@ -105,7 +105,7 @@ class FedAvgFT(FedAvg):
     """
     finetune = True
 
-    def __init__(self, finetune_epochs: Optional[int] = None) -> None:
+    def __init__(self, finetune_epochs: int | None = None) -> None:
         super().__init__()
         self.finetune_epochs = finetune_epochs
 

@@ -2,14 +2,18 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Literal, Optional
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch import Tensor
 
 from pyg_fedgraph.data.federation import FederationGraph
-from pyg_fedgraph.nn.cluster_propagation import (ClusterGraphPropagation, client_clusters,
-                                                 cluster_graph, distribute)
+from pyg_fedgraph.nn.cluster_propagation import (
+    ClusterGraphPropagation,
+    client_clusters,
+    cluster_graph,
+    distribute,
+)
 from pyg_fedgraph.strategies.base import FederationContext, Strategy, TrainPlan
 from pyg_fedgraph.strategies.registry import register_strategy
 from pyg_fedgraph.utils.clustering import kmeans
@@ -152,7 +156,7 @@ class FedCEDAR(Strategy):
         return 0.3
 
     @classmethod
-    def search_space(cls, trial: "optuna.trial.Trial") -> dict[str, Any]:
+    def search_space(cls, trial: optuna.trial.Trial) -> dict[str, Any]:
         r"""The paper's sensitivity grid (Sec. 4.5): :math:`K \in \{3, \ldots, 7\}`
         clusters and :math:`P \in \{1, \ldots, 5\}` propagation steps."""
         return {"num_clusters": trial.suggest_int("num_clusters", 3, 7),
@@ -213,7 +217,7 @@ class FedCEDAR(Strategy):
                 best, best_cost = (centres, assignment), cost
         return best
 
-    def personalized_params(self, clients: Tensor) -> Optional[Tensor]:
+    def personalized_params(self, clients: Tensor) -> Tensor | None:
         self._require_setup()
         if self.evaluate == "local":
             return None
@@ -236,7 +240,7 @@ class FedCEDAR(Strategy):
         k = int(self.num_centres)
         return self.centre_graph[:k, :k].clone()
 
-    def collaboration_graph(self) -> Optional[Tensor]:
+    def collaboration_graph(self) -> Tensor | None:
         r"""Weight :math:`A_{ij}` of client :math:`j`'s last upload in the
         model client :math:`i` receives next round :math:`(N, N)` (see the
         class docstring); ``None`` before the first round."""

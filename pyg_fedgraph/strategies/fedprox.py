@@ -2,8 +2,7 @@
 from __future__ import annotations
 
 from functools import partial
-
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
 from torch import Tensor
 
@@ -71,7 +70,7 @@ class FedProx(FedAvg):
         self.mu = _check_nonnegative("mu", mu)
 
     @classmethod
-    def search_space(cls, trial: "optuna.trial.Trial") -> dict[str, Any]:
+    def search_space(cls, trial: optuna.trial.Trial) -> dict[str, Any]:
         r""":math:`\mu` log-uniform over :math:`[0.001, 1]`, the FedProx
         paper's grid :math:`\{0.001, 0.01, 0.1, 1\}` (FedProx-FT too)."""
         return {"mu": trial.suggest_float("mu", 1e-3, 1.0, log=True)}
@@ -103,7 +102,7 @@ class FedProxFT(FedProx):
     """
     finetune = True
 
-    def __init__(self, mu: float = 0.01, finetune_epochs: Optional[int] = None) -> None:
+    def __init__(self, mu: float = 0.01, finetune_epochs: int | None = None) -> None:
         super().__init__(mu=mu)
         if finetune_epochs is not None and finetune_epochs < 0:
             raise ValueError(f"finetune_epochs must be >= 0 or None, got {finetune_epochs}")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Literal, Optional
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch import Tensor
@@ -12,8 +12,12 @@ from torch_geometric.utils import negative_sampling, to_dense_adj
 
 from pyg_fedgraph.data.federation import FederationGraph
 from pyg_fedgraph.nn.hypernetwork import GCNHypernetwork, hypernetwork_update
-from pyg_fedgraph.strategies.base import (FederationContext, ServerOptimizerState, Strategy,
-                                          TrainPlan)
+from pyg_fedgraph.strategies.base import (
+    FederationContext,
+    ServerOptimizerState,
+    Strategy,
+    TrainPlan,
+)
 from pyg_fedgraph.strategies.registry import register_strategy
 from pyg_fedgraph.train.engine import LocalConfig
 
@@ -133,13 +137,13 @@ class Panacea(ServerOptimizerState, Strategy):
     """
     needs_prior_graph = True
 
-    def __init__(self, embedding_dim: Optional[int] = 100, hidden_channels: int = 100,
+    def __init__(self, embedding_dim: int | None = 100, hidden_channels: int = 100,
                  num_gnn_layers: int = 3, num_mlp_layers: int = 3,
                  encoder: Literal["gcn", "mlp"] = "gcn", graph_generator: bool = True,
                  lambda_d: float = 0.1, hn_lr: float = 1e-3,
                  optimizer: Literal["sgd", "adam"] = "adam", hn_weight_decay: float = 0.0,
-                 server_steps: int = 10, local_steps: Optional[int] = None,
-                 max_grad_norm: Optional[float] = None, chunk_size: Optional[int] = None,
+                 server_steps: int = 10, local_steps: int | None = None,
+                 max_grad_norm: float | None = None, chunk_size: int | None = None,
                  client_reduction: Literal["mean", "sum"] = "mean") -> None:
         super().__init__()
         if client_reduction not in ("mean", "sum"):
@@ -185,17 +189,17 @@ class Panacea(ServerOptimizerState, Strategy):
         self.client_reduction = client_reduction
         # The GCN encoder and the graph generator read the prior graph.
         self.needs_prior_graph = encoder == "gcn" or graph_generator  # type: ignore[misc]
-        self.hypernetwork: Optional[GCNHypernetwork] = None
-        self.optimizer: Optional[torch.optim.Optimizer] = None
-        self._seeds: Optional[torch.Generator] = None
-        self._local: Optional[LocalConfig] = None
+        self.hypernetwork: GCNHypernetwork | None = None
+        self.optimizer: torch.optim.Optimizer | None = None
+        self._seeds: torch.Generator | None = None
+        self._local: LocalConfig | None = None
 
     def default_sample_fraction(self, num_clients: int) -> float:
         # The paper selects 5 clients at random each round (experimental setup).
         return min(1.0, 5.0 / num_clients)
 
     @classmethod
-    def search_space(cls, trial: "optuna.trial.Trial") -> dict[str, Any]:
+    def search_space(cls, trial: optuna.trial.Trial) -> dict[str, Any]:
         r"""The paper's grids (Sec. IV-A), log-uniform over their ranges:
         :math:`\lambda_d \in [0.001, 1]`, hypernetwork and target-network
         (local ``lr``) learning rates in :math:`[0.001, 0.1]`; and the
@@ -271,7 +275,7 @@ class Panacea(ServerOptimizerState, Strategy):
         clients = graph.client_id.to(torch.long)
         delta = graph.delta.detach()
         scale = 1.0 / graph.num_clients if self.client_reduction == "mean" else 1.0
-        target: Optional[Tensor] = None
+        target: Tensor | None = None
         # K_s optimizer steps on one loss: a loop over steps, not over clients.
         for _ in range(self.server_steps):
             extra = None
@@ -291,14 +295,14 @@ class Panacea(ServerOptimizerState, Strategy):
         log.debug("round %d: %d clients, mean |delta| %.4f", rnd, graph.num_clients,
                   float(graph.delta.norm(dim=1).mean()))
 
-    def personalized_params(self, clients: Tensor) -> Optional[Tensor]:
+    def personalized_params(self, clients: Tensor) -> Tensor | None:
         r"""The generated models of ``clients`` (held-out clients included),
         evaluated without fine-tuning (paper Table III)."""
         hn = self._require_hypernetwork()
         with torch.no_grad():
             return self._generate(hn, clients.to(torch.long))
 
-    def collaboration_graph(self) -> Optional[Tensor]:
+    def collaboration_graph(self) -> Tensor | None:
         r"""The GCN propagation matrix
         :math:`\hat{\mathbf{D}}^{-1/2}\hat{\mathbf{A}}\hat{\mathbf{D}}^{-1/2}`
         :math:`(N, N)` (row :math:`i` = weights client :math:`i` gives its
@@ -318,7 +322,7 @@ class Panacea(ServerOptimizerState, Strategy):
             raise RuntimeError(f"{type(self).__name__}.setup() must be called first")
         return self.hypernetwork
 
-    def _graph(self) -> tuple[Optional[Tensor], Optional[Tensor]]:
+    def _graph(self) -> tuple[Tensor | None, Tensor | None]:
         ctx = self._require_setup()
         return ctx.edge_index, ctx.edge_weight
 
@@ -406,11 +410,11 @@ class PFedHN(Panacea):
     """
     needs_prior_graph = False
 
-    def __init__(self, embedding_dim: Optional[int] = None, hidden_channels: int = 100,
+    def __init__(self, embedding_dim: int | None = None, hidden_channels: int = 100,
                  num_gnn_layers: int = 4, num_mlp_layers: int = 1, hn_lr: float = 1e-2,
                  optimizer: Literal["sgd", "adam"] = "sgd", hn_weight_decay: float = 1e-3,
-                 server_steps: int = 1, local_steps: Optional[int] = None,
-                 max_grad_norm: Optional[float] = 50.0, chunk_size: Optional[int] = None,
+                 server_steps: int = 1, local_steps: int | None = None,
+                 max_grad_norm: float | None = 50.0, chunk_size: int | None = None,
                  client_reduction: Literal["mean", "sum"] = "sum") -> None:
         super().__init__(embedding_dim=embedding_dim, hidden_channels=hidden_channels,
                          num_gnn_layers=num_gnn_layers, num_mlp_layers=num_mlp_layers,
@@ -421,7 +425,7 @@ class PFedHN(Panacea):
                          client_reduction=client_reduction)
 
     @classmethod
-    def search_space(cls, trial: "optuna.trial.Trial") -> dict[str, Any]:
+    def search_space(cls, trial: optuna.trial.Trial) -> dict[str, Any]:
         r"""As Panacea's grids without :math:`\lambda_d`: hypernetwork and
         local learning rates log-uniform over :math:`[0.001, 0.1]` (pFedHN:
         0.01), embedding size among :math:`\{8, 16, 32, 64\}` (pFedHN's

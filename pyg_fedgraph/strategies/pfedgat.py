@@ -4,16 +4,24 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
 
 from pyg_fedgraph.data.federation import FederationGraph
-from pyg_fedgraph.nn.client_gat import (AllocationLogits, ClientGAT, allocation_backward,
-                                        check_similarity_options)
-from pyg_fedgraph.strategies.base import (FederationContext, ServerOptimizerState, Strategy,
-                                          TrainPlan)
+from pyg_fedgraph.nn.client_gat import (
+    AllocationLogits,
+    ClientGAT,
+    allocation_backward,
+    check_similarity_options,
+)
+from pyg_fedgraph.strategies.base import (
+    FederationContext,
+    ServerOptimizerState,
+    Strategy,
+    TrainPlan,
+)
 from pyg_fedgraph.strategies.registry import register_strategy
 
 __all__ = ["PFedGAT"]
@@ -199,8 +207,8 @@ class PFedGAT(ServerOptimizerState, Strategy):
         self.similarity_scale = float(similarity_scale)
         self.server_steps = server_steps
         self.evaluate = evaluate
-        self.server: Optional[Union[ClientGAT, AllocationLogits]] = None
-        self.optimizer: Optional[torch.optim.Optimizer] = None
+        self.server: ClientGAT | AllocationLogits | None = None
+        self.optimizer: torch.optim.Optimizer | None = None
         self.register_buffer("theta", torch.empty(0))
 
     @property
@@ -274,7 +282,7 @@ class PFedGAT(ServerOptimizerState, Strategy):
                 self.optimizer.step()
         self.theta[ids] = graph.x.detach().to(self.theta)
 
-    def personalized_params(self, clients: Tensor) -> Optional[Tensor]:
+    def personalized_params(self, clients: Tensor) -> Tensor | None:
         r"""The personalized models :math:`\tilde{\theta}_i` (eq. 8) of
         ``clients`` from the current models and GAT :math:`(S, D)`; with
         ``evaluate="trained"`` ``None`` (each client's trained model), except
@@ -295,7 +303,7 @@ class PFedGAT(ServerOptimizerState, Strategy):
         out[novel] = theta_tilde[clients[novel]]
         return out
 
-    def collaboration_graph(self) -> Optional[Tensor]:
+    def collaboration_graph(self) -> Tensor | None:
         r"""The allocation matrix :math:`A` :math:`(N, N)` the next round
         starts from (row :math:`i` = weights client :math:`i` gives)."""
         if self.server is None:
@@ -304,7 +312,7 @@ class PFedGAT(ServerOptimizerState, Strategy):
             return self.server.allocation(self.theta).clone()
 
     # ------------------------------------------------------------ joining
-    def add_clients(self, num_new: int, init_params: Optional[Tensor] = None) -> None:
+    def add_clients(self, num_new: int, init_params: Tensor | None = None) -> None:
         r"""Adds ``num_new`` clients, who get ids :math:`N, \ldots, N + k - 1`
         (paper Sec. 5.3: clients joining mid-training).
 

@@ -2,16 +2,21 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any, Literal, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch import Tensor
 
 from pyg_fedgraph.data.federation import FederationGraph
 from pyg_fedgraph.nn.aggregation import GraphAggregation, dense_to_edges
-from pyg_fedgraph.nn.collaboration_qp import (DEFAULT_ALPHA_PER_CLIENT, CollaborationQP,
-                                              initial_collaboration_graph, update_similarity)
+from pyg_fedgraph.nn.collaboration_qp import (
+    DEFAULT_ALPHA_PER_CLIENT,
+    CollaborationQP,
+    initial_collaboration_graph,
+    update_similarity,
+)
 from pyg_fedgraph.strategies.base import FederationContext, Strategy, TrainPlan
 from pyg_fedgraph.strategies.registry import register_strategy
 from pyg_fedgraph.train.engine import Regularizer
@@ -180,9 +185,9 @@ class PFedGraph(Strategy):
           :math:`(N,)`.
     """
 
-    def __init__(self, alpha: Optional[float] = None, lam: float = 0.01,
-                 threshold: Optional[float] = 0.9,
-                 layers: Union[str, Sequence[str], None] = None,
+    def __init__(self, alpha: float | None = None, lam: float = 0.01,
+                 threshold: float | None = 0.9,
+                 layers: str | Sequence[str] | None = None,
                  normalized_aggregate: bool = True, solver: SolverName = "projection",
                  evaluate: EvaluateName = "local") -> None:
         super().__init__()
@@ -228,7 +233,7 @@ class PFedGraph(Strategy):
         self.register_buffer("similarity_mask", None, persistent=False)
 
     @classmethod
-    def search_space(cls, trial: "optuna.trial.Trial") -> dict[str, Any]:
+    def search_space(cls, trial: optuna.trial.Trial) -> dict[str, Any]:
         r""":math:`\lambda` log-uniform over :math:`[0.001, 1]`, the paper's
         sensitivity grid :math:`\{0.001, 0.01, 0.1, 1\}` (Sec. 4.6, Fig. 4b).
         :math:`\alpha` is not tuned: its scale grows with :math:`N`, unknown
@@ -309,20 +314,20 @@ class PFedGraph(Strategy):
         log.debug("round %d: collaboration graph over %d clients, mean self weight %.3f",
                   rnd, active.numel(), float(rows.diagonal().mean()))
 
-    def personalized_params(self, clients: Tensor) -> Optional[Tensor]:
+    def personalized_params(self, clients: Tensor) -> Tensor | None:
         self._require_setup()
         if self.evaluate == "local":
             return None
         return self.theta_tilde[clients.to(torch.long)].clone()
 
     # -------------------------------------------------------------- inspection
-    def collaboration_graph(self) -> Optional[Tensor]:
+    def collaboration_graph(self) -> Tensor | None:
         r"""The collaboration graph :math:`W` :math:`(N, N)` (row :math:`i` =
         weights client :math:`i` gives; the initial graph before round 1)."""
         self._require_setup()
         return self.graph.clone()
 
-    def last_edges(self) -> Optional[tuple[Tensor, Tensor]]:
+    def last_edges(self) -> tuple[Tensor, Tensor] | None:
         r"""The QP-inferred graph as ``(edge_index, edge_weight)`` with edges
         :math:`j \rightarrow i` of weight :math:`W_{ij} > 0` (PyG convention,
         see :func:`~pyg_fedgraph.nn.aggregation.dense_to_edges`); :obj:`None`

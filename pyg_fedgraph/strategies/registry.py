@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 __all__ = ["STRATEGIES", "register_strategy", "build_strategy", "strategy_kwargs"]
 

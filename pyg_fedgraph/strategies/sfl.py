@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 from functools import partial
-from typing import TYPE_CHECKING, Any, Literal, Optional
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch import Tensor
@@ -189,7 +189,7 @@ class SFL(Strategy):
         self.register_buffer("graph_edge_weight", torch.empty(0), persistent=False)
 
     @classmethod
-    def search_space(cls, trial: "optuna.trial.Trial") -> dict[str, Any]:
+    def search_space(cls, trial: optuna.trial.Trial) -> dict[str, Any]:
         r"""The paper gives no grid: :math:`\lambda` log-uniform over
         :math:`[0.01, 1]` around the authors' 0.3, and :math:`K \in
         \{1, \ldots, 4\}` hops around their 3."""
@@ -286,7 +286,7 @@ class SFL(Strategy):
         w = self.global_model().expand_as(u) if (self.start == "global" or self.global_lam) \
             else None
         if self.start == "propagated":
-            params: Optional[Tensor] = u.clone()
+            params: Tensor | None = u.clone()
         elif self.start == "global":
             params = w.clone()
         else:
@@ -309,11 +309,11 @@ class SFL(Strategy):
         log.debug("round %d: %d clients uploaded, %d have a model", rnd, ids.numel(),
                   int(self.uploaded.sum()))
 
-    def personalized_params(self, clients: Tensor) -> Optional[Tensor]:
+    def personalized_params(self, clients: Tensor) -> Tensor | None:
         self._require_setup()
         return self.propagated[clients.to(torch.long)].clone()
 
-    def collaboration_graph(self) -> Optional[Tensor]:
+    def collaboration_graph(self) -> Tensor | None:
         r"""The propagation matrix :math:`M = \hat{A}^{K}` :math:`(N, N)`
         restricted to clients that have uploaded (:math:`u_i = \sum_j M_{ij}
         v_j`; a zero row means the client keeps the initial model);

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import copy
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Optional
 
 import torch
 from torch import Tensor, nn
@@ -46,8 +46,8 @@ class LocalConfig:
     momentum: float = 0.0
     weight_decay: float = 0.0
     batch_size: int = 64
-    epochs: Optional[int] = 5
-    steps: Optional[int] = None
+    epochs: int | None = 5
+    steps: int | None = None
 
     def __post_init__(self) -> None:
         if self.lr <= 0:
@@ -80,7 +80,7 @@ class Regularizer:
         self.fn = fn
         self.refs = tuple(r.detach() for r in refs)
 
-    def select(self, rows: Tensor) -> "Regularizer":
+    def select(self, rows: Tensor) -> Regularizer:
         return Regularizer(self.fn, *(r[rows] for r in self.refs))
 
 
@@ -101,8 +101,8 @@ class TrainResult:
     extra: dict = field(default_factory=dict)
 
 
-def batch_schedule(counts: Tensor, batch_size: int, *, epochs: Optional[int] = None,
-                   steps: Optional[int] = None, generator: Optional[torch.Generator] = None
+def batch_schedule(counts: Tensor, batch_size: int, *, epochs: int | None = None,
+                   steps: int | None = None, generator: torch.Generator | None = None
                    ) -> tuple[Tensor, Tensor]:
     r"""The mini-batches every client visits, as one index tensor.
 
@@ -168,7 +168,7 @@ class ClientTrainer:
     """
 
     def __init__(self, model: nn.Module, dataset: FederatedDataset,
-                 objective: Optional[Objective] = None, config: Optional[LocalConfig] = None,
+                 objective: Objective | None = None, config: LocalConfig | None = None,
                  eval_batch_size: int = 1024) -> None:
         self.model = copy.deepcopy(model)
         self.layout = ParamLayout.from_module(self.model)
@@ -185,7 +185,8 @@ class ClientTrainer:
     def _buffer_dict(self, buffers: Tensor) -> dict[str, Tensor]:
         out = {k: v.clone() for k, v in self.layout.unflatten_buffers(buffers).items()}
         s = buffers.size(0)
-        out.update({k: torch.zeros(s, *v.shape, dtype=v.dtype) for k, v in self._int_buffers.items()})
+        out.update({k: torch.zeros(s, *v.shape, dtype=v.dtype)
+                    for k, v in self._int_buffers.items()})
         return out
 
     def _flat_buffers(self, d: dict[str, Tensor], s: int) -> Tensor:
@@ -194,7 +195,7 @@ class ClientTrainer:
         return torch.cat([d[e.name].reshape(s, -1).to(torch.get_default_dtype())
                           for e in self.layout.buffers], dim=1)
 
-    def _check(self, clients: Tensor, params: Tensor, buffers: Optional[Tensor]) -> Tensor:
+    def _check(self, clients: Tensor, params: Tensor, buffers: Tensor | None) -> Tensor:
         s = clients.numel()
         if params.dim() != 2 or params.size(0) != s or params.size(1) != self.layout.num_params:
             raise ValueError(f"params must be ({s}, {self.layout.num_params}) for {s} clients, "
@@ -213,7 +214,7 @@ class ClientTrainer:
             if self.layout.num_buffers else torch.zeros(num_clients, 0)
 
     def _client_loss(self, theta: Tensor, buffers: dict[str, Tensor], xb: Tensor, yb: Tensor,
-                     reg_fn: Optional[Callable[..., Tensor]], *refs: Tensor) -> Tensor:
+                     reg_fn: Callable[..., Tensor] | None, *refs: Tensor) -> Tensor:
         out = functional_call(self.model, (self.layout.unflatten(theta), buffers), (xb,))
         loss = self.objective.loss(out, yb).mean()
         if reg_fn is not None:
@@ -221,9 +222,9 @@ class ClientTrainer:
         return loss
 
     # ---------------------------------------------------------------- train
-    def train(self, clients: Tensor, params: Tensor, buffers: Optional[Tensor] = None, *,
-              regularizer: Optional[Regularizer] = None, config: Optional[LocalConfig] = None,
-              generator: Optional[torch.Generator] = None, parallel: bool = True
+    def train(self, clients: Tensor, params: Tensor, buffers: Tensor | None = None, *,
+              regularizer: Regularizer | None = None, config: LocalConfig | None = None,
+              generator: torch.Generator | None = None, parallel: bool = True
               ) -> TrainResult:
         r"""Local SGD for clients ``clients`` starting from ``params``.
 
@@ -250,7 +251,7 @@ class ClientTrainer:
                    regularizer, cfg)
 
     def _train_parallel(self, clients: Tensor, theta: Tensor, buffers: Tensor, index: Tensor,
-                        active: Tensor, reg: Optional[Regularizer], cfg: LocalConfig
+                        active: Tensor, reg: Regularizer | None, cfg: LocalConfig
                         ) -> TrainResult:
         s = clients.numel()
         self.model.train()
@@ -288,7 +289,7 @@ class ClientTrainer:
                            loss_sum / steps.clamp(min=1), steps)
 
     def _train_loop(self, clients: Tensor, theta: Tensor, buffers: Tensor, index: Tensor,
-                    active: Tensor, reg: Optional[Regularizer], cfg: LocalConfig) -> TrainResult:
+                    active: Tensor, reg: Regularizer | None, cfg: LocalConfig) -> TrainResult:
         s = clients.numel()
         out_p, out_b, losses = [], [], []
         for i in range(s):  # reference implementation: deliberately one client at a time
@@ -320,7 +321,7 @@ class ClientTrainer:
 
     # ------------------------------------------------------------- evaluate
     @torch.no_grad()
-    def evaluate(self, clients: Tensor, params: Tensor, buffers: Optional[Tensor] = None,
+    def evaluate(self, clients: Tensor, params: Tensor, buffers: Tensor | None = None,
                  split: str = "test") -> dict[str, Tensor]:
         r"""Per-client metrics on ``split``: ``{name: (S,)}`` (NaN for a client
         with no samples in that split)."""
@@ -350,7 +351,7 @@ class ClientTrainer:
         return {k: torch.where(counts > 0, v / denom.clamp(min=1), torch.nan)
                 for k, v in sums.items()}
 
-    def loss_gradient(self, clients: Tensor, params: Tensor, buffers: Optional[Tensor] = None,
+    def loss_gradient(self, clients: Tensor, params: Tensor, buffers: Tensor | None = None,
                       split: str = "val") -> tuple[Tensor, Tensor]:
         r"""Gradient of each client's mean loss on ``split`` at its own
         parameters, :math:`g_i = \nabla_{\theta} L_i(\theta_i)` :math:`(S, D)`,
@@ -367,7 +368,8 @@ class ClientTrainer:
         xb, yb = self.dataset.batch(split, index, clients)
         w = valid.to(params.dtype) / counts.clamp(min=1).to(params.dtype).unsqueeze(1)
 
-        def loss_fn(theta: Tensor, b: dict[str, Tensor], x: Tensor, y: Tensor, wi: Tensor) -> Tensor:
+        def loss_fn(theta: Tensor, b: dict[str, Tensor], x: Tensor, y: Tensor,
+                    wi: Tensor) -> Tensor:
             out = functional_call(self.model, (self.layout.unflatten(theta), b), (x,))
             return (self.objective.loss(out, y) * wi).sum()
 

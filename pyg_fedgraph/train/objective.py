@@ -1,8 +1,9 @@
 """Loss and metrics of a federated task, as per-sample functions."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Literal
+from typing import Literal
 
 import torch.nn.functional as F
 from torch import Tensor

@@ -40,8 +40,9 @@ metrics.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from functools import partial
-from typing import Literal, Mapping, Sequence
+from typing import Literal
 
 import torch
 from torch import Tensor

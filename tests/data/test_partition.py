@@ -4,9 +4,16 @@ import pytest
 import torch
 
 from pyg_fedgraph.data.federated_dataset import ClientSplit
-from pyg_fedgraph.data.partition import (build_federated_dataset, dirichlet_partition,
-                                         dominant_class, group_partition, iid_partition,
-                                         partition_labels, pathological_partition, split_client)
+from pyg_fedgraph.data.partition import (
+    build_federated_dataset,
+    dirichlet_partition,
+    dominant_class,
+    group_partition,
+    iid_partition,
+    partition_labels,
+    pathological_partition,
+    split_client,
+)
 
 
 def gen(seed=0):
@@ -20,7 +27,7 @@ def assert_disjoint_cover(parts, num_samples):
 
 
 def same(a, b):
-    return len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b))
+    return len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
 
 
 def mean_entropy(labels, parts, num_classes):

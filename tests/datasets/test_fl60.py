@@ -13,7 +13,7 @@ def gather(ds, split, client):
 
 
 def all_samples(ds, client):
-    xs, ys = zip(*(gather(ds, s, client) for s in ("train", "val", "test")))
+    xs, ys = zip(*(gather(ds, s, client) for s in ("train", "val", "test")), strict=True)
     return torch.cat(xs), torch.cat(ys)
 
 

@@ -13,13 +13,19 @@ from torch import nn
 pd = pytest.importorskip("pandas")
 
 from pyg_fedgraph.datasets import load_dataset  # noqa: E402
-from pyg_fedgraph.datasets.traffic import (METRLA, PEMSBAY, TrafficDataset,  # noqa: E402
-                                           adjacency_to_edges, dcrnn_split_sizes,
-                                           download_file, load_sensor_graph,
-                                           synthetic_traffic, verify_sha256)
+from pyg_fedgraph.datasets.traffic import (  # noqa: E402
+    METRLA,
+    PEMSBAY,
+    TrafficDataset,
+    adjacency_to_edges,
+    dcrnn_split_sizes,
+    download_file,
+    load_sensor_graph,
+    synthetic_traffic,
+    verify_sha256,
+)
 from pyg_fedgraph.train import ClientTrainer  # noqa: E402
-from pyg_fedgraph.train.traffic_metrics import (add_rmse, pack_targets,  # noqa: E402
-                                                traffic_objective)
+from pyg_fedgraph.train.traffic_metrics import add_rmse, pack_targets, traffic_objective  # noqa: E402
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 METR_GRAPH = SHARED / "metr-la" / "adj_mx.pkl"

@@ -16,14 +16,12 @@ from torch import nn
 
 pytest.importorskip("flwr", reason="the Flower integration needs the 'flower' extra")
 
-from flwr.app import (Array, ConfigRecord, Context, Error, Message,  # noqa: E402
-                      RecordDict)
+from flwr.app import Array, ConfigRecord, Context, Error, Message, RecordDict  # noqa: E402
 from flwr.serverapp import Grid  # noqa: E402
 
 from pyg_fedgraph.data.federated_dataset import ClientSplit, FederatedDataset  # noqa: E402
 from pyg_fedgraph.data.layout import ParamLayout  # noqa: E402
-from pyg_fedgraph.integrations.flower import (GraphStrategy, make_client_app,  # noqa: E402
-                                              register_regularizer)
+from pyg_fedgraph.integrations.flower import GraphStrategy, make_client_app, register_regularizer  # noqa: E402
 from pyg_fedgraph.integrations.flower import protocol as P  # noqa: E402
 from pyg_fedgraph.simulation.simulator import Simulator  # noqa: E402
 from pyg_fedgraph.strategies import STRATEGIES, build_strategy  # noqa: E402
@@ -74,7 +72,7 @@ class LocalGrid(Grid):
                                       node_config={"partition-id": pid,
                                                    "num-partitions": num_nodes},
                                       state=RecordDict(), run_config={})
-                         for nid, pid in zip(ids, pids)}
+                         for nid, pid in zip(ids, pids, strict=True)}
         self.sent = []
 
     def set_run(self, run):
@@ -157,7 +155,7 @@ def test_integrations_package_imports_flower_lazily():
     import pyg_fedgraph.integrations as integrations
     assert integrations.flower.GraphStrategy is GraphStrategy
     with pytest.raises(AttributeError, match="no attribute 'ray'"):
-        integrations.ray
+        _ = integrations.ray
 
 
 # ------------------------------------------------------------------ protocol

@@ -160,11 +160,11 @@ def test_gru_forecaster_matches_torch_gru(num_layers):
     model = GRUForecaster(2, 100, out_steps=12, num_layers=num_layers)
     ref = nn.GRU(2, 100, num_layers=num_layers, batch_first=True)
     with torch.no_grad():
-        for l, cell in enumerate(model.cells):
-            getattr(ref, f"weight_ih_l{l}").copy_(cell.input_gates.weight)
-            getattr(ref, f"bias_ih_l{l}").copy_(cell.input_gates.bias)
-            getattr(ref, f"weight_hh_l{l}").copy_(cell.hidden_gates.weight)
-            getattr(ref, f"bias_hh_l{l}").copy_(cell.hidden_gates.bias)
+        for layer, cell in enumerate(model.cells):
+            getattr(ref, f"weight_ih_l{layer}").copy_(cell.input_gates.weight)
+            getattr(ref, f"bias_ih_l{layer}").copy_(cell.input_gates.bias)
+            getattr(ref, f"weight_hh_l{layer}").copy_(cell.hidden_gates.weight)
+            getattr(ref, f"bias_hh_l{layer}").copy_(cell.hidden_gates.bias)
     x = torch.randn(5, 12, 2)
     seq, _ = ref(x)
     torch.testing.assert_close(model(x), model.head(seq[:, -1]), atol=1e-5, rtol=1e-5)

@@ -38,8 +38,9 @@ def test_hand_computed_three_clients():
 
 def test_dense_to_edges_hand_computed():
     ei, ew = dense_to_edges(W)
-    pairs = {(int(j), int(i)): float(w) for (j, i), w in zip(ei.t(), ew)}
-    assert pairs == {(int(j), int(i)): float(w) for (j, i), w in zip(EDGE_INDEX.t(), EDGE_WEIGHT)}
+    pairs = {(int(j), int(i)): float(w) for (j, i), w in zip(ei.t(), ew, strict=True)}
+    assert pairs == {(int(j), int(i)): float(w)
+                     for (j, i), w in zip(EDGE_INDEX.t(), EDGE_WEIGHT, strict=True)}
     ei, ew = dense_to_edges(W, keep_zeros=True)
     assert ei.size(1) == 9 and int((ew == 0).sum()) == 3
     assert torch.equal(ei[:, 1], torch.tensor([1, 0]))  # entry W[0, 1]: edge 1 -> 0

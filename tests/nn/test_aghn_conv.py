@@ -32,15 +32,15 @@ def _loop_reference(x, delta, ptr, p, q, q_min, neighbours):
     n, num_layers = p.shape
     out = torch.zeros_like(x)
     for i in range(n):
-        for l in range(num_layers):
-            a, b = int(ptr[l]), int(ptr[l + 1])
-            exps = [math.exp(float(p[i, l]) * float(
+        for layer in range(num_layers):
+            a, b = int(ptr[layer]), int(ptr[layer + 1])
+            exps = [math.exp(float(p[i, layer]) * float(
                 F.cosine_similarity(delta[i, a:b], delta[j, a:b], dim=0)))
                 for j in neighbours[i]]
-            q_il = max(float(q[i, l]), q_min)
+            q_il = max(float(q[i, layer]), q_min)
             total = q_il + (1.0 if exps else 0.0)
             acc = q_il * x[i, a:b]
-            for j, e in zip(neighbours[i], exps):
+            for j, e in zip(neighbours[i], exps, strict=True):
                 acc = acc + e / sum(exps) * x[j, a:b]
             out[i, a:b] = acc / total
     return out
@@ -165,7 +165,7 @@ def test_hypernetwork_update_rule():
                                 grad_outputs=-delta_new)
     before = [conv.sharpness.detach().clone(), conv.self_weight.detach().clone()]
     opt = torch.optim.SGD(conv.parameters(), lr=1e-3)
-    for param, grad in zip([conv.sharpness, conv.self_weight], grads):
+    for param, grad in zip([conv.sharpness, conv.self_weight], grads, strict=True):
         param.grad = grad
     opt.step()
     # The step moves theta_tilde along the clients' updates: <theta_tilde, delta_new> grows

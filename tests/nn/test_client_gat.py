@@ -3,8 +3,12 @@ import torch
 import torch.nn.functional as F
 
 from pyg_fedgraph.data.federation import FederationGraph
-from pyg_fedgraph.nn.client_gat import (AllocationLogits, ClientGAT, allocation_backward,
-                                        client_similarity)
+from pyg_fedgraph.nn.client_gat import (
+    AllocationLogits,
+    ClientGAT,
+    allocation_backward,
+    client_similarity,
+)
 
 
 def manual_similarity(x: torch.Tensor) -> torch.Tensor:
@@ -72,7 +76,8 @@ def test_client_gat_shapes_and_rows():
 def test_client_gat_matches_manual_attention(similarity):
     torch.manual_seed(1)
     gat = ClientGAT(7, hidden_channels=3, heads=4, negative_slope=0.3, similarity=similarity)
-    assert str(gat) == "ClientGAT(7, 3, heads=4" + ("" if similarity else ", similarity=False") + ")"
+    suffix = "" if similarity else ", similarity=False"
+    assert str(gat) == "ClientGAT(7, 3, heads=4" + suffix + ")"
     if similarity:
         random_similarity_coefficients(gat, seed=1)
     x = torch.randn(4, 7)

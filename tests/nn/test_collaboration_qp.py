@@ -59,7 +59,7 @@ def test_project_simplex_kkt():
     # w = max(v - tau, 0): v - w is the same tau on the support, and v <= tau off it.
     v = torch.randn(20, 9, dtype=torch.float64)
     w = project_simplex(v)
-    for vi, wi in zip(v, w):
+    for vi, wi in zip(v, w, strict=True):
         support = wi > 0
         taus = (vi - wi)[support]
         assert torch.allclose(taus, taus[0].expand_as(taus), atol=1e-12)

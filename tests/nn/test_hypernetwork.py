@@ -75,7 +75,7 @@ def test_grad_rule_equals_mse_gradient():
     mse = 0.5 * (theta - (theta.detach() + delta)).pow(2).sum()
     ref = torch.autograd.grad(mse, params, retain_graph=True, allow_unused=True)
     ours = hypernetwork_grads(theta, delta, params)
-    for a, b, c in zip(rule, ref, ours):
+    for a, b, c in zip(rule, ref, ours, strict=True):
         if b is None:  # decoder parameters do not touch theta
             assert a is None and c is None
             continue

@@ -2,17 +2,25 @@ import json
 
 import pytest
 import torch
+from robustness_helpers import two_group_dataset
 
-from pyg_fedgraph.attacks import (ATTACKS, Attack, blend_trigger, flip_labels, gaussian_params,
-                                  same_value_params, scaled_negative_params, shuffle_params,
-                                  sign_flip_params)
+from pyg_fedgraph.attacks import (
+    ATTACKS,
+    Attack,
+    blend_trigger,
+    flip_labels,
+    gaussian_params,
+    same_value_params,
+    scaled_negative_params,
+    shuffle_params,
+    sign_flip_params,
+)
 from pyg_fedgraph.cli import main
 from pyg_fedgraph.data.federated_dataset import ClientSplit, FederatedDataset
 from pyg_fedgraph.models.mlp import MLP
 from pyg_fedgraph.simulation.simulator import Simulator
 from pyg_fedgraph.strategies.fedavg import FedAvg
 from pyg_fedgraph.train.engine import LocalConfig
-from robustness_helpers import two_group_dataset
 
 CFG = LocalConfig(lr=0.1, batch_size=4, steps=2)
 

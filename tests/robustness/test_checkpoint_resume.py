@@ -4,14 +4,18 @@ import io
 
 import pytest
 import torch
+from robustness_helpers import tiny_simulator
 
 from pyg_fedgraph.cli import main
 from pyg_fedgraph.simulation import checkpoint as checkpoint_module
-from pyg_fedgraph.simulation.checkpoint import (CHECKPOINT_NAME, checkpoint_path,
-                                                load_checkpoint, save_checkpoint)
+from pyg_fedgraph.simulation.checkpoint import (
+    CHECKPOINT_NAME,
+    checkpoint_path,
+    load_checkpoint,
+    save_checkpoint,
+)
 from pyg_fedgraph.simulation.simulator import Simulator
 from pyg_fedgraph.strategies import STRATEGIES
-from robustness_helpers import tiny_simulator
 
 # The five strategies of the acceptance criterion; those not registered yet are skipped.
 RESUMABLE = ["fedavg", "pfedgraph", "fedaghn", "pfedgat", "panacea"]

@@ -3,6 +3,7 @@ import math
 
 import pytest
 import torch
+from robustness_helpers import tiny_simulator, two_group_dataset
 
 from pyg_fedgraph.cli import main
 from pyg_fedgraph.models.mlp import MLP
@@ -10,7 +11,6 @@ from pyg_fedgraph.simulation.simulator import Simulator
 from pyg_fedgraph.strategies import STRATEGIES
 from pyg_fedgraph.strategies.fedavg import FedAvg, Local
 from pyg_fedgraph.train.engine import LocalConfig
-from robustness_helpers import tiny_simulator, two_group_dataset
 
 CFG = LocalConfig(lr=0.1, batch_size=4, steps=2)
 
@@ -22,7 +22,7 @@ def test_every_strategy_survives_half_dropout(name):
     assert sim.round == 10 and len(sim.history) == 10
     dropped = [r.extra["num_dropped"] for r in sim.history.records]
     assert sum(dropped) > 0 and all(d <= r.num_sampled for d, r in
-                                    zip(dropped, sim.history.records))
+                                    zip(dropped, sim.history.records, strict=True))
     assert not math.isnan(sim.history.mean("test")[-1])
     assert bool(torch.isfinite(sim.local_params).all())
 

@@ -2,9 +2,9 @@ import io
 
 import pytest
 import torch
+from robustness_helpers import tiny_simulator
 
 from pyg_fedgraph.strategies import STRATEGIES
-from robustness_helpers import tiny_simulator
 
 # test_checkpoint_resume.py covers the five strategies of the acceptance
 # criterion over 10 rounds; this keeps every other registered one resumable.

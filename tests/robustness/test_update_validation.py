@@ -3,6 +3,7 @@ import math
 
 import pytest
 import torch
+from robustness_helpers import two_group_dataset
 
 from pyg_fedgraph.attacks import Attack
 from pyg_fedgraph.models.mlp import MLP
@@ -10,7 +11,6 @@ from pyg_fedgraph.simulation.simulator import Simulator
 from pyg_fedgraph.simulation.validation import UpdateValidator, check_updates
 from pyg_fedgraph.strategies.fedavg import FedAvg
 from pyg_fedgraph.train.engine import LocalConfig
-from robustness_helpers import two_group_dataset
 
 LOGGER = "pyg_fedgraph.simulation.validation"
 

@@ -56,7 +56,7 @@ def test_seeds_reproduce_histories():
     a, b, c = runs
     assert len(a.history) == 2
     assert a.history == b.history
-    for ra, rb in zip(a.history.records, b.history.records):
+    for ra, rb in zip(a.history.records, b.history.records, strict=True):
         for split in ("val", "test"):
             for k in ra.test:
                 assert torch.equal(getattr(ra, split)[k], getattr(rb, split)[k])
@@ -130,7 +130,8 @@ def test_local_never_mixes_clients():
     # Changing client 1's training data changes client 1's model only.
     other = simulate(Local(), data=opposite_groups(shift_client=1), rounds=2)
     other.run()
-    changed = [not torch.equal(a, b) for a, b in zip(base.local_params, other.local_params)]
+    changed = [not torch.equal(a, b)
+               for a, b in zip(base.local_params, other.local_params, strict=True)]
     assert changed == [False, True, False, False, False, False]
 
 
@@ -183,7 +184,7 @@ def test_sample_fraction_samples_the_right_number():
     init = sim.local_params.clone()
     sim.run()
     assert sim.history.records[0].num_sampled == 3
-    trained = [not torch.equal(a, b) for a, b in zip(sim.local_params, init)]
+    trained = [not torch.equal(a, b) for a, b in zip(sim.local_params, init, strict=True)]
     assert sum(trained) == 3
     sim = simulate(FedAvg(), rounds=2, sample_fraction=0.1)  # max(1, round(0.6)) = 1
     sim.run()
@@ -287,7 +288,7 @@ def test_history_empty_equality_and_state_dict():
     h = History("accuracy", True)
     assert h.summary() == {"metric": "accuracy", "rounds": 0}
     with pytest.raises(ValueError, match="the history is empty"):
-        h.best_index
+        _ = h.best_index
     for r in RECORDS:
         h.append(r)
     copy = History("mse", False)

@@ -10,7 +10,7 @@ def two_group_dataset(n_per_split=(24, 8, 8), seed=0) -> FederatedDataset:
     ``client_labels``)."""
     gen = torch.Generator().manual_seed(seed)
     splits = {}
-    for name, n in zip(("train", "val", "test"), n_per_split):
+    for name, n in zip(("train", "val", "test"), n_per_split, strict=True):
         xs, ys = [], []
         for client in range(4):
             x = torch.randn(n, 2, generator=gen)

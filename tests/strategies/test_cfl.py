@@ -45,7 +45,7 @@ def _label_dataset(flip, n=(16, 8, 8), seed=0):
     opposite label map, otherwise all four hold identical data."""
     gen = torch.Generator().manual_seed(seed)
     splits = {}
-    for name, count in zip(("train", "val", "test"), n):
+    for name, count in zip(("train", "val", "test"), n, strict=True):
         x = torch.randn(count, 2, generator=gen)
         y = (x[:, 0] > 0).long()
         ys = [1 - y if flip and c >= 2 else y for c in range(4)]

@@ -1,5 +1,6 @@
 import pytest
 import torch
+from strategy_toys import two_group_dataset as _dataset
 from torch import nn
 
 from pyg_fedgraph.cli import main
@@ -11,8 +12,6 @@ from pyg_fedgraph.strategies.ditto import Ditto
 from pyg_fedgraph.strategies.fedavg import FedAvg
 from pyg_fedgraph.strategies.registry import STRATEGIES, build_strategy
 from pyg_fedgraph.train.engine import LocalConfig
-
-from strategy_toys import two_group_dataset as _dataset
 
 
 def _simulator(strategy, rounds=3, lr=0.1, model=None, held_out=None, seed=0):

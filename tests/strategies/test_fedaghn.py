@@ -2,6 +2,7 @@ import json
 
 import pytest
 import torch
+from strategy_toys import two_group_dataset as _two_group_dataset
 
 from pyg_fedgraph.data.federation import FederationGraph
 from pyg_fedgraph.models.mlp import MLP
@@ -11,8 +12,6 @@ from pyg_fedgraph.strategies.base import FederationContext
 from pyg_fedgraph.strategies.fedaghn import FedAGHN
 from pyg_fedgraph.strategies.registry import STRATEGIES, build_strategy
 from pyg_fedgraph.train.engine import LocalConfig
-
-from strategy_toys import two_group_dataset as _two_group_dataset
 
 
 def _simulator(strategy, held_out=None, seed=0):

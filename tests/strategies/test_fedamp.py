@@ -2,6 +2,7 @@ import math
 
 import pytest
 import torch
+from strategy_toys import two_group_dataset as _dataset
 
 from pyg_fedgraph.cli import main
 from pyg_fedgraph.data.federation import FederationGraph
@@ -12,8 +13,6 @@ from pyg_fedgraph.strategies.base import FederationContext
 from pyg_fedgraph.strategies.fedamp import FedAMP, heur_fedamp_weights
 from pyg_fedgraph.strategies.registry import STRATEGIES, build_strategy
 from pyg_fedgraph.train.engine import LocalConfig
-
-from strategy_toys import two_group_dataset as _dataset
 
 
 def _simulator(strategy, rounds=3, epochs=2, seed=0):
@@ -166,7 +165,7 @@ def test_state_dict_round_trip():
     clients = torch.tensor([1, 3])
     a = fresh.configure_train(3, clients).regularizer.refs
     b = sim.strategy.configure_train(3, clients).regularizer.refs
-    assert all(torch.equal(u, v) for u, v in zip(a, b))
+    assert all(torch.equal(u, v) for u, v in zip(a, b, strict=True))
 
 
 @pytest.mark.parametrize("dataset", ["fl60", "digits"])

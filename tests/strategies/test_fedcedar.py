@@ -8,8 +8,12 @@ from pyg_fedgraph.data.federated_dataset import ClientSplit, FederatedDataset
 from pyg_fedgraph.data.federation import FederationGraph
 from pyg_fedgraph.data.layout import ParamLayout
 from pyg_fedgraph.datasets.registry import DATASETS, load_dataset
-from pyg_fedgraph.datasets.topology import (rand_index_callback, ring_topology, topology,
-                                            topology_edges)
+from pyg_fedgraph.datasets.topology import (
+    rand_index_callback,
+    ring_topology,
+    topology,
+    topology_edges,
+)
 from pyg_fedgraph.simulation.simulator import Simulator
 from pyg_fedgraph.strategies.base import FederationContext
 from pyg_fedgraph.strategies.fedcedar import FedCEDAR
@@ -220,7 +224,7 @@ def test_state_dict_round_trip():
     assert torch.equal(t.configure_train(2, everyone).params,
                        s.configure_train(2, everyone).params)
     assert torch.equal(t.collaboration_graph(), s.collaboration_graph())
-    for a, b in zip(t.last_assignment(), s.last_assignment()):
+    for a, b in zip(t.last_assignment(), s.last_assignment(), strict=True):
         assert torch.equal(a, b)
 
 

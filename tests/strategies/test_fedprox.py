@@ -1,5 +1,6 @@
 import pytest
 import torch
+from strategy_toys import two_group_dataset as _dataset
 
 from pyg_fedgraph.cli import main
 from pyg_fedgraph.models.mlp import MLP
@@ -8,8 +9,6 @@ from pyg_fedgraph.strategies.fedavg import FedAvg
 from pyg_fedgraph.strategies.fedprox import FedProx, FedProxFT, proximal_term
 from pyg_fedgraph.strategies.registry import STRATEGIES, build_strategy
 from pyg_fedgraph.train.engine import LocalConfig
-
-from strategy_toys import two_group_dataset as _dataset
 
 
 def _simulator(strategy, rounds=3, lr=0.1, epochs=2, parallel=True, seed=0):
@@ -63,7 +62,7 @@ def test_mu_zero_equals_fedavg():
     ha, hb = a.run(), b.run()
     assert torch.equal(a.strategy.global_params, b.strategy.global_params)
     assert torch.equal(a.local_params, b.local_params)
-    for ra, rb in zip(ha.records, hb.records):
+    for ra, rb in zip(ha.records, hb.records, strict=True):
         assert ra.train_loss == rb.train_loss
         for key in ra.test:
             assert torch.equal(ra.test[key], rb.test[key])

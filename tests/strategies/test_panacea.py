@@ -133,7 +133,7 @@ def test_first_server_step_is_the_negative_delta_rule():
     # By hand: one SGD step along -(dtheta/dpsi)^T delta, averaged over the 2 clients.
     theta = ref.hypernetwork(RING, clients=clients)
     hypernetwork_update(ref.hypernetwork, ref.optimizer, theta, graph.delta / 2)
-    for a, b in zip(strategy.hypernetwork.parameters(), ref.hypernetwork.parameters()):
+    for a, b in zip(strategy.hypernetwork.parameters(), ref.hypernetwork.parameters(), strict=True):
         assert torch.allclose(a, b, atol=1e-6)
     # "sum" averages nothing: twice the step for two clients.
     summed = Panacea(graph_generator=False, optimizer="sgd", hn_lr=0.05, server_steps=1,

@@ -21,7 +21,7 @@ def _two_group_dataset(n_per_split=(16, 6, 6), seed=0):
     clients 2, 3 with the opposite label map."""
     gen = torch.Generator().manual_seed(seed)
     splits = {}
-    for name, n in zip(("train", "val", "test"), n_per_split):
+    for name, n in zip(("train", "val", "test"), n_per_split, strict=True):
         xs, ys = [], []
         for client in range(4):
             x = torch.randn(n + client, 3, generator=gen)  # unequal sizes on purpose

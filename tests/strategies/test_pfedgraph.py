@@ -2,6 +2,7 @@ import math
 
 import pytest
 import torch
+from strategy_toys import two_group_dataset as _two_group_dataset
 from torch import nn
 
 from pyg_fedgraph.data.federation import FederationGraph
@@ -14,8 +15,6 @@ from pyg_fedgraph.strategies.base import FederationContext
 from pyg_fedgraph.strategies.pfedgraph import PFedGraph, cosine_regularizer
 from pyg_fedgraph.strategies.registry import STRATEGIES, build_strategy
 from pyg_fedgraph.train.engine import LocalConfig
-
-from strategy_toys import two_group_dataset as _two_group_dataset
 
 
 class _Net(nn.Module):

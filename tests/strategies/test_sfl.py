@@ -33,7 +33,7 @@ def _upload(s, rnd, clients, x):
 def _dataset(num_clients=4, edge_index=None, n=(12, 6, 6), seed=0):
     gen = torch.Generator().manual_seed(seed)
     splits = {}
-    for name, count in zip(("train", "val", "test"), n):
+    for name, count in zip(("train", "val", "test"), n, strict=True):
         xs, ys = [], []
         for c in range(num_clients):
             x = torch.randn(count, 3, generator=gen)
@@ -144,7 +144,7 @@ def test_empty_graph_without_regularizer_equals_local_training():
     assert sfl.strategy.configure_train(1, torch.arange(4)).regularizer is None
     h_sfl, h_local = sfl.run(), local.run()
     assert torch.equal(sfl.local_params, local.local_params)
-    for a, b in zip(h_sfl.records, h_local.records):
+    for a, b in zip(h_sfl.records, h_local.records, strict=True):
         assert torch.equal(a.test["accuracy"], b.test["accuracy"])
         assert torch.equal(a.val["accuracy"], b.val["accuracy"])
     assert torch.equal(sfl.strategy.personalized_params(torch.arange(4)), local.local_params)

@@ -2,7 +2,7 @@ r"""The client side: a torch model and one client's data as a Flower ClientApp."
 from __future__ import annotations
 
 import logging
-from typing import Callable, Mapping, Optional, Union
+from collections.abc import Callable, Mapping
 
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
@@ -19,7 +19,7 @@ __all__ = ["GraphClient", "make_client_app", "client_seed"]
 
 log = logging.getLogger(__name__)
 
-ClientData = Union[FederatedDataset, Callable[[Context], FederatedDataset]]
+ClientData = FederatedDataset | Callable[[Context], FederatedDataset]
 
 # Key of this client's own state in Flower's Context.state (never leaves the node).
 _STATE = "pyg-fedgraph"
@@ -83,10 +83,10 @@ class GraphClient:
             (default: ``True``).
     """
 
-    def __init__(self, model: nn.Module, data: ClientData, *, local: Optional[LocalConfig] = None,
-                 objective: Optional[Objective] = None, seed: int = 0,
+    def __init__(self, model: nn.Module, data: ClientData, *, local: LocalConfig | None = None,
+                 objective: Objective | None = None, seed: int = 0,
                  partition_key: str = "partition-id",
-                 regularizers: Optional[Mapping[str, Callable[..., Tensor]]] = None,
+                 regularizers: Mapping[str, Callable[..., Tensor]] | None = None,
                  parallel: bool = True) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -161,7 +161,7 @@ class GraphClient:
         return P.record_to_params(layout, record)
 
     def _regularizer(self, content: RecordDict, config: ConfigRecord, key: str
-                     ) -> Optional[Regularizer]:
+                     ) -> Regularizer | None:
         if key not in config:
             return None
         spec = P.RegularizerSpec.from_json(str(config[key]))
@@ -253,11 +253,11 @@ class GraphClient:
         return f"{self.__class__.__name__}({type(self.model).__name__}, seed={self.seed})"
 
 
-def make_client_app(model: nn.Module, data: ClientData, *, local: Optional[LocalConfig] = None,
-                    objective: Optional[Objective] = None, seed: int = 0,
+def make_client_app(model: nn.Module, data: ClientData, *, local: LocalConfig | None = None,
+                    objective: Objective | None = None, seed: int = 0,
                     partition_key: str = "partition-id",
-                    regularizers: Optional[Mapping[str, Callable[..., Tensor]]] = None,
-                    parallel: bool = True, mods: Optional[list] = None) -> ClientApp:
+                    regularizers: Mapping[str, Callable[..., Tensor]] | None = None,
+                    parallel: bool = True, mods: list | None = None) -> ClientApp:
     r"""A Flower :class:`~flwr.clientapp.ClientApp` that trains a
     pyg_fedgraph client for :class:`GraphStrategy` (see :class:`GraphClient`
     for the arguments).

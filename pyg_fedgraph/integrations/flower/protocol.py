@@ -24,8 +24,9 @@ from __future__ import annotations
 import functools
 import importlib
 import json
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -90,7 +91,7 @@ def record_to_params(layout: ParamLayout, record: ArrayRecord) -> Tensor:
 
 
 def check_params_record(layout: ParamLayout, record: Any, what: str = "parameters"
-                        ) -> Optional[str]:
+                        ) -> str | None:
     r"""Why ``record`` is not a valid model for ``layout`` (``None`` if it is):
     wrong type, wrong array count or names, undecodable bytes, wrong shape,
     wrong dtype, or non-finite values."""
@@ -148,7 +149,7 @@ class RegularizerSpec:
         return json.dumps({"name": self.name, "kwargs": self.kwargs}, sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str) -> "RegularizerSpec":
+    def from_json(cls, text: str) -> RegularizerSpec:
         data = json.loads(text)
         return cls(str(data["name"]), dict(data["kwargs"]))
 
@@ -167,7 +168,7 @@ def register_regularizer(name: str, fn: Callable[..., Tensor]) -> Callable[..., 
     return fn
 
 
-def _function_name(fn: Callable[..., Tensor]) -> Optional[str]:
+def _function_name(fn: Callable[..., Tensor]) -> str | None:
     for name, registered in _REGISTRY.items():
         if registered is fn:
             return name
@@ -199,7 +200,7 @@ def encode_regularizer(regularizer: Regularizer, num_params: int, strategy: Any 
         ValueError: if the regularizer cannot be described by name.
     """
     fn = regularizer.fn
-    spec: Optional[RegularizerSpec] = None
+    spec: RegularizerSpec | None = None
     if isinstance(fn, functools.partial) and not fn.args:
         name = _function_name(fn.func)
         if name is not None and _json_scalars(fn.keywords or {}):
@@ -238,7 +239,7 @@ def _verify(spec: RegularizerSpec, regularizer: Regularizer, num_params: int) ->
                          f"register the exact function with register_regularizer")
 
 
-def resolve_regularizer(name: str, extra: Optional[Mapping[str, Callable[..., Tensor]]] = None
+def resolve_regularizer(name: str, extra: Mapping[str, Callable[..., Tensor]] | None = None
                         ) -> Callable[..., Tensor]:
     r"""The function called ``name``: from ``extra``, the registry, or a
     top-level function of a trusted module (:obj:`TRUSTED_MODULES`)."""
@@ -257,7 +258,7 @@ def resolve_regularizer(name: str, extra: Optional[Mapping[str, Callable[..., Te
 
 
 def decode_regularizer(spec: RegularizerSpec, refs: Sequence[Tensor],
-                       extra: Optional[Mapping[str, Callable[..., Tensor]]] = None
+                       extra: Mapping[str, Callable[..., Tensor]] | None = None
                        ) -> Regularizer:
     r"""The :class:`~pyg_fedgraph.train.Regularizer` of one client: ``refs``
     are its reference rows (without the client dimension)."""
@@ -274,7 +275,7 @@ def local_config_to_dict(config: LocalConfig, prefix: str = "local.") -> dict[st
             if getattr(config, f.name) is not None}
 
 
-def local_config_from_record(record: ConfigRecord, prefix: str = "local.") -> Optional[LocalConfig]:
+def local_config_from_record(record: ConfigRecord, prefix: str = "local.") -> LocalConfig | None:
     r"""The :class:`LocalConfig` written by :func:`local_config_to_dict`, or
     ``None`` when ``record`` has none."""
     values = {f.name: record[prefix + f.name] for f in fields(LocalConfig)

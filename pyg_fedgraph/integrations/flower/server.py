@@ -4,12 +4,20 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Optional
+from typing import Any
 
 import torch
-from flwr.app import (Array, ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord,
-                      RecordDict)
+from flwr.app import (
+    Array,
+    ArrayRecord,
+    ConfigRecord,
+    Message,
+    MessageType,
+    MetricRecord,
+    RecordDict,
+)
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result
 from flwr.serverapp.strategy import Strategy as FlowerStrategy
@@ -44,14 +52,14 @@ class DroppedReply:
     round: int
     stage: str
     node_id: int
-    partition_id: Optional[int]
+    partition_id: int | None
     reason: str
 
 
 @dataclass
 class _Pending:
     partition_id: int
-    start: Optional[Tensor]
+    start: Tensor | None
     personal: bool
     feedback: bool
 
@@ -132,14 +140,14 @@ class GraphStrategy(FlowerStrategy):
     """
 
     def __init__(self, strategy: Strategy, model: nn.Module, num_clients: int, *,
-                 num_samples: Optional[Tensor] = None, edge_index: Optional[Tensor] = None,
-                 edge_weight: Optional[Tensor] = None, held_out: Optional[Tensor] = None,
-                 task: str = "classification", local: Optional[LocalConfig] = None,
-                 fraction_train: Optional[float] = None, fraction_evaluate: float = 1.0,
-                 evaluate_every: int = 1, min_available_nodes: Optional[int] = None,
+                 num_samples: Tensor | None = None, edge_index: Tensor | None = None,
+                 edge_weight: Tensor | None = None, held_out: Tensor | None = None,
+                 task: str = "classification", local: LocalConfig | None = None,
+                 fraction_train: float | None = None, fraction_evaluate: float = 1.0,
+                 evaluate_every: int = 1, min_available_nodes: int | None = None,
                  seed: int = 0, timeout: float = 600.0,
-                 max_update_norm: Optional[float] = 1e6,
-                 on_round_end: Optional[Callable[["GraphStrategy", int], None]] = None) -> None:
+                 max_update_norm: float | None = 1e6,
+                 on_round_end: Callable[[GraphStrategy, int], None] | None = None) -> None:
         if not isinstance(strategy, Strategy):
             raise TypeError(f"strategy must be a pyg_fedgraph Strategy, got "
                             f"{type(strategy).__name__}")
@@ -185,8 +193,8 @@ class GraphStrategy(FlowerStrategy):
         self.on_round_end = on_round_end
 
         self.rounds_done = 0
-        self.latest: Optional[Tensor] = None  # (N, D): each partition's latest model
-        self.last_graph: Optional[FederationGraph] = None
+        self.latest: Tensor | None = None  # (N, D): each partition's latest model
+        self.last_graph: FederationGraph | None = None
         self.train_metrics: dict[int, dict[int, dict[str, float]]] = {}
         self.evaluate_metrics: dict[int, dict[int, dict[str, float]]] = {}
         self.dropped: list[DroppedReply] = []
@@ -198,11 +206,11 @@ class GraphStrategy(FlowerStrategy):
         self._fresh = True
         self._pending: dict[int, _Pending] = {}
         self._evaluating: dict[int, int] = {}
-        self._last_round: Optional[int] = None
+        self._last_round: int | None = None
 
     @classmethod
     def from_dataset(cls, strategy: Strategy, model: nn.Module, dataset: FederatedDataset,
-                     **kwargs: Any) -> "GraphStrategy":
+                     **kwargs: Any) -> GraphStrategy:
         r"""Takes :math:`N`, the sample counts, the prior graph and the task
         from a :class:`FederatedDataset` the server may see (in simulation, or
         its metadata in a deployment)."""
@@ -216,7 +224,7 @@ class GraphStrategy(FlowerStrategy):
     def is_setup(self) -> bool:
         return self.latest is not None
 
-    def setup(self, init_params: Tensor, num_samples: Optional[Tensor] = None) -> None:
+    def setup(self, init_params: Tensor, num_samples: Tensor | None = None) -> None:
         r"""Sets up the wrapped strategy (called on the first
         :meth:`configure_train`, or by :meth:`load_state_dict`)."""
         num_samples = self.num_samples if num_samples is None else num_samples
@@ -292,7 +300,7 @@ class GraphStrategy(FlowerStrategy):
                 self._reported_samples[pid] = samples
         log.info("%d of %d partitions connected", len(self.node_to_partition), self.num_clients)
 
-    def _partition_of(self, reply: Message) -> tuple[Optional[int], Optional[str]]:
+    def _partition_of(self, reply: Message) -> tuple[int | None, str | None]:
         if reply.has_error():
             return None, f"the client reported an error: {reply.error.reason}"
         metrics = reply.content.get(P.METRICS)
@@ -304,7 +312,7 @@ class GraphStrategy(FlowerStrategy):
                           f"{self.num_clients - 1}")
         return pid, None
 
-    def _drop(self, rnd: int, stage: str, node: int, pid: Optional[int], reason: str) -> None:
+    def _drop(self, rnd: int, stage: str, node: int, pid: int | None, reason: str) -> None:
         log.warning("round %d, %s: dropped the reply of node %d (partition %s): %s",
                     rnd, stage, node, pid, reason)
         self.dropped.append(DroppedReply(rnd, stage, node, pid, reason))
@@ -399,7 +407,7 @@ class GraphStrategy(FlowerStrategy):
         return out
 
     def _check_train_reply(self, reply: Message
-                           ) -> tuple[Optional[int], Optional[str], dict[str, Tensor]]:
+                           ) -> tuple[int | None, str | None, dict[str, Tensor]]:
         r"""``(partition id, reason to drop or None, decoded flat tensors)``."""
         node = reply.metadata.src_node_id
         pending = self._pending.get(node)
@@ -438,7 +446,7 @@ class GraphStrategy(FlowerStrategy):
         return pid, None, decoded
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]
-                        ) -> tuple[Optional[ArrayRecord], Optional[MetricRecord]]:
+                        ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         r"""Validates the replies, hands the valid ones to the wrapped strategy
         as a :class:`FederationGraph` (ordered by partition id), and returns
         every client's personalized model and the round's mean metrics."""
@@ -549,7 +557,7 @@ class GraphStrategy(FlowerStrategy):
         return messages
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]
-                           ) -> Optional[MetricRecord]:
+                           ) -> MetricRecord | None:
         r"""Keeps every client's validation and test metrics and returns their
         means over clients."""
         rnd = self.rounds_done
@@ -582,11 +590,11 @@ class GraphStrategy(FlowerStrategy):
         return out
 
     # --------------------------------------------------------------- running
-    def start(self, grid: Grid, initial_arrays: Optional[ArrayRecord] = None,
+    def start(self, grid: Grid, initial_arrays: ArrayRecord | None = None,
               num_rounds: int = 3, timeout: float = 3600,
-              train_config: Optional[ConfigRecord] = None,
-              evaluate_config: Optional[ConfigRecord] = None,
-              evaluate_fn: Optional[Callable[[int, ArrayRecord], Optional[MetricRecord]]] = None
+              train_config: ConfigRecord | None = None,
+              evaluate_config: ConfigRecord | None = None,
+              evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None
               ) -> Result:
         r"""Runs ``num_rounds`` more rounds (Flower's loop); ``initial_arrays``
         defaults to the model's parameters. After :meth:`load_state_dict`
