@@ -19,6 +19,7 @@ from pyg_fedgraph.models import build_model
 from pyg_fedgraph.simulation import Simulator
 from pyg_fedgraph.strategies import STRATEGIES, build_strategy, strategy_kwargs
 from pyg_fedgraph.train import LocalConfig
+from pyg_fedgraph.utils.seeds import derive_seed, make_generator
 
 __all__ = ["ExperimentConfig", "DATASET_DEFAULTS", "build_dataset", "build_simulator",
            "parse_value"]
@@ -136,8 +137,8 @@ def build_simulator(cfg: ExperimentConfig, *, dataset: FederatedDataset | None =
                     progress: bool = True, callbacks: tuple = ()) -> Simulator:
     r"""Data, model, strategy and :class:`Simulator` for ``cfg``.
 
-    The model is initialised from ``torch.manual_seed(cfg.seed)`` so that every
-    strategy of a comparison starts from the same weights."""
+    The model is initialised from the stream ``(cfg.seed, "model-init")`` so
+    that every strategy of a comparison starts from the same weights."""
     if cfg.strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {cfg.strategy!r}; known: {sorted(STRATEGIES)}")
     parts = _split_overrides(cfg)
@@ -147,7 +148,7 @@ def build_simulator(cfg: ExperimentConfig, *, dataset: FederatedDataset | None =
     model_name = model_kwargs.pop("name", defaults["model"])
     outputs = data.num_classes if data.task == "classification" else int(
         data.splits["train"].y.shape[-1] if data.splits["train"].y.dim() > 2 else 1)
-    torch.manual_seed(cfg.seed)
+    torch.manual_seed(derive_seed(cfg.seed, "model-init"))
     model = build_model(model_name, data.input_shape, outputs, **model_kwargs)
     strategy = build_strategy(cfg.strategy, **parts["strategy"])
     local = LocalConfig(**{**defaults["local"], **parts["local"]})
@@ -156,11 +157,9 @@ def build_simulator(cfg: ExperimentConfig, *, dataset: FederatedDataset | None =
         if not 0.0 < cfg.novel_clients < 1.0:
             raise ValueError(f"novel_clients must be a fraction in (0, 1), got {cfg.novel_clients}")
         k = max(1, int(round(cfg.novel_clients * data.num_clients)))
-        gen = torch.Generator().manual_seed(cfg.seed + 7919)
-        held_out = torch.randperm(data.num_clients, generator=gen)[:k].sort().values
+        held_out = torch.randperm(data.num_clients,
+                                  generator=make_generator(cfg.seed, "held-out"))[:k].sort().values
     rounds = cfg.rounds if cfg.rounds is not None else defaults["rounds"]
-    parts["sim"].setdefault("sample_fraction",
-                            strategy.default_sample_fraction(data.num_clients))
     attack = None
     if cfg.attack is not None:
         from pyg_fedgraph.attacks import Attack
@@ -168,4 +167,4 @@ def build_simulator(cfg: ExperimentConfig, *, dataset: FederatedDataset | None =
     return Simulator(data, model, strategy, rounds=rounds, local=local, seed=cfg.seed,
                      held_out=held_out, progress=progress, callbacks=callbacks,
                      attack=attack, dropout=cfg.dropout, reject_policy=cfg.reject_policy,
-                     objective=getattr(data, "objective", None), **parts["sim"])
+                     **parts["sim"])

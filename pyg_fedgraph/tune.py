@@ -57,7 +57,6 @@ from pyg_fedgraph.experiment import (
     build_simulator,
 )
 from pyg_fedgraph.strategies import STRATEGIES, Strategy
-from pyg_fedgraph.train.objective import objective_for
 
 if TYPE_CHECKING:  # optuna is a dependency, imported lazily to keep ``import pyg_fedgraph`` fast
     import optuna
@@ -305,7 +304,7 @@ class TuneObjective:
     @property
     def direction(self) -> str:
         r"""``"maximize"`` for accuracy-like metrics, ``"minimize"`` for MSE."""
-        objective = getattr(self.dataset, "objective", None) or objective_for(self.dataset.task)
+        objective = self.dataset.objective
         higher = objective.higher_is_better
         return "maximize" if higher else "minimize"
 

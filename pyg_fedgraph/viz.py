@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 if TYPE_CHECKING:
-    from pyg_fedgraph.simulation.history import History
+    from pyg_fedgraph.engine.history import History
 
 __all__ = ["plot_learning_curves", "plot_collaboration_matrix", "plot_collaboration_network",
            "plot_layer_graphs"]

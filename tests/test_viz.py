@@ -5,7 +5,7 @@ import torch
 
 matplotlib.use("Agg")
 
-from pyg_fedgraph.simulation.history import History, RoundRecord  # noqa: E402
+from pyg_fedgraph.engine.history import History, RoundRecord  # noqa: E402
 from pyg_fedgraph.viz import (  # noqa: E402
     plot_collaboration_matrix,
     plot_collaboration_network,

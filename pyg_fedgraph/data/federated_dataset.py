@@ -3,10 +3,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
 from torch import Tensor
+
+if TYPE_CHECKING:
+    from pyg_fedgraph.train.objective import Objective
 
 __all__ = ["FederatedDataset", "ClientSplit", "Task", "SPLITS"]
 
@@ -111,6 +114,15 @@ class FederatedDataset:
     @property
     def input_shape(self) -> tuple[int, ...]:
         return tuple(self.splits["train"].x.shape[2:])
+
+    @property
+    def objective(self) -> Objective:
+        r"""The loss and metrics of this dataset's task, the one place every
+        entry point (simulator, Flower client, tuning) takes them from.
+        Datasets with a loss of their own override it (the traffic datasets'
+        masked loss)."""
+        from pyg_fedgraph.train.objective import objective_for  # train imports data
+        return objective_for(self.task)
 
     def num_samples(self, split: str = "train") -> Tensor:
         r"""Samples per client in ``split``, shape :math:`(N,)`."""

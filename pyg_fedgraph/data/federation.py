@@ -1,6 +1,7 @@
 """The federation as a PyG graph: node i is client i."""
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -10,7 +11,9 @@ from torch_geometric.data import Data
 
 from pyg_fedgraph.data.layout import ParamLayout, StateLike
 
-__all__ = ["FederationGraph"]
+__all__ = ["FederationGraph", "ClientTable"]
+
+_VERSIONS = itertools.count(1)
 
 
 class FederationGraph(Data):
@@ -105,12 +108,10 @@ class FederationGraph(Data):
 
     @property
     def sample_share(self) -> Tensor:
-        r""":math:`p_i = n_i / \sum_j n_j`, shape :math:`(N,)`."""
-        n = self.num_samples.to(self.x.dtype)
-        total = n.sum()
-        if total <= 0:
-            return torch.full_like(n, 1.0 / n.numel())
-        return n / total
+        r""":math:`p_i = n_i / \sum_j n_j`, shape :math:`(N,)`
+        (:func:`~pyg_fedgraph.nn.functional.sample_shares`)."""
+        from pyg_fedgraph.nn.functional import sample_shares
+        return sample_shares(self.num_samples, self.x.dtype)
 
     def __inc__(self, key: str, value: Any, *args: Any, **kwargs: Any) -> Any:
         if key == "layer_ptr":
@@ -121,3 +122,74 @@ class FederationGraph(Data):
         if key == "layer_ptr":
             return None
         return super().__cat_dim__(key, value, *args, **kwargs)
+
+
+class ClientTable:
+    r"""The server's table of a federation: every client's latest accepted
+    model and whether it has ever trained.
+
+    The round engine owns it and writes the accepted uploads of a round after
+    the strategy's :meth:`~pyg_fedgraph.strategies.Strategy.aggregate_train`
+    has seen them (so during aggregation the table still holds the previous
+    round's models, and the round's uploads are ``graph.x``). Strategies read
+    it through :attr:`FederationContext.clients
+    <pyg_fedgraph.strategies.FederationContext>` instead of keeping copies.
+
+    Like :meth:`torch.nn.Module.state_dict`, :meth:`state_dict` shares
+    storage with the table, whose rows are updated in place: a consumer that
+    keeps a snapshot copies it (the orchestrators' ``state_dict()`` do).
+
+    Args:
+        init_params (torch.Tensor): the common initial model :math:`(D,)`.
+        num_clients (int): :math:`N`.
+
+    Shapes:
+        - **params:** :math:`(N, D)`; **trained:** :math:`(N,)` bool.
+    """
+
+    def __init__(self, init_params: Tensor, num_clients: int) -> None:
+        if init_params.dim() != 1:
+            raise ValueError(f"init_params must be one flat model (D,), got shape "
+                             f"{tuple(init_params.shape)}")
+        self.params = init_params.detach().unsqueeze(0).repeat(num_clients, 1)
+        self.trained = torch.zeros(num_clients, dtype=torch.bool, device=init_params.device)
+        self.version = 0
+        self._touch()
+
+    def _touch(self) -> None:
+        #: A token that changes whenever the table does (unique in the process),
+        #: for caches of values derived from it.
+        self.version = next(_VERSIONS)
+
+    @property
+    def num_clients(self) -> int:
+        return int(self.params.size(0))
+
+    def update(self, clients: Tensor, params: Tensor) -> None:
+        r"""Writes the accepted uploads ``params`` :math:`(S, D)` of
+        ``clients`` :math:`(S,)` in place."""
+        if clients.numel():
+            self.params[clients] = params.detach().to(self.params.dtype)
+            self.trained[clients] = True
+        self._touch()
+
+    def grow(self, init_params: Tensor) -> None:
+        r"""Adds clients that join, holding ``init_params`` :math:`(k, D)`."""
+        self.params = torch.cat([self.params, init_params.detach().to(self.params)])
+        self.trained = torch.cat([self.trained, self.trained.new_zeros(init_params.size(0))])
+        self._touch()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"params": self.params, "trained": self.trained}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if tuple(state["params"].shape) != tuple(self.params.shape):
+            raise ValueError(f"the saved client table holds {tuple(state['params'].shape)} "
+                             f"models, this federation has {tuple(self.params.shape)}")
+        self.params = state["params"].detach().clone().to(self.params)
+        self.trained = state["trained"].detach().clone().to(self.trained)
+        self._touch()
+
+    def __repr__(self) -> str:
+        return (f"{self.__class__.__name__}(clients={self.num_clients}, "
+                f"params={self.params.size(1)}, trained={int(self.trained.sum())})")

@@ -1,21 +1,24 @@
 r"""Operators: tensors in, tensors out (no rounds, no I/O, no device choice)."""
 from pyg_fedgraph.nn.aggregation import GraphAggregation, dense_to_edges
 from pyg_fedgraph.nn.aghn_conv import AGHNConv
+from pyg_fedgraph.nn.bipartition import bipartition
 from pyg_fedgraph.nn.client_gat import AllocationLogits, ClientGAT, allocation_backward
 from pyg_fedgraph.nn.cluster_propagation import (
-                                              ClusterGraphPropagation,
-                                              client_clusters,
-                                              cluster_graph,
-                                              distribute,
+    ClusterGraphPropagation,
+    client_clusters,
+    cluster_graph,
+    distribute,
 )
 from pyg_fedgraph.nn.collaboration_qp import (
-                                              CollaborationQP,
-                                              collaboration_qp_cvxpy,
-                                              initial_collaboration_graph,
-                                              project_simplex,
-                                              update_similarity,
+    CollaborationQP,
+    collaboration_qp_cvxpy,
+    initial_collaboration_graph,
+    project_simplex,
+    update_similarity,
 )
+from pyg_fedgraph.nn.functional import pairwise_cosine, sample_shares
 from pyg_fedgraph.nn.hypernetwork import GCNHypernetwork, hypernetwork_grads, hypernetwork_update
+from pyg_fedgraph.nn.khop import KHopPropagation
 
 __all__ = [
     "GraphAggregation",
@@ -36,4 +39,8 @@ __all__ = [
     "GCNHypernetwork",
     "hypernetwork_grads",
     "hypernetwork_update",
+    "KHopPropagation",
+    "bipartition",
+    "pairwise_cosine",
+    "sample_shares",
 ]

@@ -1,5 +1,5 @@
-r"""Orchestration: the in-process simulator and its history."""
-from pyg_fedgraph.simulation.history import History, RoundRecord
-from pyg_fedgraph.simulation.simulator import Simulator, sample_clients
+r"""Orchestration in one process: the batched simulator over the round engine."""
+from pyg_fedgraph.engine import History, RoundRecord, sample_clients
+from pyg_fedgraph.simulation.simulator import Simulator
 
 __all__ = ["Simulator", "History", "RoundRecord", "sample_clients"]

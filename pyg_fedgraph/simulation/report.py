@@ -10,7 +10,7 @@ from typing import Any
 
 from torch import Tensor
 
-from pyg_fedgraph.simulation.history import History
+from pyg_fedgraph.engine.history import History
 
 __all__ = ["write_run", "write_csv", "format_table"]
 

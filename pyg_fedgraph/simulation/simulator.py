@@ -1,31 +1,32 @@
-"""In-process simulation of a federation: rounds, sampling, local training, evaluation."""
+"""In-process simulation of a federation: the simulated clients of a round
+train in one batched computation, over the shared round engine."""
 from __future__ import annotations
 
 import logging
 import math
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 from torch import Tensor, nn
-from torch_geometric.utils import subgraph
 from tqdm.auto import tqdm
 
 from pyg_fedgraph.attacks import Attack, triggered_test_split
 from pyg_fedgraph.data.federated_dataset import FederatedDataset
-from pyg_fedgraph.data.federation import FederationGraph
-from pyg_fedgraph.simulation.history import History, RoundRecord
-from pyg_fedgraph.simulation.validation import (
+from pyg_fedgraph.engine.history import History, RoundRecord
+from pyg_fedgraph.engine.rounds import STATE_FORMAT, RoundEngine, sample_clients, snapshot
+from pyg_fedgraph.engine.validation import (
     DEFAULT_MAX_NORM,
     RejectPolicy,
     UpdateValidator,
     check_dataset,
 )
-from pyg_fedgraph.strategies.base import FederationContext, Strategy, TrainPlan
-from pyg_fedgraph.train.engine import ClientTrainer, LocalConfig, Regularizer
+from pyg_fedgraph.strategies.base import Strategy
+from pyg_fedgraph.train.engine import ClientTrainer, LocalConfig
+from pyg_fedgraph.train.jobs import ClientStart, FineTune, evaluate_clients, finetuned, run_plan
 from pyg_fedgraph.train.objective import Objective
+from pyg_fedgraph.utils.seeds import make_generator
 
 __all__ = ["Simulator", "sample_clients"]
 
@@ -33,44 +34,39 @@ log = logging.getLogger(__name__)
 
 Callback = Callable[["Simulator", RoundRecord], None]
 
-#: Version of the layout of :meth:`Simulator.state_dict`.
-STATE_FORMAT = 1
-# Independent per-round random streams, derived from (seed, round): they need no
-# saved state, and switching one feature on does not shift the others.
-_STREAM_DROPOUT, _STREAM_ATTACK = 1, 2
-
-
-def sample_clients(candidates: Tensor, fraction: float, generator: torch.Generator) -> Tensor:
-    r"""A uniformly random subset of ``max(1, round(fraction * len))`` of
-    ``candidates``, sorted (all of them when ``fraction >= 1``)."""
-    n = candidates.numel()
-    if fraction >= 1.0 or n == 0:
-        return candidates.clone()
-    k = max(1, int(round(fraction * n)))
-    pick = torch.randperm(n, generator=generator)[:k]
-    return candidates[pick].sort().values
-
 
 class Simulator:
     r"""Runs a strategy on a federated dataset, all clients in one process.
 
-    Each round: sample clients, ask the strategy for their starting models
-    (:meth:`Strategy.configure_train`), train them all at once
-    (:class:`~pyg_fedgraph.train.ClientTrainer`), hand the results to the
-    strategy as a :class:`~pyg_fedgraph.data.FederationGraph`
-    (:meth:`Strategy.aggregate_train`), and evaluate every client's
-    personalized model on its own validation and test split. The reported
-    result follows the papers' protocol: the mean test metric at the round of
-    best mean validation metric.
+    The in-process transport of the :class:`~pyg_fedgraph.engine.RoundEngine`,
+    which owns the server side (sampling, the strategy, checks of uploads, the
+    client table, the evaluation protocol). Each round the engine samples
+    clients and asks the strategy for their
+    :class:`~pyg_fedgraph.train.jobs.TrainPlan`; the simulator carries the
+    plan out for all of them in one batched computation
+    (:func:`~pyg_fedgraph.train.jobs.run_plan` on a
+    :class:`~pyg_fedgraph.train.ClientTrainer`, the same code a Flower client
+    runs for itself), and hands the uploads back to the engine. Every client's
+    personalized model is then evaluated on its own validation and test
+    split; the reported result follows the papers' protocol: the mean test
+    metric at the round of best mean validation metric.
 
-    Randomness (sampling, batch order, fine-tuning) comes from generators
-    seeded by ``seed``, so a run is reproducible bit for bit on CPU.
+    The simulator plays the clients, so it keeps their own state: each
+    client's local model and buffers (:attr:`local_params`,
+    :attr:`local_buffers`), which the clients continue from when a strategy
+    sends no starting model and which are evaluated when it personalizes
+    nothing.
+
+    Randomness: every stream (sampling, each client's batch order, dropout,
+    attacks, fine-tuning) is derived from ``(seed, purpose, round, client)``
+    (:mod:`pyg_fedgraph.utils.seeds`), so a run is reproducible bit for bit on
+    CPU and a client draws the same batches here as on a Flower node.
 
     **Robustness.** Each round a ``dropout`` share of the sampled clients
     (each independently) returns nothing: they keep their previous local
     model and the strategy only sees the survivors; if nobody survives, the
     round skips aggregation but is still evaluated. Uploads are checked
-    before aggregation (:class:`~pyg_fedgraph.simulation.validation.UpdateValidator`:
+    before aggregation (:class:`~pyg_fedgraph.engine.UpdateValidator`:
     NaN/Inf, wrong length, absurd norm); a rejected client is left out of the
     aggregation and keeps its previous local model (``reject_policy="raise"``
     stops the run instead). With an :class:`~pyg_fedgraph.attacks.Attack`,
@@ -79,9 +75,7 @@ class Simulator:
     corrupted data (data attacks, applied once here); :attr:`history` then
     averages over the benign clients only, as the papers report.
 
-    **Resuming.** :meth:`state_dict` holds the whole run (round, every
-    client's model and buffers, the generators, the global torch RNG, the
-    history and the strategy's state with its optimizers);
+    **Resuming.** :meth:`state_dict` is a snapshot of the whole run;
     :meth:`load_state_dict` on a simulator built with the same settings
     continues bit for bit as if the run had never stopped.
 
@@ -92,14 +86,19 @@ class Simulator:
         strategy (Strategy): the server algorithm.
         rounds (int, optional): communication rounds (default: ``50``).
         sample_fraction (float, optional): share of clients sampled per round
-            (default: ``1.0``).
+            (default: the strategy's
+            :meth:`~pyg_fedgraph.strategies.Strategy.default_sample_fraction`,
+            the paper's setting: all clients for most, 5 for Panacea, 30%
+            for FedCEDAR).
         local (LocalConfig, optional): local SGD settings.
         eval_every (int, optional): evaluate every k rounds; the last round
             is always evaluated (default: ``1``).
         seed (int, optional): seed of all randomness (default: ``0``).
         parallel (bool, optional): train clients in one batched computation
             (default: ``True``); ``False`` runs the per-client reference loop.
-        objective (Objective, optional): loss and metrics (default: by task).
+        objective (Objective, optional): loss and metrics (default: the
+            dataset's :attr:`~pyg_fedgraph.data.FederatedDataset.objective`,
+            e.g. the masked loss of the traffic datasets).
         held_out (torch.Tensor, optional): clients that never train (novel
             clients); evaluated with the models the strategy generates for them.
         progress (bool, optional): show a progress bar (default: ``True``).
@@ -117,7 +116,7 @@ class Simulator:
     """
 
     def __init__(self, dataset: FederatedDataset, model: nn.Module, strategy: Strategy, *,
-                 rounds: int = 50, sample_fraction: float = 1.0,
+                 rounds: int = 50, sample_fraction: float | None = None,
                  local: LocalConfig | None = None, eval_every: int = 1, seed: int = 0,
                  parallel: bool = True, objective: Objective | None = None,
                  held_out: Tensor | None = None, progress: bool = True,
@@ -126,69 +125,102 @@ class Simulator:
                  max_update_norm: float | None = DEFAULT_MAX_NORM) -> None:
         if rounds < 0:
             raise ValueError(f"rounds must be >= 0, got {rounds}")
-        if not 0.0 < sample_fraction <= 1.0:
-            raise ValueError(f"sample_fraction must be in (0, 1], got {sample_fraction}")
-        if eval_every < 1:
-            raise ValueError(f"eval_every must be >= 1, got {eval_every}")
         if isinstance(dropout, bool) or not 0.0 <= float(dropout) <= 1.0:
             raise ValueError(f"dropout must be a probability in [0, 1], got {dropout!r}")
         if attack is not None and not isinstance(attack, Attack):
             raise TypeError(f"attack must be a pyg_fedgraph.attacks.Attack, got "
                             f"{type(attack).__name__}")
-        self.strategy = strategy
-        self.rounds = rounds
-        self.sample_fraction = sample_fraction
-        self.eval_every = eval_every
+        n = dataset.num_clients
+        held = (torch.zeros(0, dtype=torch.long) if held_out is None
+                else torch.as_tensor(held_out, dtype=torch.long).unique())
+        if held.numel() and int(held.max()) >= n:
+            raise ValueError(f"held_out names client {int(held.max())}, the dataset has {n} "
+                             f"clients")
+        trainable = torch.ones(n, dtype=torch.bool)
+        trainable[held] = False
         self.seed = seed
         self.parallel = parallel
         self.progress = progress
         self.callbacks = list(callbacks)
         self.dropout = float(dropout)
         self.attack = attack
-        n = dataset.num_clients
-        self.held_out = (torch.zeros(0, dtype=torch.long) if held_out is None
-                         else torch.as_tensor(held_out, dtype=torch.long).unique())
-        if self.held_out.numel() and int(self.held_out.max()) >= n:
-            raise ValueError(f"held_out names client {int(self.held_out.max())}, "
-                             f"the dataset has {n} clients")
-        mask = torch.ones(n, dtype=torch.bool)
-        mask[self.held_out] = False
-        self.train_clients = mask.nonzero().view(-1)
-        if self.train_clients.numel() == 0:
-            raise ValueError("every client is held out; nothing would train")
         self.malicious = torch.zeros(0, dtype=torch.long)
         self._trigger: Tensor | None = None
         if attack is not None:
-            gen = torch.Generator().manual_seed(seed * 1_000_003 + 7_919)
-            self.malicious = attack.select(self.train_clients, gen)
+            self.malicious = attack.select(trainable.nonzero().view(-1),
+                                           make_generator(seed, "malicious"))
             if attack.kind == "backdoor":
                 self._trigger = attack.trigger_for(dataset)
-            dataset = attack.poison_dataset(dataset, self.malicious, gen)
+            dataset = attack.poison_dataset(dataset, self.malicious,
+                                            make_generator(seed, "data-attack"))
             log.info("%s attack by clients %s", attack.kind, self.malicious.tolist())
-        self.benign = self.train_clients[~torch.isin(self.train_clients, self.malicious)]
+        benign = trainable.clone()
+        benign[self.malicious] = False
+        self.benign = benign.nonzero().view(-1)
         check_dataset(dataset)
         self.dataset = dataset
         self.trainer = ClientTrainer(model, dataset, objective, local or LocalConfig())
         self.layout = self.trainer.layout
-        self.validator = UpdateValidator(self.layout.num_params, policy=reject_policy,
-                                         max_norm=max_update_norm)
-
         init = self.layout.flatten(model)
+        # The simulated clients' own state: each client's local model and buffers.
         self.local_params = init.unsqueeze(0).repeat(n, 1)
         self.local_buffers = self.trainer.initial_buffers(n)
-        self.generator = torch.Generator().manual_seed(seed)
-        self.round = 0
-        obj = self.trainer.objective
-        self.history = History(obj.primary, obj.higher_is_better, eval_clients=self.benign)
-        self.novel_history = (History(obj.primary, obj.higher_is_better,
-                                      eval_clients=self.held_out)
-                              if self.held_out.numel() else None)
-        self.strategy.setup(FederationContext(
-            num_clients=n, layout=self.layout, init_params=init,
-            num_samples=dataset.num_samples("train").clone(), edge_index=dataset.edge_index,
-            edge_weight=dataset.edge_weight, seed=seed,
-            extra={"held_out": self.held_out, "task": dataset.task,
-                   "local": self.trainer.config}))
+        self.engine = RoundEngine(
+            strategy, layout=self.layout, init_params=init,
+            num_samples=dataset.num_samples("train"), task=dataset.task,
+            objective=self.trainer.objective, local=self.trainer.config,
+            edge_index=dataset.edge_index, edge_weight=dataset.edge_weight, held_out=held,
+            sample_fraction=sample_fraction, seed=seed, rounds=rounds, eval_every=eval_every,
+            eval_clients=self.benign, reject_policy=reject_policy,
+            max_update_norm=max_update_norm)
+
+    # ------------------------------------------------- views of the engine
+    @property
+    def strategy(self) -> Strategy:
+        return self.engine.strategy
+
+    @property
+    def round(self) -> int:
+        return self.engine.round
+
+    @property
+    def rounds(self) -> int:
+        assert self.engine.rounds is not None
+        return self.engine.rounds
+
+    @rounds.setter
+    def rounds(self, value: int) -> None:
+        if value < 0:
+            raise ValueError(f"rounds must be >= 0, got {value}")
+        self.engine.rounds = value
+
+    @property
+    def sample_fraction(self) -> float:
+        return self.engine.sample_fraction
+
+    @property
+    def eval_every(self) -> int:
+        return self.engine.eval_every
+
+    @property
+    def held_out(self) -> Tensor:
+        return self.engine.held_out
+
+    @property
+    def train_clients(self) -> Tensor:
+        return self.engine.trainable
+
+    @property
+    def history(self) -> History:
+        return self.engine.history
+
+    @property
+    def novel_history(self) -> History | None:
+        return self.engine.novel_history
+
+    @property
+    def validator(self) -> UpdateValidator:
+        return self.engine.validator
 
     # ---------------------------------------------------------------- rounds
     def run(self, rounds: int | None = None) -> History:
@@ -197,7 +229,7 @@ class Simulator:
         last = self.rounds if rounds is None else rounds
         bar = tqdm(range(self.round + 1, last + 1), desc=f"{self.strategy.name or 'run'}",
                    disable=not self.progress, leave=False)
-        for _rnd in bar:
+        for _ in bar:
             record = self.step()
             if record is not None:
                 value = self.history._mean(record.test[self.history.metric])
@@ -207,94 +239,45 @@ class Simulator:
     def step(self) -> RoundRecord | None:
         r"""One communication round; returns its record when it was evaluated."""
         t0 = time.perf_counter()
-        self.round += 1
-        rnd = self.round
-        sampled = sample_clients(self.train_clients, self.sample_fraction, self.generator)
-        plan = self.strategy.configure_train(rnd, sampled)
-        start = self.local_params[sampled] if plan.params is None else plan.params.detach()
-        if start.shape != (sampled.numel(), self.layout.num_params):
-            raise ValueError(f"strategy {self.strategy.name!r} sent parameters of shape "
-                             f"{tuple(start.shape)} to {sampled.numel()} clients with "
-                             f"{self.layout.num_params} parameters")
-        start_buffers = self.local_buffers[sampled]  # a copy (advanced indexing)
+        engine = self.engine
+        rnd = engine.round + 1
+        sampled = engine.sample(rnd)
+        plan = engine.configure_train(rnd, sampled)
+        start = self.local_params[sampled] if plan.params is None else plan.params
         # Clients that drop out return nothing and keep their local model.
         rows = self._survivors(rnd, sampled.numel())
-        clients, start, start_buffers = sampled[rows], start[rows], start_buffers[rows]
-        loss, num_kept = math.nan, 0
+        if rows.numel() != sampled.numel():
+            plan, start = plan.select(rows), start[rows]
+        clients = sampled[rows]
         if clients.numel():
-            result = self.trainer.train(clients, start, start_buffers,
-                                        regularizer=_select_regularizer(plan.regularizer, rows,
-                                                                        sampled.numel()),
-                                        config=plan.config, generator=self.generator,
-                                        parallel=self.parallel)
+            result = run_plan(self.trainer, plan,
+                              ClientStart(clients, clients, start, self.local_buffers[clients]),
+                              seed=self.seed, rnd=rnd, parallel=self.parallel)
             uploaded = self._poison(rnd, clients, result.params, start)
-            kept = self.validator(uploaded, reference=start, client_id=clients,
-                                  rnd=rnd).nonzero().view(-1)
-            num_kept = kept.numel()
-            trained = clients[kept]
+            update = engine.aggregate_train(rnd, clients, uploaded, start, result.outputs,
+                                            result.loss)
             # Rejected clients keep their previous local model, like dropped ones.
-            self.local_params[trained] = result.params[kept]
-            self.local_buffers[trained] = result.buffers[kept]
-            if num_kept:
-                x, x0, b0 = uploaded[kept], start[kept], start_buffers[kept]
-                graph = self._graph(trained, x, x - x0)
-                if getattr(self.strategy, "needs_feedback_gradient", False):
-                    # Exact held-out feedback (pFedGAT): each client's val-loss
-                    # gradient at its start.
-                    graph.feedback, _ = self.trainer.loss_gradient(trained, x0, b0, "val")
-                if plan.personal is not None:
-                    graph.personal_x = self._train_personal(
-                        trained, _select_plan(plan.personal, rows[kept], sampled.numel()), b0)
-                self.strategy.aggregate_train(rnd, graph)
-                loss = float(result.loss[kept].mean())
-        if not num_kept:
-            log.info("round %d: no client returned a usable update (%d sampled); "
-                     "aggregation skipped", rnd, sampled.numel())
-        log.debug("round %d: %d of %d sampled clients aggregated, loss %.4f", rnd, num_kept,
-                  sampled.numel(), loss)
-        if rnd % self.eval_every and rnd != self.rounds:
+            kept = update.accepted.nonzero().view(-1)
+            self.local_params[clients[kept]] = result.params[kept]
+            self.local_buffers[clients[kept]] = result.buffers[kept]
+        else:
+            update = engine.aggregate_train(rnd, clients, start, start)
+        if not engine.should_evaluate(rnd):
             return None
-        val, test = self.evaluate(rnd)
-        record = RoundRecord(rnd, loss, val, test, time.perf_counter() - t0, sampled.numel(),
-                             extra={"num_dropped": sampled.numel() - clients.numel(),
-                                    "num_rejected": clients.numel() - num_kept})
-        self.history.append(record)
-        if self.novel_history is not None:
-            self.novel_history.append(record)
+        val, test = self.evaluate()
+        record = engine.record(rnd, val, test, train_loss=update.loss,
+                               seconds=time.perf_counter() - t0, num_sampled=sampled.numel(),
+                               extra={"num_dropped": sampled.numel() - clients.numel(),
+                                      "num_rejected": clients.numel() - update.num_accepted})
         for cb in self.callbacks:
             cb(self, record)
         return record
-
-    def _train_personal(self, clients: Tensor, plan: TrainPlan, buffers: Tensor) -> Tensor:
-        r"""The second local training of :attr:`TrainPlan.personal` (Ditto's
-        personalized models) for the same clients; returns their trained
-        parameters :math:`(S, D)`. It starts from the clients' buffers as they
-        were before this round's main training, and its trained buffers
-        (BatchNorm statistics) are dropped: the local buffers stay those of
-        the main job, which evaluation also uses."""
-        if plan.params is None:
-            raise ValueError(f"strategy {self.strategy.name!r} asked for a personal training "
-                             f"without starting parameters; set TrainPlan.personal.params")
-        if plan.personal is not None:
-            raise ValueError("a personal TrainPlan cannot itself hold a personal plan")
-        start = plan.params.detach()
-        if start.shape != (clients.numel(), self.layout.num_params):
-            raise ValueError(f"strategy {self.strategy.name!r} sent personal parameters of "
-                             f"shape {tuple(start.shape)} to {clients.numel()} clients with "
-                             f"{self.layout.num_params} parameters")
-        result = self.trainer.train(clients, start, buffers.clone(),
-                                    regularizer=plan.regularizer, config=plan.config,
-                                    generator=self.generator, parallel=self.parallel)
-        return result.params
-
-    def _round_generator(self, rnd: int, stream: int) -> torch.Generator:
-        return torch.Generator().manual_seed((self.seed * 1_000_003 + rnd) * 8 + stream)
 
     def _survivors(self, rnd: int, num_sampled: int) -> Tensor:
         r"""Positions among the sampled clients of those that do not drop out."""
         if self.dropout == 0.0:
             return torch.arange(num_sampled)
-        draw = torch.rand(num_sampled, generator=self._round_generator(rnd, _STREAM_DROPOUT))
+        draw = torch.rand(num_sampled, generator=make_generator(self.seed, "dropout", rnd))
         return (draw >= self.dropout).nonzero().view(-1)
 
     def _poison(self, rnd: int, clients: Tensor, params: Tensor, start: Tensor) -> Tensor:
@@ -308,53 +291,36 @@ class Simulator:
         out = params.clone()
         out[bad] = self.attack.poison_params(
             params[bad], start[bad],
-            generator=self._round_generator(rnd, _STREAM_ATTACK)).to(out.dtype)
+            generator=make_generator(self.seed, "attack", rnd)).to(out.dtype)
         return out
 
-    def _graph(self, clients: Tensor, params: Tensor, delta: Tensor) -> FederationGraph:
-        ei, ew = self.dataset.edge_index, self.dataset.edge_weight
-        if ei is not None:
-            ei, ew = subgraph(clients, ei, ew, relabel_nodes=True,
-                              num_nodes=self.dataset.num_clients)
-        return FederationGraph(x=params, delta=delta,
-                               num_samples=self.dataset.num_samples("train")[clients],
-                               client_id=clients, layout=self.layout, edge_index=ei,
-                               edge_weight=ew)
-
     # ------------------------------------------------------------- evaluate
-    def personalized_models(self) -> tuple[Tensor, Tensor]:
-        r"""Every client's model as it would be evaluated now: flat parameters
-        :math:`(N, D)` and buffers (after fine-tuning for FT strategies)."""
-        n = self.dataset.num_clients
-        everyone = torch.arange(n)
-        params = self.strategy.personalized_params(everyone)
-        params = self.local_params.clone() if params is None else params.detach().clone()
-        buffers = self.local_buffers.clone()
-        if self.strategy.finetune:
-            cfg = self.trainer.config
-            epochs = getattr(self.strategy, "finetune_epochs", None)
-            if epochs is not None:
-                cfg = LocalConfig(**{**vars(cfg), "epochs": epochs, "steps": None})
-            gen = torch.Generator().manual_seed(self.seed * 1_000_003 + self.round)
-            res = self.trainer.train(everyone, params, buffers, config=cfg, generator=gen,
-                                     parallel=self.parallel)
-            params, buffers = res.params, res.buffers
-        return params, buffers
-
-    def evaluate(self, rnd: int | None = None) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
-        r"""Per-client validation and test metrics of the personalized models."""
-        params, buffers = self.personalized_models()
+    def _evaluation_start(self) -> tuple[ClientStart, FineTune | None]:
         everyone = torch.arange(self.dataset.num_clients)
-        val = self.trainer.evaluate(everyone, params, buffers, "val")
-        test = self.trainer.evaluate(everyone, params, buffers, "test")
-        return val, test
+        plan = self.engine.configure_evaluate(everyone)
+        params = self.local_params if plan.params is None else plan.params
+        return ClientStart(everyone, everyone, params, self.local_buffers), plan.finetune
+
+    def personalized_models(self) -> tuple[Tensor, Tensor]:
+        r"""Every client's model as it is evaluated now: flat parameters
+        :math:`(N, D)` and buffers, after the strategy's fine-tuning if any."""
+        start, finetune = self._evaluation_start()
+        params, buffers = finetuned(self.trainer, start, finetune, seed=self.seed,
+                                    rnd=self.round, parallel=self.parallel)
+        return params.clone(), buffers.clone()
+
+    def evaluate(self) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+        r"""Per-client validation and test metrics :math:`(N,)` of the
+        personalized models (after the strategy's fine-tuning, if any)."""
+        start, finetune = self._evaluation_start()
+        metrics = evaluate_clients(self.trainer, start, finetune=finetune, seed=self.seed,
+                                   rnd=self.round, parallel=self.parallel)
+        return metrics["val"], metrics["test"]
 
     def summary(self) -> dict:
-        r"""The history's summary, plus ``test_novel`` when clients are held out."""
-        out = self.history.summary()
-        if self.novel_history is not None and len(self.novel_history):
-            out["test_novel"] = self.novel_history.mean("test")[self.history.best_index]
-            out["test_novel_final"] = self.novel_history.mean("test")[-1]
+        r"""The engine's summary (the papers' protocol; ``test_novel`` when
+        clients are held out), plus the attack's figures under attack."""
+        out = self.engine.summary()
         if self.attack is not None and len(self.history):
             # The history already averages over benign clients only.
             out["test_benign"] = out["test"]
@@ -387,29 +353,19 @@ class Simulator:
 
     # ------------------------------------------------------------ resuming
     def state_dict(self) -> dict[str, Any]:
-        r"""The whole run as tensors, dicts, lists, numbers and strings (a
-        deep copy; loadable with ``torch.load(weights_only=True)``): round,
-        every client's parameters and buffers, the sampling/batch generator,
+        r"""A snapshot of the whole run (a deep copy, loadable with
+        ``torch.load(weights_only=True)``): the engine's state (round, client
+        table, histories, the strategy's state with its optimizers), the
+        simulated clients' own models and buffers, the malicious clients and
         the global torch RNG (some strategies draw from it, e.g. PyG's
-        ``negative_sampling``), the histories, the malicious and held-out
-        clients, and :meth:`Strategy.state_dict` (with optimizers)."""
-        return _clone_tree({
-            "format": STATE_FORMAT,
-            "round": self.round,
-            "seed": self.seed,
-            "strategy_name": self.strategy.name or type(self.strategy).__name__,
-            "num_clients": self.dataset.num_clients,
-            "num_params": self.layout.num_params,
+        ``negative_sampling``). Every other random stream is derived from
+        ``(seed, purpose, round)`` and needs no saved state."""
+        return snapshot({
+            **self.engine.state_dict(),
             "local_params": self.local_params,
             "local_buffers": self.local_buffers,
-            "generator": self.generator.get_state(),
-            "torch_rng": torch.get_rng_state(),
-            "history": self.history.state_dict(),
-            "novel_history": (None if self.novel_history is None
-                              else self.novel_history.state_dict()),
             "malicious": self.malicious,
-            "held_out": self.held_out,
-            "strategy": self.strategy.state_dict(),
+            "torch_rng": torch.get_rng_state(),
         })
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -419,68 +375,16 @@ class Simulator:
         if state.get("format") != STATE_FORMAT:
             raise ValueError(f"unsupported simulator state format {state.get('format')!r}; "
                              f"this version reads format {STATE_FORMAT}")
-        mine = {"num_clients": self.dataset.num_clients, "num_params": self.layout.num_params,
-                "strategy_name": self.strategy.name or type(self.strategy).__name__,
-                "seed": self.seed}
-        for key, value in mine.items():
-            if state[key] != value:
-                raise ValueError(f"the saved run has {key}={state[key]!r} but this simulator "
-                                 f"has {value!r}; build it with the saved run's settings")
-        for key in ("malicious", "held_out"):
-            if not torch.equal(state[key], getattr(self, key)):
-                raise ValueError(f"the saved run's {key} clients {state[key].tolist()} differ "
-                                 f"from this simulator's {getattr(self, key).tolist()}; build "
-                                 f"it with the saved run's attack / novel-client settings")
-        if (state["novel_history"] is None) != (self.novel_history is None):
-            raise ValueError("the saved run and this simulator disagree on held-out clients")
-        state = _clone_tree(state)
-        self.strategy.load_state_dict(state["strategy"])
+        if not torch.equal(state["malicious"], self.malicious):
+            raise ValueError(f"the saved run's malicious clients {state['malicious'].tolist()} "
+                             f"differ from this simulator's {self.malicious.tolist()}; build it "
+                             f"with the saved run's attack settings")
+        state = snapshot(state)
+        self.engine.load_state_dict(state)
         self.local_params = state["local_params"]
         self.local_buffers = state["local_buffers"]
-        self.generator.set_state(state["generator"])
         torch.set_rng_state(state["torch_rng"])
-        self.history.load_state_dict(state["history"])
-        if self.novel_history is not None:
-            self.novel_history.load_state_dict(state["novel_history"])
-        self.round = int(state["round"])
 
     def __repr__(self) -> str:
         return (f"{self.__class__.__name__}({self.dataset.name}, strategy={self.strategy.name}, "
                 f"clients={self.dataset.num_clients}, rounds={self.rounds})")
-
-
-def _select_regularizer(reg: Regularizer | None, rows: Tensor, total: int
-                        ) -> Regularizer | None:
-    r"""``reg`` restricted to positions ``rows`` of the ``total`` sampled clients."""
-    if reg is None or rows.numel() == total:
-        return reg
-    return reg.select(rows)
-
-
-def _select_plan(plan: TrainPlan, rows: Tensor, total: int) -> TrainPlan:
-    r"""A (personal) plan restricted to positions ``rows`` of ``total`` clients."""
-    if rows.numel() == total:
-        return plan
-    return TrainPlan(params=None if plan.params is None else plan.params[rows],
-                     regularizer=_select_regularizer(plan.regularizer, rows, total),
-                     config=plan.config, personal=plan.personal)
-
-
-def _clone_tree(obj: Any) -> Any:
-    r"""Deep copy of nested dicts / lists / tuples, cloning tensors (state
-    dicts keep their ``_metadata``)."""
-    if isinstance(obj, Tensor):
-        return obj.detach().clone()
-    if isinstance(obj, OrderedDict):
-        out = OrderedDict((k, _clone_tree(v)) for k, v in obj.items())
-        meta = getattr(obj, "_metadata", None)
-        if meta is not None:
-            out._metadata = _clone_tree(meta)  # type: ignore[attr-defined]
-        return out
-    if isinstance(obj, dict):
-        return {k: _clone_tree(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_clone_tree(v) for v in obj]
-    if isinstance(obj, tuple):
-        return tuple(_clone_tree(v) for v in obj)
-    return obj

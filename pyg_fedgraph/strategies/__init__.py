@@ -13,10 +13,10 @@ from pyg_fedgraph.strategies.panacea import Panacea, PFedHN
 from pyg_fedgraph.strategies.pfedgat import PFedGAT
 from pyg_fedgraph.strategies.pfedgraph import PFedGraph
 from pyg_fedgraph.strategies.registry import (
-                                              STRATEGIES,
-                                              build_strategy,
-                                              register_strategy,
-                                              strategy_kwargs,
+    STRATEGIES,
+    build_strategy,
+    register_strategy,
+    strategy_kwargs,
 )
 from pyg_fedgraph.strategies.sfl import SFL
 

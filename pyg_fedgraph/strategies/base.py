@@ -8,9 +8,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from pyg_fedgraph.data.federation import FederationGraph
+from pyg_fedgraph.data.federated_dataset import Task
+from pyg_fedgraph.data.federation import ClientTable, FederationGraph
 from pyg_fedgraph.data.layout import ParamLayout
-from pyg_fedgraph.train.engine import LocalConfig, Regularizer
+from pyg_fedgraph.nn.functional import sample_shares
+from pyg_fedgraph.train.engine import LocalConfig
+from pyg_fedgraph.train.jobs import FineTune, TrainPlan
+from pyg_fedgraph.train.objective import Objective, objective_for
 
 if TYPE_CHECKING:
     import optuna
@@ -18,9 +22,14 @@ if TYPE_CHECKING:
 __all__ = ["Strategy", "TrainPlan", "FederationContext", "ServerOptimizerState"]
 
 
+def _no_clients() -> Tensor:
+    return torch.zeros(0, dtype=torch.long)
+
+
 @dataclass
 class FederationContext:
-    r"""What a strategy may know about the federation when it is set up.
+    r"""What a strategy may know about the federation, given once at
+    :meth:`Strategy.setup`.
 
     Args:
         num_clients (int): :math:`N`.
@@ -28,7 +37,18 @@ class FederationContext:
         init_params (torch.Tensor): the common initial model :math:`(D,)`.
         num_samples (torch.Tensor): training samples per client :math:`(N,)`.
         edge_index, edge_weight (torch.Tensor, optional): prior client graph.
-        seed (int): the run's seed, for strategies with their own randomness.
+        seed (int): the run's seed, for strategies with their own randomness
+            (derive streams with :func:`~pyg_fedgraph.utils.seeds.make_generator`).
+        held_out (torch.Tensor): clients that never train (novel clients),
+            sorted ids :math:`(H,)` (default: none).
+        task (str): ``"classification"`` or ``"regression"``.
+        local (LocalConfig): the run's local training settings.
+        objective (Objective, optional): the clients' loss and metrics
+            (default: the task's).
+        clients (ClientTable, optional): the server's table of every client's
+            latest accepted model, owned and written by the round engine
+            (default: a fresh table of the initial model, for strategies used
+            on their own).
     """
     num_clients: int
     layout: ParamLayout
@@ -37,30 +57,52 @@ class FederationContext:
     edge_index: Tensor | None = None
     edge_weight: Tensor | None = None
     seed: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
+    held_out: Tensor = field(default_factory=_no_clients)
+    task: Task = "classification"
+    local: LocalConfig = field(default_factory=LocalConfig)
+    objective: Objective | None = None
+    clients: ClientTable | None = None
 
+    def __post_init__(self) -> None:
+        self.held_out = torch.as_tensor(self.held_out, dtype=torch.long).unique()
+        if self.held_out.numel() and not 0 <= int(self.held_out.min()) <= \
+                int(self.held_out.max()) < self.num_clients:
+            raise ValueError(f"held_out names clients outside [0, {self.num_clients}): "
+                             f"{self.held_out.tolist()}")
+        if self.objective is None:
+            self.objective = objective_for(self.task)
+        if self.clients is None:
+            self.clients = ClientTable(self.init_params, self.num_clients)
+        if self.clients.num_clients != self.num_clients:
+            raise ValueError(f"the client table holds {self.clients.num_clients} clients, "
+                             f"the federation has {self.num_clients}")
 
-@dataclass
-class TrainPlan:
-    r"""What the server sends to the :math:`S` clients sampled this round.
+    @property
+    def table(self) -> ClientTable:
+        r"""The client table (never ``None`` after construction)."""
+        assert self.clients is not None
+        return self.clients
 
-    Args:
-        params (torch.Tensor, optional): starting parameters :math:`(S, D)`;
-            ``None`` lets every client continue from its own local model.
-        regularizer (Regularizer, optional): extra local loss term.
-        config (LocalConfig, optional): overrides the local SGD settings.
-        personal (TrainPlan, optional): a second local training of the same
-            clients in the same round (Ditto's personalized models): its
-            ``params`` :math:`(S, D)` are the clients' personal starting
-            models (required), with its own ``regularizer`` and ``config``.
-            The trained result reaches :meth:`Strategy.aggregate_train` as
-            ``graph.personal_x`` :math:`(S, D)`; the simulator keeps no copy
-            of it, so the strategy stores what it needs (default: ``None``).
-    """
-    params: Tensor | None = None
-    regularizer: Regularizer | None = None
-    config: LocalConfig | None = None
-    personal: TrainPlan | None = None
+    def shares(self, clients: Tensor | None = None) -> Tensor:
+        r"""Sample shares :math:`p_i = n_i / \sum_j n_j` over ``clients``
+        (default: all) :math:`(S,)`."""
+        n = self.num_samples if clients is None else self.num_samples[clients]
+        return sample_shares(n, self.init_params.dtype)
+
+    def add_clients(self, init_params: Tensor, num_samples: Tensor) -> None:
+        r"""Clients joining the federation: they get ids :math:`N, \ldots,
+        N + k - 1`, hold ``init_params`` :math:`(k, D)` in the client table and
+        ``num_samples`` :math:`(k,)` training samples."""
+        if init_params.dim() != 2 or init_params.size(0) != num_samples.numel():
+            raise ValueError(f"init_params must be (k, D) for k = {num_samples.numel()} "
+                             f"joining clients, got {tuple(init_params.shape)}")
+        self.table.grow(init_params)
+        self.num_samples = torch.cat([self.num_samples, num_samples.to(self.num_samples)])
+        self.num_clients = self.table.num_clients
+
+    def is_held_out(self, clients: Tensor) -> Tensor:
+        r"""Which of ``clients`` :math:`(S,)` are held out, as a bool mask."""
+        return torch.isin(clients, self.held_out.to(clients.device))
 
 
 class Strategy(nn.Module):
@@ -70,22 +112,29 @@ class Strategy(nn.Module):
     orchestration (who is sampled, local training, evaluation) calls, each
     round:
 
-    1. :meth:`configure_train` for the sampled clients,
+    1. :meth:`configure_train` for the sampled clients: a
+       :class:`~pyg_fedgraph.train.jobs.TrainPlan` (starting models,
+       regularizer, local settings and rule, further client jobs),
     2. :meth:`aggregate_train` with a :class:`FederationGraph` of their
-       results (``x`` = trained parameters, ``delta`` = their updates),
-    3. :meth:`personalized_params` for the models to evaluate.
+       accepted results (``x`` = uploaded parameters, ``delta`` = their
+       updates, one attribute per client job's output),
+    3. :meth:`personalized_params` (and :meth:`finetune_job`) for the models
+       to evaluate.
 
-    All resumable state is in :meth:`state_dict` (tensors registered as
-    buffers or parameters, plus :meth:`get_extra_state` for optimizers).
-    Subclasses set the class attribute ``name`` (the CLI name).
+    The federation's state that is not the strategy's own (every client's
+    latest model, which clients trained or are held out, the local settings)
+    is read from :attr:`ctx` (:class:`FederationContext`); a strategy keeps
+    no copy of the client table. All resumable state of the strategy is in
+    :meth:`state_dict` (tensors registered as buffers or parameters, plus
+    :meth:`get_extra_state` for optimizers). As in PyTorch, state tensors are
+    updated in place and ``state_dict()`` shares their storage: whoever keeps
+    a snapshot copies it. Subclasses set the class attribute ``name`` (the
+    CLI name).
 
     Attributes:
-        finetune (bool): evaluate after local fine-tuning from the
-            personalized model (FedAvg-FT style).
         needs_prior_graph (bool): the strategy requires ``edge_index``.
     """
     name: ClassVar[str] = ""
-    finetune: bool = False
     needs_prior_graph: ClassVar[bool] = False
 
     def __init__(self) -> None:
@@ -135,6 +184,11 @@ class Strategy(nn.Module):
         r"""Models to evaluate for ``clients`` :math:`(S, D)`; ``None`` means
         each client's own local model."""
         raise NotImplementedError
+
+    def finetune_job(self) -> FineTune | None:
+        r"""Local fine-tuning of :meth:`personalized_params` before every
+        evaluation (FedAvg-FT), or ``None`` (the default)."""
+        return None
 
     def collaboration_graph(self) -> Tensor | None:
         r"""The latest client collaboration matrix :math:`(N, N)` if the

@@ -2,95 +2,23 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
 from pyg_fedgraph.data.federation import FederationGraph
+from pyg_fedgraph.nn.bipartition import LINKAGES, LinkageName, bipartition
+from pyg_fedgraph.nn.functional import pairwise_cosine
 from pyg_fedgraph.strategies.base import FederationContext, Strategy, TrainPlan
 from pyg_fedgraph.strategies.registry import register_strategy
 
 if TYPE_CHECKING:
     import optuna
 
-__all__ = ["CFL", "bipartition", "cosine_similarity_matrix"]
+__all__ = ["CFL"]
 
 log = logging.getLogger(__name__)
-
-LinkageName = Literal["complete", "single"]
-_LINKAGES = ("complete", "single")
-
-
-def cosine_similarity_matrix(x: Tensor, eps: float = 1e-12) -> Tensor:
-    r"""Pairwise cosine similarities :math:`\alpha_{ij} = \langle x_i, x_j
-    \rangle / (\lVert x_i \rVert \lVert x_j \rVert)` of the rows of ``x``
-    :math:`(M, D)`, as :math:`(M, M)`; zero rows have similarity 0."""
-    unit = x / x.norm(dim=1, keepdim=True).clamp(min=eps)
-    return unit @ unit.t()
-
-
-def bipartition(similarity: Tensor, linkage: LinkageName = "complete") -> Tensor:
-    r"""Splits :math:`M \geq 2` clients into two groups by agglomerative
-    clustering of their pairwise similarities, the bi-partitioning step of
-    `"Clustered Federated Learning: Model-Agnostic Distributed Multitask
-    Optimization Under Privacy Constraints"
-    <https://arxiv.org/abs/1910.01991>`_ (Sattler et al., 2020).
-
-    Starting from singletons, the two most similar clusters are merged until
-    two remain. The similarity of two clusters :math:`c, c'` is
-
-    .. math::
-        s(c, c') = \min_{i \in c, j \in c'} \alpha_{ij} \;\;(\text{complete})
-        \qquad\text{or}\qquad
-        \max_{i \in c, j \in c'} \alpha_{ij} \;\;(\text{single}).
-
-    ``"single"`` returns the paper's optimal bi-partition (Algorithm 1),
-    :math:`\arg\min_{c_1 \cup c_2 = c} \max_{i \in c_1, j \in c_2}
-    \alpha_{ij}` (merging by decreasing similarity builds a maximum spanning
-    tree; its weakest edge is the cut). ``"complete"`` is what the authors'
-    public code runs (scikit-learn's ``AgglomerativeClustering`` with
-    complete linkage on :math:`-\alpha`). Ties go to the lowest indices, so
-    the result is deterministic.
-
-    The :math:`M - 2` merges are sequential by nature, hence the Python loop
-    (each merge is vectorized over clusters); :math:`M` is the size of one
-    cluster.
-
-    Args:
-        similarity (torch.Tensor): symmetric :math:`(M, M)`.
-        linkage (str, optional): ``"complete"`` or ``"single"``
-            (default: ``"complete"``).
-
-    Returns:
-        A bool mask :math:`(M,)`: ``True`` for the group that does *not*
-        contain client 0.
-    """
-    if linkage not in _LINKAGES:
-        raise ValueError(f"linkage must be one of {_LINKAGES}, got {linkage!r}")
-    if similarity.dim() != 2 or similarity.size(0) != similarity.size(1):
-        raise ValueError(f"similarity must be square (M, M), got {tuple(similarity.shape)}")
-    m = similarity.size(0)
-    if m < 2:
-        raise ValueError(f"bipartition needs at least 2 clients, got {m}")
-    sim = similarity.detach().to(torch.float64).clone()
-    sim.fill_diagonal_(float("-inf"))
-    active = torch.ones(m, dtype=torch.bool)
-    label = torch.arange(m)
-    combine = torch.minimum if linkage == "complete" else torch.maximum
-    for _ in range(m - 2):
-        pair_ok = active.unsqueeze(0) & active.unsqueeze(1)
-        flat = int(sim.masked_fill(~pair_ok, float("-inf")).argmax())
-        a, b = divmod(flat, m)
-        i, j = min(a, b), max(a, b)
-        merged = combine(sim[i], sim[j])
-        sim[i, :] = merged
-        sim[:, i] = merged
-        sim[i, i] = float("-inf")
-        active[j] = False
-        label[label == j] = i  # a cluster is named by its smallest member
-    return label != 0
-
 
 @register_strategy("cfl")
 class CFL(Strategy):
@@ -175,8 +103,8 @@ class CFL(Strategy):
         if isinstance(warmup_rounds, bool) or not isinstance(warmup_rounds, int) \
                 or warmup_rounds < 0:
             raise ValueError(f"warmup_rounds must be a non-negative int, got {warmup_rounds!r}")
-        if linkage not in _LINKAGES:
-            raise ValueError(f"linkage must be one of {_LINKAGES}, got {linkage!r}")
+        if linkage not in LINKAGES:
+            raise ValueError(f"linkage must be one of {LINKAGES}, got {linkage!r}")
         self.eps1 = float(eps1)
         self.eps2 = float(eps2)
         self.min_cluster_size = min_cluster_size
@@ -207,9 +135,8 @@ class CFL(Strategy):
         super().setup(ctx)
         n = ctx.num_clients
         init = ctx.init_params.detach()
-        held_out = torch.as_tensor(ctx.extra.get("held_out", []), dtype=torch.long)
         self.cluster_of = torch.zeros(n, dtype=torch.long)
-        self.cluster_of[held_out] = -1
+        self.cluster_of[ctx.held_out] = -1
         self.cluster_params = init.unsqueeze(0).repeat(n, 1)
         self.num_clusters = torch.ones((), dtype=torch.long)
         self.last_mean_norm = torch.full((n,), float("nan"), dtype=init.dtype)
@@ -272,7 +199,7 @@ class CFL(Strategy):
         # One bi-partition per splitting cluster (at most a few per round).
         for c in split.nonzero().view(-1).tolist():
             rows = (cluster == c).nonzero().view(-1)
-            side = bipartition(cosine_similarity_matrix(delta[rows]), self.linkage)
+            side = bipartition(pairwise_cosine(delta[rows]), self.linkage)
             new = int(self.num_clusters)
             self.cluster_of[ids[rows[side]]] = new
             self.num_clusters += 1

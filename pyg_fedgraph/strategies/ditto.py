@@ -14,6 +14,7 @@ from pyg_fedgraph.strategies.fedavg import FedAvg
 from pyg_fedgraph.strategies.fedprox import _check_nonnegative, proximal_term
 from pyg_fedgraph.strategies.registry import register_strategy
 from pyg_fedgraph.train.engine import Regularizer
+from pyg_fedgraph.train.jobs import PersonalTraining
 
 if TYPE_CHECKING:
     import optuna
@@ -42,8 +43,8 @@ class Ditto(FedAvg):
     Each sampled client therefore runs two local trainings per round: the
     global copy (plain local SGD from :math:`\theta^t`) and :math:`v_i`
     (from its previous :math:`v_i`, same local schedule). The second runs
-    through :attr:`TrainPlan.personal`; its result arrives in
-    :meth:`aggregate_train` as ``graph.personal_x``. Clients are evaluated
+    as a :class:`~pyg_fedgraph.train.jobs.PersonalTraining` client job; its
+    result arrives in :meth:`aggregate_train` as ``graph.personal_x``. Clients are evaluated
     with :math:`v_i`, initialized to the common initial model (Algorithm 1:
     :math:`v_i^0 = \theta^0`). A held-out client never trains, so it has no
     personalized model: it is evaluated with the global model.
@@ -84,20 +85,19 @@ class Ditto(FedAvg):
 
     def configure_train(self, rnd: int, clients: Tensor) -> TrainPlan:
         plan = super().configure_train(rnd, clients)
-        lam = self.lam
-        plan.personal = TrainPlan(
+        plan.jobs = (PersonalTraining(
             params=self.personal_params[clients].clone(),
-            regularizer=Regularizer(partial(proximal_term, coefficient=lam), plan.params))
+            regularizer=Regularizer(partial(proximal_term, coefficient=self.lam), plan.params)),)
         return plan
 
     def aggregate_train(self, rnd: int, graph: FederationGraph) -> None:
         if graph.num_clients == 0:
             return
-        personal = getattr(graph, "personal_x", None)
-        if personal is None:
+        if "personal_x" not in graph:
             raise ValueError("Ditto needs the clients' trained personalized models as "
-                             "graph.personal_x; run it with a simulator that trains "
-                             "TrainPlan.personal")
+                             "graph.personal_x: the output of the PersonalTraining job of "
+                             "its plan")
+        personal = graph.personal_x
         if personal.shape != graph.x.shape:
             raise ValueError(f"graph.personal_x has shape {tuple(personal.shape)}, "
                              f"graph.x has {tuple(graph.x.shape)}")
@@ -107,8 +107,5 @@ class Ditto(FedAvg):
     def personalized_params(self, clients: Tensor) -> Tensor | None:
         ctx = self._require_setup()
         out = self.personal_params[clients].clone()
-        held_out = ctx.extra.get("held_out")
-        if held_out is not None and held_out.numel():
-            novel = torch.isin(clients, held_out)
-            out[novel] = self.global_params.to(out.dtype)
+        out[ctx.is_held_out(clients)] = self.global_params.to(out.dtype)
         return out

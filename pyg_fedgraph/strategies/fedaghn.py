@@ -49,9 +49,10 @@ class FedAGHN(ServerOptimizerState, Strategy):
         \Big(\frac{\partial \tilde{\theta}_i}{\partial (p_i, q_i)}\Big)^{\top}
         (-\Delta\theta_i),
 
-    then projects :math:`q_i \ge q_{\min}` (as the authors' code) and stores
-    the client's node feature for the next round,
-    :math:`\theta_i \leftarrow \tilde{\theta}_i + \Delta\theta_i`.
+    then projects :math:`q_i \ge q_{\min}` (as the authors' code). The
+    client's node feature for the next round is its upload,
+    :math:`\theta_i \leftarrow \tilde{\theta}_i + \Delta\theta_i`, which
+    the round engine writes to the client table.
 
     Implementation choices:
 
@@ -105,10 +106,12 @@ class FedAGHN(ServerOptimizerState, Strategy):
         self_weight_min (float, optional): threshold :math:`q_{\min}` of the
             self weight (authors' code: 0) (default: :obj:`0.0`)
 
+    The node features :math:`\theta_j` are the engine's client table
+    (:attr:`FederationContext.clients`: every client's latest upload).
+
     Shapes:
-        - **state:** node features ``theta`` :math:`(N, D)`, last updates
-          ``last_delta`` :math:`(N, D)` with mask ``has_delta`` :math:`(N)`,
-          personalized initial models ``theta_tilde`` :math:`(N, D)`, last
+        - **state:** last updates ``last_delta`` :math:`(N, D)` (valid for the clients that have
+          trained, :attr:`FederationContext.clients`), last
           collaboration weights ``alpha`` :math:`(L, N, N)`.
     """
 
@@ -129,10 +132,7 @@ class FedAGHN(ServerOptimizerState, Strategy):
         self.self_weight_min = float(self_weight_min)
         self.conv: AGHNConv | None = None
         self.optimizer: torch.optim.SGD | None = None
-        self.register_buffer("theta", torch.empty(0))
         self.register_buffer("last_delta", torch.empty(0))
-        self.register_buffer("has_delta", torch.empty(0, dtype=torch.bool))
-        self.register_buffer("theta_tilde", torch.empty(0))
         self.register_buffer("alpha", torch.empty(0))
         # Round whose weights ``alpha`` holds (0: none computed yet).
         self.register_buffer("alpha_round", torch.zeros((), dtype=torch.long))
@@ -162,10 +162,7 @@ class FedAGHN(ServerOptimizerState, Strategy):
                              self_weight_min=self.self_weight_min).to(init.device)
         self.optimizer = torch.optim.SGD(self.conv.parameters(), lr=self.hn_lr,
                                          momentum=self.hn_momentum)
-        self.theta = init.unsqueeze(0).repeat(n, 1)
-        self.last_delta = torch.zeros_like(self.theta)
-        self.has_delta = torch.zeros(n, dtype=torch.bool, device=init.device)
-        self.theta_tilde = self.theta.clone()
+        self.last_delta = init.new_zeros(n, init.numel())
         self.alpha = init.new_zeros(layout.num_layers, n, n)
         self.alpha_round = torch.zeros((), dtype=torch.long)
 
@@ -174,7 +171,6 @@ class FedAGHN(ServerOptimizerState, Strategy):
         self._require_setup()
         with torch.no_grad():
             theta_tilde, alpha = self._personalize(return_attention_weights=True)
-        self.theta_tilde = theta_tilde
         self.alpha = alpha
         self.alpha_round.fill_(int(rnd))
         return TrainPlan(params=theta_tilde[clients].clone())
@@ -183,9 +179,11 @@ class FedAGHN(ServerOptimizerState, Strategy):
         self._require_setup()
         if graph.num_clients == 0:
             return
-        ids = graph.client_id.to(self.theta.device)
-        delta = graph.delta.to(self.theta)
-        # Same inputs as in configure_train, so this is the theta_tilde the
+        ids = graph.client_id.to(self.last_delta.device)
+        delta = graph.delta.to(self.last_delta)
+        # The client table still holds the models of the previous round (the
+        # engine writes this round's after aggregate_train): same inputs as in
+        # configure_train, so this is the theta_tilde the
         # clients started from, now with the graph to p and q.
         theta_tilde = self._personalize()
         if theta_tilde.requires_grad:
@@ -199,25 +197,19 @@ class FedAGHN(ServerOptimizerState, Strategy):
             log.debug("round %d: mean sharpness %.4f, mean self weight %.4f", rnd,
                       float(self.conv.sharpness.detach().mean()),
                       float(self.conv.self_weight.detach().mean()))
-        self.theta[ids] = graph.x.detach().to(self.theta)
         self.last_delta[ids] = delta.detach()
-        self.has_delta[ids] = True
 
     def personalized_params(self, clients: Tensor) -> Tensor | None:
         r"""``None`` (each client's model after local training) unless some
         of ``clients`` are held out: those get the personalized initial model
         the AGHN generates for them from the current state."""
         ctx = self._require_setup()
-        held_out = ctx.extra.get("held_out")
-        if held_out is None or held_out.numel() == 0:
-            return None
-        clients = clients.to(self.theta.device)
-        novel = torch.isin(clients, held_out.to(clients.device))
+        novel = ctx.is_held_out(clients)
         if not bool(novel.any()):
             return None
         with torch.no_grad():
             theta_tilde = self._personalize()
-        out = self.theta[clients].clone()
+        out = ctx.table.params[clients].clone()
         out[novel] = theta_tilde[clients[novel]]
         return out
 
@@ -239,20 +231,20 @@ class FedAGHN(ServerOptimizerState, Strategy):
     def _personalize(self, return_attention_weights: bool = False):
         r"""One :class:`AGHNConv` forward for all clients from the stored state."""
         ctx = self._require_setup()
-        trained = self.has_delta
+        trained = ctx.table.trained
         if bool(trained.any()):
             delta: Tensor | None = self.last_delta
             edge_index = None if bool(trained.all()) else _edges_from(trained)
         else:
             # Round 1: no update yet, uniform weights over the trainable clients.
             delta = None
-            held_out = ctx.extra.get("held_out")
             edge_index = None
-            if held_out is not None and held_out.numel() > 0:
+            if ctx.held_out.numel() > 0:
                 sources = torch.ones_like(trained)
-                sources[held_out.to(trained.device)] = False
+                sources[ctx.held_out.to(trained.device)] = False
                 edge_index = _edges_from(sources)
-        return self.conv(self.theta, delta, ctx.layout.ptr.to(self.theta.device), edge_index,
+        theta = ctx.table.params
+        return self.conv(theta, delta, ctx.layout.ptr.to(theta.device), edge_index,
                          return_attention_weights=return_attention_weights)
 
 

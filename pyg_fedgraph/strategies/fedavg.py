@@ -7,8 +7,10 @@ import torch
 from torch import Tensor
 
 from pyg_fedgraph.data.federation import FederationGraph
+from pyg_fedgraph.nn.functional import sample_shares
 from pyg_fedgraph.strategies.base import FederationContext, Strategy, TrainPlan
 from pyg_fedgraph.strategies.registry import register_strategy
+from pyg_fedgraph.train.jobs import FineTune
 
 if TYPE_CHECKING:
     import optuna
@@ -24,9 +26,7 @@ def weighted_average(x: Tensor, num_samples: Tensor) -> Tensor:
         x (torch.Tensor): :math:`(S, D)`.
         num_samples (torch.Tensor): :math:`(S,)`.
     """
-    w = num_samples.to(x.dtype)
-    w = w / w.sum() if w.sum() > 0 else torch.full_like(w, 1.0 / w.numel())
-    return w @ x
+    return sample_shares(num_samples, x.dtype) @ x
 
 
 @register_strategy("local")
@@ -103,7 +103,6 @@ class FedAvgFT(FedAvg):
         finetune_epochs (int, optional): local epochs of fine-tuning; ``None``
             uses the run's local epochs (default: ``None``).
     """
-    finetune = True
 
     def __init__(self, finetune_epochs: int | None = None) -> None:
         super().__init__()
@@ -111,3 +110,6 @@ class FedAvgFT(FedAvg):
 
     def hparams(self) -> dict[str, Any]:
         return {"finetune_epochs": self.finetune_epochs}
+
+    def finetune_job(self) -> FineTune | None:
+        return FineTune(self.finetune_epochs)

@@ -17,6 +17,7 @@ from pyg_fedgraph.nn.cluster_propagation import (
 from pyg_fedgraph.strategies.base import FederationContext, Strategy, TrainPlan
 from pyg_fedgraph.strategies.registry import register_strategy
 from pyg_fedgraph.utils.clustering import kmeans
+from pyg_fedgraph.utils.seeds import make_generator
 
 if TYPE_CHECKING:
     import optuna
@@ -28,9 +29,6 @@ log = logging.getLogger(__name__)
 EvaluateName = Literal["distributed", "local"]
 _EVALUATE = ("distributed", "local")
 
-# Offset mixing the run's seed and the round into the k-means generator's seed, so the
-# stream differs from the simulator's own generators seeded with the same run seed.
-_SEED_STRIDE = 1_000_033
 
 
 @register_strategy("fedcedar")
@@ -77,9 +75,10 @@ class FedCEDAR(Strategy):
     grouping), so the best of ``num_init`` restarts is kept, as scikit-learn's
     ``KMeans(n_init=...)`` does.
 
-    The k-means seeding of round :math:`t` draws from a generator seeded with
-    ``(ctx.seed, t)``, so a run is deterministic and a resumed run clusters
-    exactly as the uninterrupted one.
+    The k-means seeding of round :math:`t` draws from the stream
+    ``(ctx.seed, "kmeans", t)`` (:mod:`pyg_fedgraph.utils.seeds`), so a run
+    is deterministic and a resumed run clusters exactly as the uninterrupted
+    one.
 
     **Evaluation.** The paper reports "average accuracy" of the personalized
     models (Sec. 4.2) without saying whether a client is tested with the
@@ -193,7 +192,8 @@ class FedCEDAR(Strategy):
             # Nobody uploaded: keep the centres; nobody was "sampled last round".
             self.cluster_of = torch.full_like(self.cluster_of, -1)
             return
-        centres, assignment = self._cluster(graph.x.detach(), ctx.seed * _SEED_STRIDE + rnd)
+        centres, assignment = self._cluster(graph.x.detach(),
+                                            make_generator(ctx.seed, "kmeans", rnd))
         k = centres.size(0)
         self.centre_graph.zero_()
         self.centre_graph[:k, :k] = cluster_graph(centres)
@@ -204,10 +204,9 @@ class FedCEDAR(Strategy):
         log.debug("round %d: %d clients in %d clusters of sizes %s", rnd, graph.num_clients, k,
                   torch.bincount(assignment, minlength=k).tolist())
 
-    def _cluster(self, x: Tensor, seed: int) -> tuple[Tensor, Tensor]:
+    def _cluster(self, x: Tensor, generator: torch.Generator) -> tuple[Tensor, Tensor]:
         # Restarts run one after the other from one generator (a loop over restarts, not
         # over clients); the lowest k-means objective J (Eq. 1) wins, the first on ties.
-        generator = torch.Generator().manual_seed(seed)
         best = kmeans(x, self.num_clusters, generator=generator)
         best_cost = float(((x - best[0][best[1]]) ** 2).sum())
         for _ in range(self.num_init - 1):

@@ -10,6 +10,7 @@ from pyg_fedgraph.strategies.base import TrainPlan
 from pyg_fedgraph.strategies.fedavg import FedAvg
 from pyg_fedgraph.strategies.registry import register_strategy
 from pyg_fedgraph.train.engine import Regularizer
+from pyg_fedgraph.train.jobs import FineTune
 
 if TYPE_CHECKING:
     import optuna
@@ -100,7 +101,6 @@ class FedProxFT(FedProx):
         finetune_epochs (int, optional): local epochs of fine-tuning; ``None``
             uses the run's local epochs (default: ``None``).
     """
-    finetune = True
 
     def __init__(self, mu: float = 0.01, finetune_epochs: int | None = None) -> None:
         super().__init__(mu=mu)
@@ -110,3 +110,6 @@ class FedProxFT(FedProx):
 
     def hparams(self) -> dict[str, Any]:
         return {"mu": self.mu, "finetune_epochs": self.finetune_epochs}
+
+    def finetune_job(self) -> FineTune | None:
+        return FineTune(self.finetune_epochs)

@@ -20,6 +20,7 @@ from pyg_fedgraph.strategies.base import (
 )
 from pyg_fedgraph.strategies.registry import register_strategy
 from pyg_fedgraph.train.engine import LocalConfig
+from pyg_fedgraph.utils.seeds import derive_seed
 
 if TYPE_CHECKING:
     import optuna
@@ -69,15 +70,14 @@ class Panacea(ServerOptimizerState, Strategy):
     * Per-client averaging (``client_reduction="mean"``): the gradient is
       the mean over the :math:`S` sampled clients, so ``hn_lr`` does not
       depend on how many clients a round samples.
-    * Panacea samples 5 clients per round (Sec. IV-A, "Hyperparameters");
-      client sampling belongs to the simulator: use
-      ``sample_fraction = 5 / N`` for the paper's protocol.
+    * Panacea samples 5 clients per round (Sec. IV-A, "Hyperparameters"):
+      :meth:`default_sample_fraction` is :math:`5 / N`, what the round
+      engine samples unless the run says otherwise.
     * :math:`K_c = 50` local SGD steps (Sec. IV-A) apply when
       ``local_steps=50`` is set; by default the run's local settings are
-      used. The other local settings come from ``ctx.extra["local"]`` (a
-      :class:`~pyg_fedgraph.train.LocalConfig`) when the orchestration
-      provides it.
-    * Novel clients (Table III): clients in ``ctx.extra["held_out"]`` are
+      used. The other local settings come from ``ctx.local``, the run's
+      :class:`~pyg_fedgraph.train.LocalConfig`.
+    * Novel clients (Table III): clients in ``ctx.held_out`` are
       marked with :meth:`GCNHypernetwork.set_held_out`, so their embeddings
       keep their initial value; their models are generated through their
       trained neighbours and evaluated without fine-tuning. Embeddings are
@@ -191,7 +191,6 @@ class Panacea(ServerOptimizerState, Strategy):
         self.needs_prior_graph = encoder == "gcn" or graph_generator  # type: ignore[misc]
         self.hypernetwork: GCNHypernetwork | None = None
         self.optimizer: torch.optim.Optimizer | None = None
-        self._seeds: torch.Generator | None = None
         self._local: LocalConfig | None = None
 
     def default_sample_fraction(self, num_clients: int) -> float:
@@ -228,7 +227,7 @@ class Panacea(ServerOptimizerState, Strategy):
         # The hypernetwork's initialization comes from the run's seed, not
         # from whatever the global random state holds.
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(ctx.seed)
+            torch.manual_seed(derive_seed(ctx.seed, "hypernetwork-init"))
             self.hypernetwork = GCNHypernetwork(
                 ctx.num_clients, ctx.layout.num_params,
                 embedding_dim=(self.embedding_dim if self.embedding_dim is not None
@@ -237,20 +236,12 @@ class Panacea(ServerOptimizerState, Strategy):
                 num_mlp_layers=self.num_mlp_layers, encoder=self.encoder,
                 graph_generator=self.graph_generator,
                 chunk_size=self.chunk_size).to(ctx.init_params.device)
-        held_out = ctx.extra.get("held_out")
-        if held_out is not None and held_out.numel() > 0:
-            self.hypernetwork.set_held_out(held_out.to(torch.long))
+        if ctx.held_out.numel() > 0:
+            self.hypernetwork.set_held_out(ctx.held_out)
         self.optimizer = self._make_optimizer(self.hypernetwork)
-        self._seeds = torch.Generator().manual_seed(ctx.seed)
         self._local = None
         if self.local_steps is not None:
-            base = ctx.extra.get("local")
-            if not isinstance(base, LocalConfig):
-                log.warning("%s: local_steps=%d but the run's local settings are not in "
-                            "ctx.extra['local']; the other LocalConfig defaults apply",
-                            self.name, self.local_steps)
-                base = LocalConfig()
-            self._local = replace(base, steps=self.local_steps)
+            self._local = replace(ctx.local, steps=self.local_steps)
 
     def _make_optimizer(self, hn: GCNHypernetwork) -> torch.optim.Optimizer:
         # Embeddings get no weight decay: held-out rows must keep their value.
@@ -277,14 +268,14 @@ class Panacea(ServerOptimizerState, Strategy):
         scale = 1.0 / graph.num_clients if self.client_reduction == "mean" else 1.0
         target: Tensor | None = None
         # K_s optimizer steps on one loss: a loop over steps, not over clients.
-        for _ in range(self.server_steps):
+        for step in range(self.server_steps):
             extra = None
             if self.graph_generator:
                 edge_index, edge_weight = self._graph()
                 z = hn.embed(edge_index, edge_weight)
                 theta = hn.generate(z[clients])
                 extra = self.lambda_d * hn.reconstruction_loss(
-                    z, edge_index, self._negative_edges(edge_index))
+                    z, edge_index, self._negative_edges(edge_index, rnd, step))
             else:
                 theta = self._generate(hn, clients)
             if target is None:
@@ -330,24 +321,14 @@ class Panacea(ServerOptimizerState, Strategy):
         edge_index, edge_weight = self._graph() if self.encoder == "gcn" else (None, None)
         return hn(edge_index, edge_weight, clients=clients)
 
-    def _negative_edges(self, edge_index: Tensor) -> Tensor:
-        if self._seeds is None:
-            raise RuntimeError(f"{type(self).__name__}.setup() must be called first")
-        seed = int(torch.randint(0, 2 ** 62, (), generator=self._seeds))
+    def _negative_edges(self, edge_index: Tensor, rnd: int, step: int) -> Tensor:
+        # PyG's negative_sampling draws from the global RNG: seed it from the
+        # stream (seed, "negative-sampling", round, step), leaving the caller's
+        # random state untouched.
+        ctx = self._require_setup()
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            return negative_sampling(edge_index, num_nodes=self._require_setup().num_clients)
-
-    def get_extra_state(self) -> dict[str, Any]:
-        state = super().get_extra_state()
-        if state and self._seeds is not None:
-            state["seeds"] = self._seeds.get_state()
-        return state
-
-    def set_extra_state(self, state: dict[str, Any]) -> None:
-        super().set_extra_state(state)
-        if state:
-            self._seeds.set_state(state["seeds"].clone())
+            torch.manual_seed(derive_seed(ctx.seed, "negative-sampling", rnd, step))
+            return negative_sampling(edge_index, num_nodes=ctx.num_clients)
 
 
 @register_strategy("pfedhn")

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import copy
-import dataclasses
 import logging
 from typing import Any, Literal
 
@@ -23,6 +22,7 @@ from pyg_fedgraph.strategies.base import (
     TrainPlan,
 )
 from pyg_fedgraph.strategies.registry import register_strategy
+from pyg_fedgraph.train.jobs import LossGradient
 
 __all__ = ["PFedGAT"]
 
@@ -61,12 +61,10 @@ class PFedGAT(ServerOptimizerState, Strategy):
       on top of its model (the paper says clients upload the scalar
       :math:`L_i`, but the server cannot backpropagate a scalar whose
       dependence on :math:`\tilde{\theta}_i` it does not know). The strategy
-      sets :attr:`needs_feedback_gradient`, and the
-      :class:`~pyg_fedgraph.simulation.Simulator` then passes these gradients
-      as ``graph.feedback`` :math:`(S, D)`, computed with
-      :meth:`~pyg_fedgraph.train.ClientTrainer.loss_gradient` at the
-      parameters the clients started from. The server is then trained on
-      the validation split, which also picks the reported round, so keep a
+      asks for it with a :class:`~pyg_fedgraph.train.jobs.LossGradient`
+      client job in its plan; the clients compute it at the parameters they
+      started from and it arrives as ``graph.feedback`` :math:`(S, D)`. The
+      server is then trained on the validation split, which also picks the reported round, so keep a
       separate split if an unbiased model selection matters.
     * ``"delta"`` (**no extra upload**): :math:`g_i =
       -\Delta\theta_i`, the negated change of the local training that
@@ -209,18 +207,17 @@ class PFedGAT(ServerOptimizerState, Strategy):
         self.evaluate = evaluate
         self.server: ClientGAT | AllocationLogits | None = None
         self.optimizer: torch.optim.Optimizer | None = None
-        self.register_buffer("theta", torch.empty(0))
-
-    @property
-    def needs_feedback_gradient(self) -> bool:
-        r"""``True`` when the orchestration must hand each sampled client's
-        held-out loss gradient at its starting model as ``graph.feedback``."""
-        return self.feedback == "gradient"
 
     @property
     def num_clients(self) -> int:
         r"""Current number of clients (grows with :meth:`add_clients`)."""
-        return int(self.theta.size(0))
+        return self._require_setup().num_clients
+
+    @property
+    def theta(self) -> Tensor:
+        r"""The GAT's node features: every client's latest model, the
+        engine's client table :math:`(N, D)`."""
+        return self._require_setup().table.params
 
     def hparams(self) -> dict[str, Any]:
         return {"hidden_channels": self.hidden_channels, "heads": self.heads,
@@ -242,30 +239,27 @@ class PFedGAT(ServerOptimizerState, Strategy):
             self.server = AllocationLogits(ctx.num_clients)
         self.server = self.server.to(device=init.device, dtype=init.dtype)
         self.optimizer = self._make_optimizer()
-        self.theta = init.unsqueeze(0).repeat(ctx.num_clients, 1)
 
     # ------------------------------------------------------------- rounds
     def configure_train(self, rnd: int, clients: Tensor) -> TrainPlan:
         self._require_setup()
         with torch.no_grad():
             theta_tilde, _ = self.server(self.theta)
-        return TrainPlan(params=theta_tilde[clients.to(self.theta.device)].clone())
+        # The exact feedback is each client's held-out loss gradient at its start.
+        jobs = (LossGradient("val"),) if self.feedback == "gradient" else ()
+        return TrainPlan(params=theta_tilde[clients.to(self.theta.device)].clone(), jobs=jobs)
 
     def aggregate_train(self, rnd: int, graph: FederationGraph) -> None:
         self._require_setup()
         if graph.num_clients == 0:
             return
         ids = graph.client_id.to(self.theta.device)
-        if self.feedback == "gradient":
-            feedback = getattr(graph, "feedback", None)
-            if feedback is None:
-                raise ValueError(
-                    "pFedGAT with feedback='gradient' needs graph.feedback (S, D): each client's "
-                    "validation-loss gradient at the model it started from. The Simulator adds "
-                    "it when strategy.needs_feedback_gradient is True; elsewhere compute it with "
-                    "ClientTrainer.loss_gradient, or use feedback='delta'")
-        else:
-            feedback = graph.delta
+        if self.feedback == "gradient" and "feedback" not in graph:
+            raise ValueError("pFedGAT with feedback='gradient' needs graph.feedback (S, D): each "
+                             "client's validation-loss gradient at the model it started from, "
+                             "the output of the LossGradient job of its plan; or use "
+                             "feedback='delta'")
+        feedback = graph.feedback if self.feedback == "gradient" else graph.delta
         if feedback.shape != graph.x.shape:
             raise ValueError(f"feedback has shape {tuple(feedback.shape)} for "
                              f"{tuple(graph.x.shape)} client parameters: send one D-vector "
@@ -280,7 +274,6 @@ class PFedGAT(ServerOptimizerState, Strategy):
                 theta_tilde, _ = self.server(self.theta)
                 allocation_backward(theta_tilde[ids], feedback, mode=self.feedback)
                 self.optimizer.step()
-        self.theta[ids] = graph.x.detach().to(self.theta)
 
     def personalized_params(self, clients: Tensor) -> Tensor | None:
         r"""The personalized models :math:`\tilde{\theta}_i` (eq. 8) of
@@ -292,9 +285,7 @@ class PFedGAT(ServerOptimizerState, Strategy):
         if self.evaluate == "personalized":
             with torch.no_grad():
                 return self.server(self.theta)[0][clients].clone()
-        held_out = ctx.extra.get("held_out")
-        novel = (torch.zeros_like(clients, dtype=torch.bool) if held_out is None
-                 else torch.isin(clients, held_out.to(clients.device)))
+        novel = ctx.is_held_out(clients)
         if not bool(novel.any()):
             return None
         with torch.no_grad():
@@ -318,8 +309,11 @@ class PFedGAT(ServerOptimizerState, Strategy):
 
         The GAT is kept as is (its weights do not depend on :math:`N`); with
         ``use_gat=False`` the logit table grows (new logits zero) and its
-        optimizer state is padded with zeros. ``ctx.num_clients`` is updated
-        and the newcomers' ``num_samples`` are recorded as 0 (unknown).
+        optimizer state is padded with zeros. The federation context grows
+        (:meth:`FederationContext.add_clients`: the client table, and
+        ``num_samples`` recorded as 0, unknown). Joining is supported when the
+        strategy is driven directly, as in the paper's experiment; the
+        orchestrators keep a fixed set of clients.
 
         Args:
             num_new (int): number of joining clients :math:`k`.
@@ -339,15 +333,16 @@ class PFedGAT(ServerOptimizerState, Strategy):
         if tuple(new.shape) != (num_new, d):
             raise ValueError(f"init_params must be ({d},) or ({num_new}, {d}) for {num_new} "
                              f"new clients, got {tuple(new.shape)}")
-        self.theta = torch.cat([self.theta, new], dim=0)
+        ctx.add_clients(new, ctx.num_samples.new_zeros(num_new))
         if isinstance(self.server, AllocationLogits):
-            old_state = self.optimizer.state_dict()
-            self.server.add_clients(num_new)
-            self.optimizer = self._make_optimizer()
-            self.optimizer.load_state_dict(_pad_state(old_state, self.num_clients))
-        self.ctx = dataclasses.replace(
-            ctx, num_clients=self.num_clients,
-            num_samples=torch.cat([ctx.num_samples, ctx.num_samples.new_zeros(num_new)]))
+            self._grow_logits(num_new)
+
+    def _grow_logits(self, num_new: int) -> None:
+        assert isinstance(self.server, AllocationLogits) and self.optimizer is not None
+        old_state = self.optimizer.state_dict()
+        self.server.add_clients(num_new)
+        self.optimizer = self._make_optimizer()
+        self.optimizer.load_state_dict(_pad_state(old_state, self.server.logits.size(0)))
 
     # ------------------------------------------------------------ helpers
     def _make_optimizer(self) -> torch.optim.Optimizer:
@@ -357,12 +352,12 @@ class PFedGAT(ServerOptimizerState, Strategy):
         return torch.optim.SGD(params, lr=self.gat_lr)
 
     def _load_from_state_dict(self, state_dict: Any, prefix: str, *args: Any) -> None:
-        # A saved strategy may hold more clients than this one (clients joined
+        # A saved logit table may hold more clients than this one (clients joined
         # after it was set up): grow first, so the shapes match.
-        theta = state_dict.get(prefix + "theta")
-        if (self.server is not None and isinstance(theta, Tensor) and theta.dim() == 2
-                and theta.size(0) > self.num_clients):
-            self.add_clients(int(theta.size(0)) - self.num_clients)
+        logits = state_dict.get(prefix + "server.logits")
+        if (isinstance(self.server, AllocationLogits) and isinstance(logits, Tensor)
+                and logits.size(0) > self.server.logits.size(0)):
+            self._grow_logits(int(logits.size(0)) - int(self.server.logits.size(0)))
         super()._load_from_state_dict(state_dict, prefix, *args)
 
 

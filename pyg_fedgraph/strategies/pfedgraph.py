@@ -17,6 +17,7 @@ from pyg_fedgraph.nn.collaboration_qp import (
     initial_collaboration_graph,
     update_similarity,
 )
+from pyg_fedgraph.nn.functional import sample_shares
 from pyg_fedgraph.strategies.base import FederationContext, Strategy, TrainPlan
 from pyg_fedgraph.strategies.registry import register_strategy
 from pyg_fedgraph.train.engine import Regularizer
@@ -135,10 +136,9 @@ class PFedGraph(Strategy):
     short compared with the paper's 200 iterations per round, that change is
     dominated by the trajectory the clients share through aggregation, the
     similarities climb above the threshold and the graph drifts towards
-    :math:`W_{ij} = p_j` over the rounds (measured on the digits data, 16
-    local steps per round: mean :math:`|W_{ij} - 1/N|` from 0.13 in round 1
-    to 0.006 in round 30). Restricting the similarity to the last layers
-    (``layers=``, as the paper does) slows the drift.
+    :math:`W_{ij} = p_j`; restricting the similarity to the last layers
+    (``layers=``, as the paper does) slows the drift. Measurements:
+    ``benchmarks/results/claims.md`` (section B).
 
     **Evaluation.** The paper's Algorithm 1 returns the clients' locally
     trained models :math:`\{\theta_i\}` as the personalized models, and the
@@ -177,12 +177,16 @@ class PFedGraph(Strategy):
         evaluate (str, optional): ``"local"`` or ``"aggregated"``, which model
             :meth:`personalized_params` reports (default: ``"local"``).
 
+    **State.** None of its own: the graph :math:`W`, the similarity
+    :math:`S` and the aggregates :math:`\tilde{\Theta}, \bar{\Theta}` are
+    functions of the engine's client table (every client's latest model and
+    whether it has trained, :attr:`FederationContext.clients`), computed
+    when first needed after the table changes.
+
     Shapes:
-        - **state:** personalized models :math:`\tilde{\Theta}` :math:`(N, D)`,
-          regularization references :math:`\bar{\Theta}` :math:`(N, D)`,
-          latest models :math:`(N, D)`, initial model :math:`(D,)`, graph
-          :math:`W` and similarity :math:`S` :math:`(N, N)`, ``trained``
-          :math:`(N,)`.
+        - **derived:** graph :math:`W` and similarity :math:`S` :math:`(N, N)`
+          (float64), aggregates :math:`\tilde{\Theta}, \bar{\Theta}`
+          :math:`(N, D)`.
     """
 
     def __init__(self, alpha: float | None = None, lam: float = 0.01,
@@ -221,16 +225,10 @@ class PFedGraph(Strategy):
         self.qp = CollaborationQP(alpha, solver=solver)
         self.alpha = self.qp.alpha
         self.aggregation = GraphAggregation()
-        self.register_buffer("theta_tilde", torch.empty(0))
-        self.register_buffer("theta_bar", torch.empty(0))
-        self.register_buffer("latest", torch.empty(0))
-        self.register_buffer("initial", torch.empty(0))
-        self.register_buffer("graph", torch.empty(0, dtype=torch.float64))
-        self.register_buffer("similarity", torch.empty(0, dtype=torch.float64))
-        self.register_buffer("trained", torch.empty(0, dtype=torch.bool))
-        self.register_buffer("num_aggregations", torch.zeros((), dtype=torch.long))
         # Derived from `layers` and the layout in setup(): not state.
         self.register_buffer("similarity_mask", None, persistent=False)
+        self._graph_cache: tuple[int, Tensor, Tensor] | None = None
+        self._aggregate_cache: tuple[int, Tensor, Tensor | None] | None = None
 
     @classmethod
     def search_space(cls, trial: optuna.trial.Trial) -> dict[str, Any]:
@@ -248,98 +246,116 @@ class PFedGraph(Strategy):
 
     def setup(self, ctx: FederationContext) -> None:
         super().setup(ctx)
-        n = ctx.num_clients
-        init = ctx.init_params.detach()
         if self.alpha is None:
             # Appendix C.1.4: alpha = 0.08 K for the K clients of the federation, not
             # for however many have trained so far.
-            self.qp = CollaborationQP(DEFAULT_ALPHA_PER_CLIENT * n, solver=self.solver)
+            self.qp = CollaborationQP(DEFAULT_ALPHA_PER_CLIENT * ctx.num_clients,
+                                      solver=self.solver)
         self.similarity_mask = (None if self.layers is None
                                 else ctx.layout.mask(ctx.layout.select_layers(self.layers)))
-        self.initial = init.clone()
-        self.latest = init.unsqueeze(0).repeat(n, 1)
-        self.theta_tilde = init.unsqueeze(0).repeat(n, 1)
-        self.theta_bar = torch.zeros_like(self.theta_tilde)
-        self.graph = initial_collaboration_graph(n, dtype=torch.float64)
-        self.similarity = torch.eye(n, dtype=torch.float64)
-        self.trained = torch.zeros(n, dtype=torch.bool)
-        self.num_aggregations = torch.zeros((), dtype=torch.long)
+        self._graph_cache = self._aggregate_cache = None
+
+    # ----------------------------------------------------------- derived state
+    def _graphs(self) -> tuple[Tensor, Tensor]:
+        r"""``(W, S)`` :math:`(N, N)` for the current client table."""
+        ctx = self._require_setup()
+        table = ctx.table
+        if self._graph_cache is not None and self._graph_cache[0] == table.version:
+            return self._graph_cache[1], self._graph_cache[2]
+        n = ctx.num_clients
+        weight = initial_collaboration_graph(n, dtype=torch.float64)
+        similarity = torch.eye(n, dtype=torch.float64)
+        active = table.trained.nonzero().view(-1)
+        if active.numel():
+            delta = table.params[active] - ctx.init_params
+            sim = update_similarity(delta, mask=self.similarity_mask,
+                                    threshold=self.threshold).double()
+            rows = self.qp(sim, sample_shares(ctx.num_samples[active], torch.float64))
+            # Rows of trained clients are solved over the trained clients; the
+            # other rows keep their (initial) weights.
+            block = (active.unsqueeze(1), active.unsqueeze(0))
+            weight[active] = 0.0
+            weight[block] = rows
+            similarity[block] = sim
+            log.debug("collaboration graph over %d clients, mean self weight %.3f",
+                      active.numel(), float(rows.diagonal().mean()))
+        self._graph_cache = (table.version, weight, similarity)
+        return weight, similarity
+
+    def _aggregates(self) -> tuple[Tensor, Tensor | None]:
+        r"""``(theta_tilde, theta_bar)`` :math:`(N, D)` for the current table
+        (``theta_bar`` ``None`` before any client trained or when not used)."""
+        ctx = self._require_setup()
+        table = ctx.table
+        if self._aggregate_cache is not None and self._aggregate_cache[0] == table.version:
+            return self._aggregate_cache[1], self._aggregate_cache[2]
+        latest = table.params
+        if not bool(table.trained.any()):
+            # Every client holds the initial model: so does W latest, up to rounding.
+            theta_tilde, theta_bar = latest, None
+        else:
+            weight = self._graphs()[0].to(latest.dtype)
+            theta_tilde = self.aggregation(latest, weight=weight)
+            theta_bar = None
+            if self.normalized_aggregate:
+                norm = torch.linalg.vector_norm(latest, dim=1, keepdim=True).clamp_min(_EPS)
+                theta_bar = self.aggregation(latest / norm, weight=weight)
+        self._aggregate_cache = (table.version, theta_tilde, theta_bar)
+        return theta_tilde, theta_bar
+
+    @property
+    def theta_tilde(self) -> Tensor:
+        r"""The personalized aggregates :math:`\tilde{\Theta} = W \Theta`
+        :math:`(N, D)` of the current client table."""
+        return self._aggregates()[0]
+
+    @property
+    def theta_bar(self) -> Tensor | None:
+        r"""The normalized aggregates :math:`\bar{\Theta}` :math:`(N, D)` that
+        regularize local training (``None`` before any client trained or with
+        ``normalized_aggregate=False``)."""
+        return self._aggregates()[1]
 
     # ------------------------------------------------------------------ rounds
     def configure_train(self, rnd: int, clients: Tensor) -> TrainPlan:
         self._require_setup()
         clients = clients.to(torch.long)
+        theta_tilde, theta_bar = self._aggregates()
         regularizer = None
-        if int(self.num_aggregations) > 0 and self.lam > 0:
-            reference = self.theta_bar if self.normalized_aggregate else self.theta_tilde
+        if self.lam > 0 and bool(self._require_setup().table.trained.any()):
+            reference = theta_bar if theta_bar is not None else theta_tilde
             regularizer = Regularizer(partial(cosine_regularizer, lam=self.lam),
                                       reference[clients])
-        return TrainPlan(params=self.theta_tilde[clients].clone(), regularizer=regularizer)
+        return TrainPlan(params=theta_tilde[clients].clone(), regularizer=regularizer)
 
     def aggregate_train(self, rnd: int, graph: FederationGraph) -> None:
-        ctx = self._require_setup()
-        if graph.num_clients == 0:
-            return
-        ids = graph.client_id.to(torch.long)
-        # New tensors instead of in-place writes: a state_dict() taken earlier
-        # (a checkpoint kept in memory) must not change under it.
-        latest = self.latest.clone()
-        latest[ids] = graph.x.detach().to(latest.dtype)
-        trained = self.trained.clone()
-        trained[ids] = True
-        active = trained.nonzero().view(-1)
-
-        delta = latest[active] - self.initial
-        sim = update_similarity(delta, mask=self.similarity_mask,
-                                threshold=self.threshold).double()
-        n = ctx.num_samples.to(torch.float64)[active]
-        p = n / n.sum() if float(n.sum()) > 0 else torch.full_like(n, 1.0 / n.numel())
-        rows = self.qp(sim, p)
-
-        # Rows of trained clients are re-solved over the trained clients; the
-        # other rows keep their (initial) weights.
-        block = (active.unsqueeze(1), active.unsqueeze(0))
-        weight = self.graph.clone()
-        weight[active] = 0.0
-        weight[block] = rows
-        similarity = self.similarity.clone()
-        similarity[block] = sim
-
-        self.latest, self.trained, self.graph, self.similarity = latest, trained, weight, similarity
-        self.theta_tilde = self.aggregation(latest, weight=weight.to(latest.dtype))
-        if self.normalized_aggregate:
-            norm = torch.linalg.vector_norm(latest, dim=1, keepdim=True).clamp_min(_EPS)
-            self.theta_bar = self.aggregation(latest / norm, weight=weight.to(latest.dtype))
-        self.num_aggregations = self.num_aggregations + 1
-        log.debug("round %d: collaboration graph over %d clients, mean self weight %.3f",
-                  rnd, active.numel(), float(rows.diagonal().mean()))
+        # The engine writes the uploads to the client table; the graph and the
+        # aggregates are recomputed from it when next needed.
+        return None
 
     def personalized_params(self, clients: Tensor) -> Tensor | None:
         self._require_setup()
         if self.evaluate == "local":
             return None
-        return self.theta_tilde[clients.to(torch.long)].clone()
+        return self._aggregates()[0][clients.to(torch.long)].clone()
 
     # -------------------------------------------------------------- inspection
     def collaboration_graph(self) -> Tensor | None:
         r"""The collaboration graph :math:`W` :math:`(N, N)` (row :math:`i` =
         weights client :math:`i` gives; the initial graph before round 1)."""
-        self._require_setup()
-        return self.graph.clone()
+        return self._graphs()[0].clone()
 
     def last_edges(self) -> tuple[Tensor, Tensor] | None:
         r"""The QP-inferred graph as ``(edge_index, edge_weight)`` with edges
         :math:`j \rightarrow i` of weight :math:`W_{ij} > 0` (PyG convention,
         see :func:`~pyg_fedgraph.nn.aggregation.dense_to_edges`); :obj:`None`
-        before the first aggregation."""
-        self._require_setup()
-        if int(self.num_aggregations) == 0:
+        before any client trained."""
+        if not bool(self._require_setup().table.trained.any()):
             return None
-        return dense_to_edges(self.graph)
+        return dense_to_edges(self._graphs()[0])
 
     def last_similarity(self) -> Tensor:
         r"""The latest similarity matrix :math:`S` :math:`(N, N)` fed to the
         QP (identity before round 1; rows and columns of clients that never
         trained are those of the identity)."""
-        self._require_setup()
-        return self.similarity.clone()
+        return self._graphs()[1].clone()

@@ -7,11 +7,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch import Tensor
-from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.utils import add_remaining_self_loops
 
 from pyg_fedgraph.data.federation import FederationGraph
-from pyg_fedgraph.nn.aggregation import GraphAggregation
+from pyg_fedgraph.nn.khop import KHopPropagation
 from pyg_fedgraph.strategies.base import FederationContext, Strategy, TrainPlan
 from pyg_fedgraph.strategies.registry import register_strategy
 from pyg_fedgraph.train.engine import Regularizer
@@ -26,7 +25,6 @@ log = logging.getLogger(__name__)
 NormalizationName = Literal["sym", "row"]
 StartName = Literal["propagated", "local", "global"]
 MissingGraphName = Literal["complete", "error"]
-_NORMALIZATIONS = ("sym", "row")
 _STARTS = ("propagated", "local", "global")
 _MISSING = ("complete", "error")
 
@@ -72,10 +70,9 @@ class SFL(Strategy):
         \;\;(\text{``sym''}) \quad\text{or}\quad
         \hat{A} = \tilde{D}^{-1} (A + I) \;\;(\text{``row''}),
 
-    with :math:`\tilde{D}` the degree matrix of :math:`A + I` (GCN
-    normalization, :func:`torch_geometric.nn.conv.gcn_conv.gcn_norm`; each hop
-    is a :class:`~pyg_fedgraph.nn.GraphAggregation`, a sparse matrix
-    product). Client :math:`i` then trains from :math:`u_i` with
+    with :math:`\tilde{D}` the degree matrix of :math:`A + I`
+    (:class:`~pyg_fedgraph.nn.KHopPropagation`, sparse products). Client
+    :math:`i` then trains from :math:`u_i` with
 
     .. math::
         \min_{\theta}\; F_i(\theta) + \frac{\lambda}{2}
@@ -150,9 +147,13 @@ class SFL(Strategy):
         missing_graph (str, optional): ``"complete"`` or ``"error"``, what to
             do when the dataset has no prior graph (default: ``"complete"``).
 
+    **State.** None of its own: :math:`V` is the engine's client table
+    (:attr:`FederationContext.clients`: the latest upload of each client and
+    which clients have uploaded); :math:`U` is propagated from it when first
+    needed after it changes.
+
     Shapes:
-        - **state:** local models :math:`V` :math:`(N, D)`, structure-aware
-          models :math:`U` :math:`(N, D)`, ``uploaded`` :math:`(N,)` (bool).
+        - **derived:** structure-aware models :math:`U` :math:`(N, D)`.
     """
 
     def __init__(self, num_hops: int = 3, lam: float = 0.3,
@@ -165,9 +166,6 @@ class SFL(Strategy):
             raise ValueError(f"lam must be >= 0, got {lam!r}")
         if not global_lam >= 0:
             raise ValueError(f"global_lam must be >= 0, got {global_lam!r}")
-        if normalization not in _NORMALIZATIONS:
-            raise ValueError(f"normalization must be one of {_NORMALIZATIONS}, "
-                             f"got {normalization!r}")
         if start not in _STARTS:
             raise ValueError(f"start must be one of {_STARTS}, got {start!r}")
         if missing_graph not in _MISSING:
@@ -178,11 +176,8 @@ class SFL(Strategy):
         self.start = start
         self.global_lam = float(global_lam)
         self.missing_graph = missing_graph
-        self.aggregation = GraphAggregation(normalize=normalization == "row")
-        self.register_buffer("local_params", torch.empty(0))
-        self.register_buffer("propagated", torch.empty(0))
-        self.register_buffer("uploaded", torch.empty(0, dtype=torch.bool))
-        self.register_buffer("init_params", torch.empty(0), persistent=False)
+        self.propagation = KHopPropagation(num_hops, normalization)
+        self._cache: tuple[int, Tensor] | None = None
         # The graph with self loops is rebuilt from the context by setup().
         self.register_buffer("graph_edge_index", torch.empty(2, 0, dtype=torch.long),
                              persistent=False)
@@ -230,53 +225,38 @@ class SFL(Strategy):
             edge_index.to(torch.long), edge_weight.to(init.dtype), fill_value=1.0, num_nodes=n)
         self.graph_edge_index = edge_index
         self.graph_edge_weight = edge_weight
-        self.init_params = init.clone()
-        self.local_params = init.unsqueeze(0).repeat(n, 1)
-        self.propagated = init.unsqueeze(0).repeat(n, 1)
-        self.uploaded = torch.zeros(n, dtype=torch.bool)
+        self._cache = None
 
     # ------------------------------------------------------------- operator
-    def _operator(self) -> tuple[Tensor, Tensor, Tensor]:
-        r"""One hop's normalized edges over the clients that have uploaded a
-        model, and which clients receive anything."""
-        n = self.uploaded.numel()
-        keep = self.uploaded[self.graph_edge_index[0]]
-        edge_index = self.graph_edge_index[:, keep]
-        edge_weight = self.graph_edge_weight[keep]
-        if self.normalization == "sym":
-            edge_index, edge_weight = gcn_norm(edge_index, edge_weight, num_nodes=n,
-                                               add_self_loops=False)
-        receives = torch.zeros(n, dtype=torch.bool)
-        receives[edge_index[1]] = True
-        return edge_index, edge_weight, receives
-
-    def _propagate(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        if self.num_hops == 0:
-            return x.clone(), torch.ones(x.size(0), dtype=torch.bool)
-        edge_index, edge_weight, receives = self._operator()
-        h = x
-        for _ in range(self.num_hops):  # K sparse products, K is a small constant
-            h = self.aggregation(h, edge_index, edge_weight)
-        return h * receives.unsqueeze(1).to(h.dtype), receives
-
     def propagate(self, x: Tensor) -> Tensor:
         r"""Applies :math:`\hat{A}^{K}` (restricted to clients that have
         uploaded) to ``x`` :math:`(N, F)`; rows of clients that receive no
         model are zero."""
-        self._require_setup()
-        return self._propagate(x)[0]
+        ctx = self._require_setup()
+        return self.propagation(x, self.graph_edge_index, self.graph_edge_weight,
+                                sources=ctx.table.trained)[0]
 
-    def _structure_aware(self) -> Tensor:
-        u, receives = self._propagate(self.local_params)
-        return torch.where(receives.unsqueeze(1), u, self.init_params.unsqueeze(0))
+    @property
+    def propagated(self) -> Tensor:
+        r"""The structure-aware models :math:`U` :math:`(N, D)` of the current
+        client table (the initial model for clients that receive nothing)."""
+        ctx = self._require_setup()
+        table = ctx.table
+        if self._cache is None or self._cache[0] != table.version:
+            u, receives = self.propagation(table.params, self.graph_edge_index,
+                                           self.graph_edge_weight, sources=table.trained)
+            self._cache = (table.version,
+                           torch.where(receives.unsqueeze(1), u, ctx.init_params.unsqueeze(0)))
+        return self._cache[1]
 
     def global_model(self) -> Tensor:
         r"""The read-out :math:`w`: mean of the structure-aware models of the
         clients that have uploaded (the initial model before any upload)."""
-        self._require_setup()
-        if not bool(self.uploaded.any()):
-            return self.init_params.clone()
-        return self.propagated[self.uploaded].mean(dim=0)
+        ctx = self._require_setup()
+        uploaded = ctx.table.trained
+        if not bool(uploaded.any()):
+            return ctx.init_params.clone()
+        return self.propagated[uploaded].mean(dim=0)
 
     # --------------------------------------------------------------- rounds
     def configure_train(self, rnd: int, clients: Tensor) -> TrainPlan:
@@ -299,15 +279,9 @@ class SFL(Strategy):
         return TrainPlan(params=params, regularizer=regularizer)
 
     def aggregate_train(self, rnd: int, graph: FederationGraph) -> None:
-        self._require_setup()
-        if graph.num_clients == 0:
-            return
-        ids = graph.client_id.to(torch.long)
-        self.local_params[ids] = graph.x.detach().to(self.local_params.dtype)
-        self.uploaded[ids] = True
-        self.propagated = self._structure_aware()
-        log.debug("round %d: %d clients uploaded, %d have a model", rnd, ids.numel(),
-                  int(self.uploaded.sum()))
+        # The engine writes the uploads (V) to the client table; U is
+        # propagated from it when next needed.
+        log.debug("round %d: %d clients uploaded", rnd, graph.num_clients)
 
     def personalized_params(self, clients: Tensor) -> Tensor | None:
         self._require_setup()
@@ -318,8 +292,7 @@ class SFL(Strategy):
         restricted to clients that have uploaded (:math:`u_i = \sum_j M_{ij}
         v_j`; a zero row means the client keeps the initial model);
         ``None`` before the first upload."""
-        self._require_setup()
-        if not bool(self.uploaded.any()):
+        ctx = self._require_setup()
+        if not bool(ctx.table.trained.any()):
             return None
-        n = self.uploaded.numel()
-        return self.propagate(torch.eye(n, dtype=self.local_params.dtype))
+        return self.propagate(torch.eye(ctx.num_clients, dtype=ctx.init_params.dtype))

@@ -1,16 +1,16 @@
 r"""Client-side local training, batched over clients."""
 from pyg_fedgraph.train.engine import (
-                                          ClientTrainer,
-                                          LocalConfig,
-                                          Regularizer,
-                                          TrainResult,
-                                          batch_schedule,
+    ClientTrainer,
+    LocalConfig,
+    Regularizer,
+    TrainResult,
+    batch_schedule,
 )
 from pyg_fedgraph.train.objective import (
-                                          Objective,
-                                          classification_objective,
-                                          objective_for,
-                                          regression_objective,
+    Objective,
+    classification_objective,
+    objective_for,
+    regression_objective,
 )
 
 __all__ = [

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -21,7 +21,8 @@ from torch.func import functional_call, grad_and_value, vmap
 
 from pyg_fedgraph.data.federated_dataset import FederatedDataset
 from pyg_fedgraph.data.layout import ParamLayout
-from pyg_fedgraph.train.objective import Objective, objective_for
+from pyg_fedgraph.train.objective import Objective
+from pyg_fedgraph.train.rules import SGD, LocalProblem, LocalRule
 
 __all__ = ["LocalConfig", "Regularizer", "TrainResult", "ClientTrainer", "batch_schedule"]
 
@@ -101,8 +102,21 @@ class TrainResult:
     extra: dict = field(default_factory=dict)
 
 
+Generators = torch.Generator | Sequence[torch.Generator] | None
+
+
+def _client_generators(generator: Generators, s: int) -> list[torch.Generator | None]:
+    if generator is None or isinstance(generator, torch.Generator):
+        return [generator] * s
+    gens = list(generator)
+    if len(gens) != s:
+        raise ValueError(f"{len(gens)} generators given for {s} clients; pass one per client "
+                         f"(or a single generator for all)")
+    return gens
+
+
 def batch_schedule(counts: Tensor, batch_size: int, *, epochs: int | None = None,
-                   steps: int | None = None, generator: torch.Generator | None = None
+                   steps: int | None = None, generator: Generators = None
                    ) -> tuple[Tensor, Tensor]:
     r"""The mini-batches every client visits, as one index tensor.
 
@@ -114,42 +128,59 @@ def batch_schedule(counts: Tensor, batch_size: int, *, epochs: int | None = None
     Clients with fewer batches wait (inactive) for the others. Steps mode:
     every step draws a fresh random batch (without replacement within it).
 
+    Client :math:`i`'s permutations are drawn from ``generator[i]`` alone and
+    depend only on :math:`n_i`, so a client gets the same batches whether it
+    trains alone (a Flower node) or batched with others (the simulator). This
+    is one small draw per client (a loop over clients, cheap next to
+    training); a single generator is drawn from client after client.
+
+    Args:
+        counts (torch.Tensor): samples per client :math:`(S,)`.
+        batch_size (int): :math:`B`.
+        epochs (int, optional): epoch mode.
+        steps (int, optional): steps mode (wins over ``epochs``).
+        generator (torch.Generator or list, optional): one generator per
+            client, or one for all.
+
     Returns:
         ``index`` :math:`(T, S, B)` and ``active`` :math:`(T, S)` (bool).
     """
     counts = counts.to(torch.long)
     s = counts.numel()
     n_max = int(counts.max()) if s else 0
+    empty = (torch.zeros(0, s, batch_size, dtype=torch.long), torch.zeros(0, s, dtype=torch.bool))
     if s == 0 or n_max == 0:
-        return torch.zeros(0, s, batch_size, dtype=torch.long), torch.zeros(0, s, dtype=torch.bool)
+        return empty
+    gens = _client_generators(generator, s)
+    rounds = steps if steps is not None else epochs
+    if rounds is None:
+        raise ValueError("batch_schedule needs epochs or steps")
+    if rounds == 0:
+        return empty
+    # perm[i, r, :n_i]: client i's r-th permutation of range(n_i).
+    perm = torch.zeros(s, rounds, n_max, dtype=torch.long)
+    for i, (n, gen) in enumerate(zip(counts.tolist(), gens, strict=True)):
+        if n:
+            perm[i, :, :n] = torch.rand(rounds, n, generator=gen).argsort(dim=1)
     safe = counts.clamp(min=1)
 
-    def permutation() -> Tensor:  # (S, n_max), row i starts with a permutation of range(n_i)
-        keys = torch.rand(s, n_max, generator=generator)
-        keys[torch.arange(n_max).unsqueeze(0) >= counts.unsqueeze(1)] = 2.0
-        return keys.argsort(dim=1)
-
-    def wrap(perm: Tensor, length: int) -> Tensor:  # (S, length), cycling over n_i entries
+    def wrap(r: int, length: int) -> Tensor:  # (S, length), cycling over n_i entries
         pos = torch.arange(length).unsqueeze(0) % safe.unsqueeze(1)
-        return perm.gather(1, pos)
+        return perm[:, r].gather(1, pos)
 
     if steps is not None:
-        idx = torch.stack([wrap(permutation(), batch_size) for _ in range(steps)]) \
-            if steps else torch.zeros(0, s, batch_size, dtype=torch.long)
+        idx = torch.stack([wrap(r, batch_size) for r in range(steps)])
         active = (counts > 0).unsqueeze(0).expand(steps, s).clone()
         return idx, active
-    assert epochs is not None
     per_epoch = -(-n_max // batch_size)
     n_batches = -(-counts // batch_size)  # (S,)
     idx, act = [], []
-    for _ in range(epochs):
-        flat = wrap(permutation(), per_epoch * batch_size)  # (S, per_epoch * B)
+    for r in range(rounds):
         # The last batch of client i restarts at the beginning of its permutation
         # so that it is full: positions past n_i wrap around.
+        flat = wrap(r, per_epoch * batch_size)
         idx.append(flat.view(s, per_epoch, batch_size).transpose(0, 1))
         act.append(torch.arange(per_epoch).unsqueeze(1) < n_batches.unsqueeze(0))
-    if not idx:
-        return torch.zeros(0, s, batch_size, dtype=torch.long), torch.zeros(0, s, dtype=torch.bool)
     return torch.cat(idx), torch.cat(act)
 
 
@@ -160,8 +191,8 @@ class ClientTrainer:
         model (torch.nn.Module): the client architecture (its values are not
             used: parameters come from the flat matrices passed in).
         dataset (FederatedDataset): all clients' data.
-        objective (Objective, optional): loss and metrics (default: from
-            ``dataset.task``).
+        objective (Objective, optional): loss and metrics (default: the
+            dataset's :attr:`~pyg_fedgraph.data.FederatedDataset.objective`).
         config (LocalConfig, optional): local SGD settings.
         eval_batch_size (int, optional): rows per client evaluated at once
             (default: ``1024``).
@@ -173,7 +204,7 @@ class ClientTrainer:
         self.model = copy.deepcopy(model)
         self.layout = ParamLayout.from_module(self.model)
         self.dataset = dataset
-        self.objective = objective or objective_for(dataset.task)
+        self.objective = objective or dataset.objective
         self.config = config or LocalConfig()
         self.eval_batch_size = eval_batch_size
         # Integer buffers (BatchNorm's num_batches_tracked) are bookkeeping, not
@@ -224,9 +255,9 @@ class ClientTrainer:
     # ---------------------------------------------------------------- train
     def train(self, clients: Tensor, params: Tensor, buffers: Tensor | None = None, *,
               regularizer: Regularizer | None = None, config: LocalConfig | None = None,
-              generator: torch.Generator | None = None, parallel: bool = True
-              ) -> TrainResult:
-        r"""Local SGD for clients ``clients`` starting from ``params``.
+              rule: LocalRule | None = None, generator: Generators = None,
+              parallel: bool = True) -> TrainResult:
+        r"""Local training of clients ``clients`` starting from ``params``.
 
         Args:
             clients (torch.Tensor): client ids :math:`(S,)`.
@@ -234,11 +265,15 @@ class ClientTrainer:
             buffers (torch.Tensor, optional): flat buffers :math:`(S, B)`.
             regularizer (Regularizer, optional): extra loss term per client.
             config (LocalConfig, optional): overrides the trainer's config.
-            generator (torch.Generator, optional): source of the batch order.
+            rule (LocalRule, optional): the local update rule (default:
+                :class:`~pyg_fedgraph.train.SGD`).
+            generator (torch.Generator or list, optional): source of the batch
+                order, one per client or one for all (see :func:`batch_schedule`).
             parallel (bool, optional): batched ``vmap`` path (default) or the
                 per-client reference loop.
         """
         cfg = config or self.config
+        rule = rule or SGD()
         clients = clients.to(torch.long)
         buffers = self._check(clients, params, buffers)
         if regularizer is not None and any(r.size(0) != clients.numel() for r in regularizer.refs):
@@ -246,47 +281,83 @@ class ClientTrainer:
         counts = self.dataset.num_samples("train")[clients]
         index, active = batch_schedule(counts, cfg.batch_size, epochs=cfg.epochs,
                                        steps=cfg.steps, generator=generator)
-        run = self._train_parallel if parallel else self._train_loop
-        return run(clients, params.detach().clone(), buffers.detach().clone(), index, active,
-                   regularizer, cfg)
+        theta, buffers = params.detach().clone(), buffers.detach().clone()
+        if parallel:
+            return self._train_parallel(clients, theta, buffers, index, active, regularizer,
+                                        cfg, rule)
+        if type(rule) is SGD and rule.mask is None:
+            return self._train_loop(clients, theta, buffers, index, active, regularizer, cfg)
+        # Other rules have no torch.optim twin: run the batched code one client at a time.
+        parts = [self._train_parallel(clients[i:i + 1], theta[i:i + 1], buffers[i:i + 1],
+                                      index[:, i:i + 1], active[:, i:i + 1],
+                                      None if regularizer is None
+                                      else regularizer.select(torch.tensor([i])), cfg, rule)
+                 for i in range(clients.numel())]
+        return TrainResult(torch.cat([p.params for p in parts]),
+                           torch.cat([p.buffers for p in parts]),
+                           torch.cat([p.loss for p in parts]), torch.cat([p.steps for p in parts]),
+                           {k: torch.cat([p.extra[k] for p in parts]) for k in parts[0].extra})
+
+    def problem(self, clients: Tensor, bufs: dict[str, Tensor],
+                regularizer: Regularizer | None, split: str = "train") -> LocalProblem:
+        r"""The clients' mini-batch objectives on ``split`` as a
+        :class:`~pyg_fedgraph.train.LocalProblem` (BatchNorm statistics in
+        ``bufs`` are updated in place by every forward in training mode)."""
+        reg_fn = regularizer.fn if regularizer is not None else None
+        refs = regularizer.refs if regularizer is not None else ()
+        in_dims = (0, 0, 0, 0, None) + (0,) * len(refs)
+        value_and_grad = vmap(grad_and_value(self._client_loss), in_dims=in_dims,
+                              randomness="different")
+
+        def grad(theta: Tensor, batch: Tensor) -> tuple[Tensor, Tensor]:
+            xb, yb = self.dataset.batch(split, batch, clients)
+            g, loss = value_and_grad(theta, bufs, xb, yb, reg_fn, *refs)
+            return g, loss.detach()
+
+        def one_hvp(theta: Tensor, b: dict[str, Tensor], xb: Tensor, yb: Tensor,
+                    v: Tensor, *r: Tensor) -> Tensor:
+            def g(t: Tensor) -> Tensor:
+                return torch.func.grad(self._client_loss)(t, b, xb, yb, reg_fn, *r)
+            return torch.func.jvp(g, (theta,), (v,))[1]
+
+        batched_hvp = vmap(one_hvp, in_dims=(0, 0, 0, 0, 0) + (0,) * len(refs),
+                           randomness="different")
+
+        def hvp(theta: Tensor, batch: Tensor, vector: Tensor) -> Tensor:
+            xb, yb = self.dataset.batch(split, batch, clients)
+            return batched_hvp(theta, bufs, xb, yb, vector, *refs)
+
+        return LocalProblem(grad, hvp)
 
     def _train_parallel(self, clients: Tensor, theta: Tensor, buffers: Tensor, index: Tensor,
-                        active: Tensor, reg: Regularizer | None, cfg: LocalConfig
-                        ) -> TrainResult:
+                        active: Tensor, reg: Regularizer | None, cfg: LocalConfig,
+                        rule: LocalRule) -> TrainResult:
         s = clients.numel()
         self.model.train()
         bufs = self._buffer_dict(buffers)
-        momentum = torch.zeros_like(theta) if cfg.momentum else None
-        has_momentum = torch.zeros(s, dtype=torch.bool)
+        problem = self.problem(clients, bufs, reg)
+        state = rule.init_state(theta, cfg)
         loss_sum = theta.new_zeros(s)
-        reg_fn = reg.fn if reg is not None else None
-        refs = reg.refs if reg is not None else ()
-        in_dims = (0, 0, 0, 0, None) + (0,) * len(refs)
-        step = vmap(grad_and_value(self._client_loss), in_dims=in_dims, randomness="different")
-        for t in range(index.size(0)):
-            act = active[t]
+        k = rule.batches_per_step
+        num_steps = index.size(0) // k
+        steps = theta.new_zeros(s, dtype=torch.long)
+        for t in range(num_steps):
+            # A client steps only when its schedule holds all k batches of the step.
+            act = active[t * k:(t + 1) * k].all(dim=0)
             if not bool(act.any()):
                 continue
-            xb, yb = self.dataset.batch("train", index[t], clients)
-            old = {k: v.clone() for k, v in bufs.items()} if bufs else {}
-            g, loss = step(theta, bufs, xb, yb, reg_fn, *refs)
-            if cfg.weight_decay:
-                g = g + cfg.weight_decay * theta
-            if momentum is not None:
-                first = act & ~has_momentum
-                momentum = torch.where(first.unsqueeze(1), g,
-                                       torch.where(act.unsqueeze(1), cfg.momentum * momentum + g,
-                                                   momentum))
-                has_momentum |= act
-                g = momentum
-            theta = torch.where(act.unsqueeze(1), theta - cfg.lr * g, theta)
-            loss_sum += torch.where(act, loss.detach(), loss_sum.new_zeros(()))
-            for k in bufs:  # inactive clients keep their BatchNorm statistics
-                shape = (s,) + (1,) * (bufs[k].dim() - 1)
-                bufs[k] = torch.where(act.view(shape), bufs[k], old[k])
-        steps = active.sum(0)
-        return TrainResult(theta, self._flat_buffers(bufs, s),
-                           loss_sum / steps.clamp(min=1), steps)
+            old = {name: v.clone() for name, v in bufs.items()} if bufs else {}
+            new, new_state, loss = rule.step(problem, theta, state,
+                                             list(index[t * k:(t + 1) * k].unbind(0)), cfg)
+            theta = torch.where(act.unsqueeze(1), new, theta)
+            state = {name: _keep_inactive(act, v, state.get(name)) for name, v in new_state.items()}
+            loss_sum += torch.where(act, loss, loss_sum.new_zeros(()))
+            steps += act.to(steps.dtype)
+            for name in bufs:  # inactive clients keep their BatchNorm statistics
+                bufs[name] = _keep_inactive(act, bufs[name], old[name])
+        params, extra = rule.finish(theta, state)
+        return TrainResult(params, self._flat_buffers(bufs, s),
+                           loss_sum / steps.clamp(min=1), steps, extra)
 
     def _train_loop(self, clients: Tensor, theta: Tensor, buffers: Tensor, index: Tensor,
                     active: Tensor, reg: Regularizer | None, cfg: LocalConfig) -> TrainResult:
@@ -379,3 +450,10 @@ class ClientTrainer:
     def __repr__(self) -> str:
         return (f"{self.__class__.__name__}({type(self.model).__name__}, "
                 f"clients={self.dataset.num_clients}, D={self.layout.num_params})")
+
+
+def _keep_inactive(active: Tensor, new: Tensor, old: Tensor | None) -> Tensor:
+    r"""``new`` for active clients (rows), ``old`` for the others."""
+    if old is None:
+        return new
+    return torch.where(active.view((-1,) + (1,) * (new.dim() - 1)), new, old)

@@ -4,6 +4,7 @@ Most tests route messages through an in-process Grid (no Ray, milliseconds);
 one module-scoped fixture runs a real Flower simulation (Ray backend, CPU) of
 FedAvg, pFedGraph and a round with malformed replies.
 """
+import dataclasses
 import functools
 import importlib
 import math
@@ -20,6 +21,7 @@ from flwr.app import Array, ConfigRecord, Context, Error, Message, RecordDict  #
 from flwr.serverapp import Grid  # noqa: E402
 
 from pyg_fedgraph.data.federated_dataset import ClientSplit, FederatedDataset  # noqa: E402
+from pyg_fedgraph.data.federation import ClientTable  # noqa: E402
 from pyg_fedgraph.data.layout import ParamLayout  # noqa: E402
 from pyg_fedgraph.integrations.flower import GraphStrategy, make_client_app, register_regularizer  # noqa: E402
 from pyg_fedgraph.integrations.flower import protocol as P  # noqa: E402
@@ -27,6 +29,7 @@ from pyg_fedgraph.simulation.simulator import Simulator  # noqa: E402
 from pyg_fedgraph.strategies import STRATEGIES, build_strategy  # noqa: E402
 from pyg_fedgraph.strategies.fedprox import proximal_term  # noqa: E402
 from pyg_fedgraph.train.engine import LocalConfig, Regularizer  # noqa: E402
+from pyg_fedgraph.utils.seeds import make_generator  # noqa: E402
 
 NUM_CLIENTS = 5
 # Full-batch local steps (batch = the 8 training samples of every client): the
@@ -134,9 +137,9 @@ def run_local(strategy, rounds=3, *, dataset=None, mods=None, grid_seed=1, **kwa
     return gs, grid
 
 
-def run_simulator(strategy, rounds=3, dataset=None):
+def run_simulator(strategy, rounds=3, dataset=None, sample_fraction=None):
     sim = Simulator(dataset or tiny_dataset(), tiny_model(), strategy, rounds=rounds,
-                    local=LOCAL, seed=0, progress=False)
+                    local=LOCAL, seed=0, progress=False, sample_fraction=sample_fraction)
     sim.run()
     return sim
 
@@ -208,10 +211,10 @@ def test_strategy_regularizers_are_rebuilt_exactly(name, kwargs, personal, fn_na
     data = tiny_dataset()
     sim = run_simulator(build_strategy(name, **kwargs), rounds=1, dataset=data)
     plan = sim.strategy.configure_train(2, torch.arange(NUM_CLIENTS))
-    reg = plan.personal.regularizer if personal else plan.regularizer
+    reg = plan.jobs[0].regularizer if personal else plan.regularizer
     d = sim.layout.num_params
     # Execute
-    spec = P.encode_regularizer(reg, d, sim.strategy, personal)
+    spec = P.encode_regularizer(reg, d, sim.strategy)
     spec = P.RegularizerSpec.from_json(spec.to_json())  # through the wire format
     # Assert
     assert spec.name == fn_name
@@ -271,6 +274,17 @@ def _received(grid, kind="train"):
     return out
 
 
+def _fresh_context(ctx):
+    """``ctx`` with a new client table holding the initial model (round 0)."""
+    return dataclasses.replace(ctx, clients=ClientTable(ctx.init_params, ctx.num_clients))
+
+
+def _replay_round(strategy, rnd, graph):
+    """What the round engine does with a round's accepted uploads."""
+    strategy.aggregate_train(rnd, graph)
+    strategy.ctx.table.update(graph.client_id, graph.x)
+
+
 def test_pfedgraph_sends_each_client_its_own_model_and_matches_the_simulator():
     graphs = []
     gs, grid = run_local(build_strategy("pfedgraph"),
@@ -279,12 +293,12 @@ def test_pfedgraph_sends_each_client_its_own_model_and_matches_the_simulator():
     received = _received(grid)
     # Each client received its own row of the strategy's personalized models.
     replay = build_strategy("pfedgraph")
-    replay.setup(gs.strategy.ctx)
+    replay.setup(_fresh_context(gs.strategy.ctx))
     for rnd, graph in enumerate(graphs, start=1):
         plan = replay.configure_train(rnd, torch.arange(NUM_CLIENTS))
         for pid in range(NUM_CLIENTS):
             assert torch.equal(received[(rnd, pid)], plan.params[pid])
-        replay.aggregate_train(rnd, graph)
+        _replay_round(replay, rnd, graph)
     later = torch.stack([received[(3, pid)] for pid in range(NUM_CLIENTS)])
     assert torch.pdist(later).min() > 0
     # The same updates give the same collaboration graph (exactly) ...
@@ -298,30 +312,59 @@ def test_pfedgraph_sends_each_client_its_own_model_and_matches_the_simulator():
     assert torch.allclose(gs.personalized_params(), sim.personalized_models()[0], atol=1e-5)
 
 
-@pytest.mark.parametrize("name, kwargs", [
-    ("local", {}),                         # clients continue from their own models
-    ("fedprox", {"mu": 0.5}),              # regularizer rebuilt on the client
-    ("ditto", {"lam": 1.0}),               # a second (personal) local job per round
-    ("fedamp", {}),                        # no starting model: the client sends its update
-    ("pfedgat", {"feedback": "gradient", "heads": 2, "hidden_channels": 4}),  # exact feedback
-    ("fedavg-ft", {"finetune_epochs": 1}),  # fine-tuning before evaluation
-    ("fedaghn", {}),                       # deltas of personalized starts
-    ("sfl", {"lam": 0.3}),                 # prior graph restricted to the sampled clients
-    ("panacea", {"embedding_dim": 4, "hidden_channels": 8, "server_steps": 2}),
-    ("fedcedar", {"num_clusters": 2}),
-])
-def test_other_strategies_on_flower_match_the_simulator(name, kwargs):
-    if name not in STRATEGIES:
-        pytest.skip(f"strategy {name!r} is not available")
-    # The simulator samples everyone by default; so does this comparison.
-    gs, _ = run_local(build_strategy(name, **kwargs), fraction_train=1.0)
-    sim = run_simulator(build_strategy(name, **kwargs))
+# Small settings of every registered strategy for the parity test below; a
+# strategy missing here fails the test (adding one means adding its line).
+PARITY_KWARGS = {
+    "local": {},                                  # clients continue from their own models
+    "fedavg": {},
+    "fedavg-ft": {"finetune_epochs": 1},          # fine-tuning before evaluation
+    "fedprox": {"mu": 0.5},                       # regularizer rebuilt on the client
+    "fedprox-ft": {"mu": 0.5, "finetune_epochs": 1},
+    "ditto": {"lam": 1.0},                        # a second (personal) client job
+    "fedamp": {},                                 # no starting model: the client sends its update
+    "pfedgat": {"feedback": "gradient", "heads": 2, "hidden_channels": 4},  # gradient job
+    "fedaghn": {},                                # deltas of personalized starts
+    "sfl": {"lam": 0.3},                          # prior graph restricted to the sampled clients
+    "panacea": {"embedding_dim": 4, "hidden_channels": 8, "server_steps": 2},
+    "pfedhn": {"embedding_dim": 4, "hidden_channels": 8},
+    "fedcedar": {"num_clusters": 2},
+    "cfl": {"warmup_rounds": 1, "eps1": 10.0, "eps2": 0.0},  # splits after round 1
+    "pfedgraph": {},
+}
+
+
+def test_parity_table_covers_the_registry():
+    assert sorted(PARITY_KWARGS) == sorted(STRATEGIES)
+
+
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
+def test_every_strategy_on_flower_matches_the_simulator(name):
+    # Both sample everyone (the comparison is of the rounds, not of sampling).
+    gs, _ = run_local(build_strategy(name, **PARITY_KWARGS[name]), fraction_train=1.0)
+    sim = run_simulator(build_strategy(name, **PARITY_KWARGS[name]), sample_fraction=1.0)
     assert gs.dropped == []
     expected = sim.strategy.personalized_params(torch.arange(NUM_CLIENTS))
     expected = sim.local_params if expected is None else expected
     assert torch.allclose(gs.personalized_params(), expected, atol=1e-6)
     acc = torch.tensor([gs.evaluate_metrics[3][i]["test-accuracy"] for i in range(NUM_CLIENTS)])
     assert torch.equal(acc, sim.history.records[-1].test["accuracy"])
+    # The engine's history is the same protocol in both.
+    assert gs.history.summary()["best_round"] == sim.summary()["best_round"]
+
+
+@pytest.mark.parametrize("batch_size", [3, 8])
+def test_mini_batches_agree_with_the_simulator(batch_size):
+    # Each client draws its batches from (seed, "batches", round, client) wherever
+    # it trains, so mini-batch training agrees too, not only full batches.
+    local = LocalConfig(lr=0.2, batch_size=batch_size, epochs=2)
+    data = tiny_dataset()
+    gs = GraphStrategy.from_dataset(build_strategy("fedavg"), tiny_model(), data, local=local)
+    gs.start(LocalGrid(make_client_app(tiny_model(), data, local=local), NUM_CLIENTS),
+             num_rounds=2)
+    sim = Simulator(data, tiny_model(), build_strategy("fedavg"), rounds=2, local=local,
+                    seed=0, progress=False)
+    sim.run()
+    assert torch.allclose(gs.strategy.global_params, sim.strategy.global_params, atol=1e-6)
 
 
 def test_local_settings_of_the_plan_reach_the_clients():
@@ -329,7 +372,9 @@ def test_local_settings_of_the_plan_reach_the_clients():
     gs, grid = run_local(build_strategy("panacea", embedding_dim=4, hidden_channels=8,
                                         server_steps=1, local_steps=3), rounds=1)
     train = [m for m in grid.sent if m.metadata.message_type == "train"]
-    assert train and all(m.content[P.CONFIG]["local.steps"] == 3 for m in train)
+    layout = ParamLayout.from_module(tiny_model())
+    plans = [P.decode_plan(m.content[P.CONFIG][P.PLAN], m.content, layout) for m in train]
+    assert plans and all(plan.config.steps == 3 for plan in plans)
     assert {m["steps"] for m in gs.train_metrics[1].values()} == {3.0}
     # Otherwise the server's settings (1 epoch), or, without them, the clients' own (2 epochs).
     data = tiny_dataset()
@@ -342,10 +387,11 @@ def test_local_settings_of_the_plan_reach_the_clients():
 
 
 def test_partial_participation_samples_like_the_simulator():
-    from pyg_fedgraph.simulation.simulator import sample_clients
+    from pyg_fedgraph.engine import sample_clients
     gs, _ = run_local(build_strategy("fedavg"), fraction_train=0.6)
-    gen = torch.Generator().manual_seed(0)  # the simulator's sampler (seed 0)
-    expected = [sample_clients(torch.arange(NUM_CLIENTS), 0.6, gen).tolist() for _ in range(3)]
+    # The engine's sampler: the stream (seed, "sample", round), seed 0.
+    expected = [sample_clients(torch.arange(NUM_CLIENTS), 0.6,
+                               make_generator(0, "sample", rnd)).tolist() for rnd in (1, 2, 3)]
     assert [sorted(gs.train_metrics[r]) for r in (1, 2, 3)] == expected
     assert all(len(ids) == 3 for ids in expected)
     # Every client is still evaluated.
@@ -531,7 +577,7 @@ def _check_received_and_replay(gs, graphs, directory, session, name):
     """Each client received its own row of the strategy's models, and the
     wrapped strategy fed the same updates in-process ends in the same state."""
     replay = build_strategy(name)
-    replay.setup(gs.strategy.ctx)
+    replay.setup(_fresh_context(gs.strategy.ctx))
     received = {}
     for rnd, graph in enumerate(graphs, start=1):
         plan = replay.configure_train(rnd, torch.arange(NUM_CLIENTS))
@@ -539,7 +585,7 @@ def _check_received_and_replay(gs, graphs, directory, session, name):
             got = torch.from_numpy(np.load(directory / f"{session}-{rnd}-{pid}.npy"))
             assert torch.equal(got, plan.params[pid])
             received[(rnd, pid)] = got
-        replay.aggregate_train(rnd, graph)
+        _replay_round(replay, rnd, graph)
     return replay, received
 
 

@@ -6,13 +6,13 @@ import torch
 from robustness_helpers import two_group_dataset
 
 from pyg_fedgraph.data.federated_dataset import ClientSplit, FederatedDataset
+from pyg_fedgraph.engine.validation import check_dataset
 from pyg_fedgraph.models.mlp import MLP
 from pyg_fedgraph.simulation.simulator import Simulator
-from pyg_fedgraph.simulation.validation import check_dataset
 from pyg_fedgraph.strategies import build_strategy
 from pyg_fedgraph.train.engine import LocalConfig
 
-LOGGER = "pyg_fedgraph.simulation.validation"
+LOGGER = "pyg_fedgraph.engine.validation"
 
 
 def simulate(data, strategy="fedavg", local=None, **kwargs):

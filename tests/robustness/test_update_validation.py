@@ -6,13 +6,13 @@ import torch
 from robustness_helpers import two_group_dataset
 
 from pyg_fedgraph.attacks import Attack
+from pyg_fedgraph.engine.validation import UpdateValidator, check_updates
 from pyg_fedgraph.models.mlp import MLP
 from pyg_fedgraph.simulation.simulator import Simulator
-from pyg_fedgraph.simulation.validation import UpdateValidator, check_updates
 from pyg_fedgraph.strategies.fedavg import FedAvg
 from pyg_fedgraph.train.engine import LocalConfig
 
-LOGGER = "pyg_fedgraph.simulation.validation"
+LOGGER = "pyg_fedgraph.engine.validation"
 
 
 # ------------------------------------------------------------ pure function

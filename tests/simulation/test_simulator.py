@@ -4,11 +4,12 @@ import pytest
 import torch
 
 from pyg_fedgraph.data.federated_dataset import ClientSplit, FederatedDataset
+from pyg_fedgraph.engine.history import History, RoundRecord
 from pyg_fedgraph.models.mlp import MLP
-from pyg_fedgraph.simulation.history import History, RoundRecord
 from pyg_fedgraph.simulation.simulator import Simulator, sample_clients
 from pyg_fedgraph.strategies.fedavg import FedAvg, FedAvgFT, Local, weighted_average
 from pyg_fedgraph.train.engine import ClientTrainer, LocalConfig
+from pyg_fedgraph.utils.seeds import make_generator
 
 TRAIN_COUNTS = (10, 6, 15, 4, 8, 12)
 CFG = LocalConfig(lr=0.1, momentum=0.9, batch_size=5, epochs=2)
@@ -85,12 +86,13 @@ def test_fedavg_full_participation_equals_hand_run():
 
     model = make_model()
     trainer = ClientTrainer(model, data, config=CFG)
-    gen = torch.Generator().manual_seed(0)
     n = data.num_clients
     everyone = torch.arange(n)
     global_params = trainer.layout.flatten(model)
-    for _ in range(3):
-        res = trainer.train(everyone, global_params.expand(n, -1).clone(), generator=gen)
+    for rnd in (1, 2, 3):
+        # Client i's batch order in round t comes from the stream (seed, "batches", t, i).
+        gens = [make_generator(0, "batches", rnd, i) for i in range(n)]
+        res = trainer.train(everyone, global_params.expand(n, -1).clone(), generator=gens)
         global_params = weighted_average(res.params, data.num_samples("train"))
     assert torch.allclose(sim.strategy.global_params, global_params, atol=1e-6)
     assert torch.allclose(sim.local_params, res.params, atol=1e-6)
@@ -117,10 +119,11 @@ def test_local_equals_independent_training():
     sim.run()
     model = make_model()
     trainer = ClientTrainer(model, data, config=CFG)
-    gen = torch.Generator().manual_seed(0)
-    local = trainer.layout.flatten(model).repeat(data.num_clients, 1)
-    for _ in range(3):  # every client continues from its own model
-        local = trainer.train(torch.arange(data.num_clients), local, generator=gen).params
+    n = data.num_clients
+    local = trainer.layout.flatten(model).repeat(n, 1)
+    for rnd in (1, 2, 3):  # every client continues from its own model
+        gens = [make_generator(0, "batches", rnd, i) for i in range(n)]
+        local = trainer.train(torch.arange(n), local, generator=gens).params
     assert torch.allclose(sim.local_params, local, atol=1e-6)
 
 

@@ -20,3 +20,23 @@ def two_group_dataset(n_per_split=(24, 8, 8), seed=0) -> FederatedDataset:
         splits[name] = ClientSplit.from_lists(xs, ys)
     return FederatedDataset("two-groups", "classification", splits, num_classes=2,
                             client_labels=torch.tensor([0, 0, 1, 1]))
+
+
+def aggregate(strategy, rnd, graph) -> None:
+    r"""What the round engine does with a round's accepted uploads when a test
+    drives a strategy by hand: the strategy aggregates them, then they are
+    written to the client table (:class:`~pyg_fedgraph.engine.RoundEngine`)."""
+    strategy.aggregate_train(rnd, graph)
+    strategy.ctx.table.update(graph.client_id, graph.x)
+
+
+def context_copy(ctx):
+    r"""``ctx`` with a client table of its own (a copy), for a second strategy
+    that must not share the first one's table."""
+    import dataclasses
+
+    from pyg_fedgraph.data.federation import ClientTable
+
+    table = ClientTable(ctx.init_params, ctx.num_clients)
+    table.load_state_dict(ctx.table.state_dict())
+    return dataclasses.replace(ctx, clients=table)

@@ -8,9 +8,10 @@ from pyg_fedgraph.data.federated_dataset import ClientSplit, FederatedDataset
 from pyg_fedgraph.data.federation import FederationGraph
 from pyg_fedgraph.data.layout import ParamLayout
 from pyg_fedgraph.models.mlp import MLP
+from pyg_fedgraph.nn import bipartition, pairwise_cosine
 from pyg_fedgraph.simulation.simulator import Simulator
 from pyg_fedgraph.strategies.base import FederationContext
-from pyg_fedgraph.strategies.cfl import CFL, bipartition, cosine_similarity_matrix
+from pyg_fedgraph.strategies.cfl import CFL
 from pyg_fedgraph.strategies.fedavg import FedAvg
 from pyg_fedgraph.strategies.registry import STRATEGIES, build_strategy
 from pyg_fedgraph.train.engine import LocalConfig
@@ -22,7 +23,7 @@ def _ctx(n, init, num_samples=None, held_out=()):
         num_samples = torch.ones(n, dtype=torch.long)
     return FederationContext(num_clients=n, layout=layout, init_params=init,
                              num_samples=num_samples,
-                             extra={"held_out": torch.tensor(held_out, dtype=torch.long)})
+                             held_out=torch.tensor(held_out, dtype=torch.long))
 
 
 def _strategy(n, init, num_samples=None, held_out=(), **kwargs):
@@ -113,7 +114,7 @@ def test_bipartition_agrees_with_scikit_learn(linkage):
     from sklearn.cluster import AgglomerativeClustering
     gen = torch.Generator().manual_seed(1)
     for _ in range(5):
-        sim = cosine_similarity_matrix(torch.randn(9, 5, generator=gen))
+        sim = pairwise_cosine(torch.randn(9, 5, generator=gen))
         ours = bipartition(sim, linkage)
         labels = AgglomerativeClustering(n_clusters=2, metric="precomputed",
                                          linkage=linkage).fit((1 - sim).double().numpy()).labels_
@@ -126,7 +127,7 @@ def test_single_linkage_is_the_optimal_bipartition():
     gen = torch.Generator().manual_seed(2)
     m = 6
     for _ in range(4):
-        sim = cosine_similarity_matrix(torch.randn(m, 3, generator=gen))
+        sim = pairwise_cosine(torch.randn(m, 3, generator=gen))
         best, best_cost = None, float("inf")
         for r in range(1, m):
             for group in itertools.combinations(range(1, m), r):

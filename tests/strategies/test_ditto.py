@@ -7,11 +7,11 @@ from pyg_fedgraph.cli import main
 from pyg_fedgraph.data.federation import FederationGraph
 from pyg_fedgraph.models.mlp import MLP
 from pyg_fedgraph.simulation.simulator import Simulator
-from pyg_fedgraph.strategies.base import TrainPlan
 from pyg_fedgraph.strategies.ditto import Ditto
 from pyg_fedgraph.strategies.fedavg import FedAvg
 from pyg_fedgraph.strategies.registry import STRATEGIES, build_strategy
 from pyg_fedgraph.train.engine import LocalConfig
+from pyg_fedgraph.train.jobs import PersonalTraining
 
 
 def _simulator(strategy, rounds=3, lr=0.1, model=None, held_out=None, seed=0):
@@ -37,12 +37,14 @@ def test_plan_has_personal_job():
     plan = strategy.configure_train(1, clients)
     assert torch.equal(plan.params, strategy.global_params.expand(2, -1))
     assert plan.regularizer is None
-    assert torch.equal(plan.personal.params, strategy.personal_params[clients])
-    (ref,) = plan.personal.regularizer.refs
+    (personal,) = plan.jobs
+    assert isinstance(personal, PersonalTraining)
+    assert torch.equal(personal.params, strategy.personal_params[clients])
+    (ref,) = personal.regularizer.refs
     assert torch.equal(ref, plan.params)
     # lam/2 ||v - theta||^2 with v = theta + 1 everywhere.
     v = ref[1] + 1.0
-    assert plan.personal.regularizer.fn(v, ref[1]).item() == pytest.approx(
+    assert personal.regularizer.fn(v, ref[1]).item() == pytest.approx(
         ref.size(1), rel=1e-5)
 
 
@@ -120,10 +122,10 @@ def test_errors_without_personal_results():
     class NoStart(Ditto):
         def configure_train(self, rnd, clients):
             plan = super().configure_train(rnd, clients)
-            plan.personal = TrainPlan(params=None)
+            plan.jobs = (PersonalTraining(params=None),)
             return plan
 
-    with pytest.raises(ValueError, match="without starting parameters"):
+    with pytest.raises(ValueError, match="personal-training job without params"):
         _simulator(NoStart(), rounds=1).step()
 
 

@@ -2,6 +2,7 @@ import json
 
 import pytest
 import torch
+from strategy_toys import aggregate, context_copy
 from strategy_toys import two_group_dataset as _two_group_dataset
 
 from pyg_fedgraph.data.federation import FederationGraph
@@ -73,12 +74,12 @@ def test_round_one_is_uniform_and_skips_the_hypernetwork_step():
     torch.testing.assert_close(strategy.layer_graphs(), torch.full((2, 4, 4), 0.25))
     p, q = _params(strategy)
     graph = _graph(strategy, clients, plan.params, seed=1)
-    strategy.aggregate_train(1, graph)
+    aggregate(strategy, 1, graph)
     torch.testing.assert_close(_params(strategy)[0], p)
     torch.testing.assert_close(_params(strategy)[1], q)
-    torch.testing.assert_close(strategy.theta, graph.x)
+    torch.testing.assert_close(strategy.ctx.table.params, graph.x)
     torch.testing.assert_close(strategy.last_delta, graph.delta)
-    assert bool(strategy.has_delta.all())
+    assert bool(strategy.ctx.table.trained.all())
 
 
 @pytest.mark.parametrize("momentum", [0.0, 0.9])
@@ -87,15 +88,15 @@ def test_update_matches_hand_run_autograd(momentum):
     strategy.setup(_context())
     everyone = torch.arange(4)
     plan = strategy.configure_train(1, everyone)
-    strategy.aggregate_train(1, _graph(strategy, everyone, plan.params, seed=1))
+    aggregate(strategy, 1, _graph(strategy, everyone, plan.params, seed=1))
 
     # Round 2 with only clients 1 and 3 sampled.
-    theta, last_delta = strategy.theta.clone(), strategy.last_delta.clone()
+    theta, last_delta = strategy.ctx.table.params.clone(), strategy.last_delta.clone()
     p0, q0 = _params(strategy)
     sampled = torch.tensor([1, 3])
     plan = strategy.configure_train(2, sampled)
     graph = _graph(strategy, sampled, plan.params, seed=2)
-    strategy.aggregate_train(2, graph)
+    aggregate(strategy, 2, graph)
 
     conv = AGHNConv(4, 2)
     with torch.no_grad():
@@ -113,8 +114,8 @@ def test_update_matches_hand_run_autograd(momentum):
     assert grad_p[[0, 2]].abs().sum() == 0 and grad_q[[0, 2]].abs().sum() == 0
     assert (p1[sampled] != p0[sampled]).any() and (q1[sampled] != q0[sampled]).all()
     # Node features of sampled clients are their trained models, others kept.
-    torch.testing.assert_close(strategy.theta[sampled], graph.x)
-    torch.testing.assert_close(strategy.theta[[0, 2]], theta[[0, 2]])
+    torch.testing.assert_close(strategy.ctx.table.params[sampled], graph.x)
+    torch.testing.assert_close(strategy.ctx.table.params[[0, 2]], theta[[0, 2]])
 
 
 def test_self_weight_is_clamped_after_the_step():
@@ -125,7 +126,7 @@ def test_self_weight_is_clamped_after_the_step():
         plan = strategy.configure_train(rnd, everyone)
         # Updates pointing back to the clients' own initial models push q up or
         # down by a lot; whichever way, the table stays above the threshold.
-        strategy.aggregate_train(rnd, _graph(strategy, everyone, plan.params, seed=rnd))
+        aggregate(strategy, rnd, _graph(strategy, everyone, plan.params, seed=rnd))
     q = strategy.conv.self_weight.detach()
     assert (q >= 0.05).all() and (q != 0.1).any()
 
@@ -142,7 +143,7 @@ def test_simulation_updates_hypernetwork_from_round_two():
     assert not torch.equal(p2, p1) and not torch.equal(q2, q1)
     # The evaluated models are the clients' own locally trained models.
     assert strategy.personalized_params(torch.arange(4)) is None
-    torch.testing.assert_close(strategy.theta, sim.local_params)
+    torch.testing.assert_close(strategy.ctx.table.params, sim.local_params)
 
     sim.run(3)
     # Weights of round 4 come from the p, q after round 3.
@@ -171,9 +172,9 @@ def test_state_dict_resumes_exactly():
     assert "_extra_state" in state and "conv.sharpness" in state
 
     fresh = FedAGHN(hn_lr=0.05, hn_momentum=0.9)
-    fresh.setup(strategy.ctx)
+    fresh.setup(context_copy(strategy.ctx))
     stale = FedAGHN(hn_lr=0.05, hn_momentum=0.9)
-    stale.setup(strategy.ctx)
+    stale.setup(context_copy(strategy.ctx))
     fresh.load_state_dict(state)
     stale.load_state_dict({k: v for k, v in state.items() if k != "_extra_state"},
                           strict=False)
@@ -187,7 +188,7 @@ def test_state_dict_resumes_exactly():
     # hypernetwork step differs.
     graph = _graph(strategy, everyone, expected, seed=5)
     for s in (strategy, fresh, stale):
-        s.aggregate_train(4, graph)
+        aggregate(s, 4, graph)
     assert torch.equal(_params(fresh)[0], _params(strategy)[0])
     assert torch.equal(_params(fresh)[1], _params(strategy)[1])
     assert not torch.equal(_params(stale)[0], _params(strategy)[0])
@@ -197,7 +198,7 @@ def test_held_out_client_gets_a_generated_model_and_is_no_collaborator():
     strategy = FedAGHN()
     sim = _simulator(strategy, held_out=torch.tensor([3]))
     sim.run(2)
-    assert not bool(strategy.has_delta[3])
+    assert not bool(strategy.ctx.table.trained[3])
     graph = strategy.layer_graphs()
     # Nobody aggregates the held-out client's (initial) model.
     assert (graph[:, :3, 3] == 0).all()
@@ -206,7 +207,7 @@ def test_held_out_client_gets_a_generated_model_and_is_no_collaborator():
     # The held-out client has no update: cosine 0 to all, so the others share
     # 1 / (1 + q) equally and its own initial model keeps q / (1 + q).
     q = 0.1
-    theta = strategy.theta
+    theta = strategy.ctx.table.params
     expected = (q * theta[3] + theta[:3].mean(dim=0)) / (1 + q)
     torch.testing.assert_close(params[3], expected)
     assert strategy.personalized_params(torch.tensor([0, 2])) is None

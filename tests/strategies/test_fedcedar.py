@@ -270,7 +270,7 @@ def test_simulator_recovers_groups_and_records_rand_index():
     scores = []
     sim = Simulator(_grouped_dataset(), nn.Linear(4, 3), FedCEDAR(num_clusters=3), rounds=3,
                     local=LocalConfig(lr=0.1, batch_size=6, epochs=2), progress=False,
-                    callbacks=[rand_index_callback(scores)])
+                    callbacks=[rand_index_callback(scores)], sample_fraction=1.0)
     history = sim.run()
     assert [s["round"] for s in scores] == [1, 2, 3]
     assert all(s["num_clustered"] == 6 for s in scores)

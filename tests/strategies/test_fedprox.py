@@ -25,7 +25,7 @@ def test_registered_hparams_and_errors():
     assert build_strategy("fedprox-ft", mu=0.1, finetune_epochs=2).hparams() == {
         "mu": 0.1, "finetune_epochs": 2}
     assert str(FedProx(mu=0.5)) == "FedProx(mu=0.5)"
-    assert FedProxFT.finetune and not FedProx.finetune
+    assert FedProxFT().finetune_job() is not None and FedProx().finetune_job() is None
     with pytest.raises(ValueError, match="mu must be >= 0"):
         FedProx(mu=-1.0)
     with pytest.raises(ValueError, match="finetune_epochs"):

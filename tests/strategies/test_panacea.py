@@ -46,16 +46,17 @@ def _simulator(strategy, held_out=None, edge_index=RING, rounds=3):
     torch.manual_seed(0)
     model = MLP(2, 4, 2, num_layers=2)
     return Simulator(_dataset(edge_index), model, strategy, rounds=rounds, progress=False,
-                     local=LocalConfig(lr=0.1, batch_size=8, epochs=1), held_out=held_out)
+                     local=LocalConfig(lr=0.1, batch_size=8, epochs=1), held_out=held_out,
+                     sample_fraction=1.0)
 
 
-def _context(edge_index=RING, seed=0, **extra):
+def _context(edge_index=RING, seed=0, **fields):
     torch.manual_seed(seed)
     layout = ParamLayout.from_module(MLP(2, 3, 2, num_layers=2))
     return FederationContext(num_clients=5, layout=layout,
                              init_params=torch.zeros(layout.num_params),
                              num_samples=torch.ones(5, dtype=torch.long),
-                             edge_index=edge_index, seed=seed, extra=extra)
+                             edge_index=edge_index, seed=seed, **fields)
 
 
 def _result(start, clients, seed=1):

@@ -1,8 +1,10 @@
+import dataclasses
 import json
 
 import pytest
 import torch
 import torch.nn.functional as F
+from strategy_toys import aggregate, context_copy
 from torch.func import functional_call
 
 from pyg_fedgraph.data.federated_dataset import ClientSplit, FederatedDataset
@@ -14,6 +16,7 @@ from pyg_fedgraph.strategies.base import FederationContext
 from pyg_fedgraph.strategies.pfedgat import PFedGAT
 from pyg_fedgraph.strategies.registry import STRATEGIES, build_strategy
 from pyg_fedgraph.train.engine import LocalConfig
+from pyg_fedgraph.train.jobs import LossGradient
 
 
 def _two_group_dataset(n_per_split=(16, 6, 6), seed=0):
@@ -56,7 +59,7 @@ def _fake_round(strategy, rnd, clients, seed):
     graph = FederationGraph(x=start + delta, delta=delta, client_id=clients,
                             layout=strategy.ctx.layout)
     graph.feedback = torch.randn(start.shape, generator=gen)
-    strategy.aggregate_train(rnd, graph)
+    aggregate(strategy, rnd, graph)
 
 
 def _server_params(strategy):
@@ -83,8 +86,13 @@ def test_registered_and_hparams():
                                   "use_gat": True, "similarity": True,
                                   "similarity_scale": 20.0, "server_steps": 1,
                                   "evaluate": "personalized"}
-    assert strategy.needs_feedback_gradient
-    assert not PFedGAT(feedback="delta").needs_feedback_gradient
+    # The exact feedback is a client job of the plan; the delta feedback needs none.
+    strategy.setup(_context())
+    (job,) = strategy.configure_train(1, torch.arange(2)).jobs
+    assert isinstance(job, LossGradient) and job.split == "val"
+    delta = PFedGAT(feedback="delta", hidden_channels=4, heads=2)
+    delta.setup(_context())
+    assert delta.configure_train(1, torch.arange(2)).jobs == ()
     assert "feedback=gradient" in str(strategy)
 
 
@@ -141,7 +149,7 @@ def test_round_changes_gat_and_uses_only_sampled_feedback():
     reference.load_state_dict(strategy.server.state_dict())
     theta_tilde, _ = reference(theta)
     (theta_tilde[clients] * feedback).sum().backward()
-    strategy.aggregate_train(2, graph)
+    aggregate(strategy, 2, graph)
 
     for name, param in reference.named_parameters():
         if param.grad is None:  # GATConv's output bias never reaches A
@@ -161,15 +169,15 @@ def test_delta_feedback_is_negated_delta():
     b = PFedGAT(hidden_channels=4, heads=2, feedback="gradient", gat_lr=0.3)
     for strategy in (a, b):
         torch.manual_seed(0)
-        strategy.setup(ctx)
+        strategy.setup(context_copy(ctx))
         _fake_round(strategy, 1, torch.arange(4), seed=0)
     start = a.configure_train(2, torch.arange(4)).params
     delta = torch.randn(start.shape)
     graph_a = FederationGraph(x=start + delta, delta=delta)
     graph_b = FederationGraph(x=start + delta, delta=delta)
     graph_b.feedback = -delta
-    a.aggregate_train(2, graph_a)
-    b.aggregate_train(2, graph_b)
+    aggregate(a, 2, graph_a)
+    aggregate(b, 2, graph_b)
     for name, value in _server_params(a).items():
         torch.testing.assert_close(value, _server_params(b)[name])
 
@@ -306,20 +314,21 @@ def test_add_clients(use_gat):
 def test_state_dict_round_trip_reproduces_next_round(use_gat):
     ctx = _context()
 
-    def make():
+    def make(source):
         torch.manual_seed(5)  # the same GAT initialisation for every copy
         strategy = PFedGAT(hidden_channels=4, heads=2, optimizer="adam", gat_lr=0.05,
                            use_gat=use_gat)
-        strategy.setup(ctx)
+        strategy.setup(context_copy(source))
         return strategy
 
-    original = make()
+    original = make(ctx)
     for rnd in (1, 2, 3):
         _fake_round(original, rnd, torch.arange(4), seed=rnd)
     state = original.state_dict()
     assert "_extra_state" in state and state["_extra_state"]["optimizer"]["state"]
 
-    resumed, fresh_optimizer = make(), make()
+    # The client table is the engine's (restored by it); the strategy's own state here.
+    resumed, fresh_optimizer = make(original.ctx), make(original.ctx)
     resumed.load_state_dict(state)
     fresh_optimizer.load_state_dict({k: v for k, v in state.items() if k != "_extra_state"},
                                     strict=False)
@@ -360,11 +369,10 @@ def test_cli_run_writes_summary(tmp_path):
 
 
 def test_held_out_clients_get_personalized_models():
-    ctx = _context()
-    ctx.extra["held_out"] = torch.tensor([3])
+    ctx = dataclasses.replace(_context(), held_out=torch.tensor([3]))
     for evaluate in ("personalized", "trained"):
         strategy = PFedGAT(hidden_channels=3, heads=2, evaluate=evaluate)
-        strategy.setup(ctx)
+        strategy.setup(context_copy(ctx))
         for rnd in (1, 2):
             _fake_round(strategy, rnd, torch.arange(3), seed=rnd)
         theta_tilde = strategy.collaboration_graph() @ strategy.theta

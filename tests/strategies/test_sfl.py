@@ -4,6 +4,7 @@ import math
 
 import pytest
 import torch
+from strategy_toys import aggregate, context_copy
 
 from pyg_fedgraph.data.federated_dataset import ClientSplit, FederatedDataset
 from pyg_fedgraph.data.federation import FederationGraph
@@ -22,12 +23,12 @@ def _ctx(n, init, edge_index=None, edge_weight=None, held_out=()):
     return FederationContext(num_clients=n, layout=layout, init_params=init,
                              num_samples=torch.ones(n, dtype=torch.long),
                              edge_index=edge_index, edge_weight=edge_weight,
-                             extra={"held_out": torch.tensor(held_out, dtype=torch.long)})
+                             held_out=torch.tensor(held_out, dtype=torch.long))
 
 
 def _upload(s, rnd, clients, x):
     clients = torch.as_tensor(clients)
-    s.aggregate_train(rnd, FederationGraph(x=x, delta=torch.zeros_like(x), client_id=clients))
+    aggregate(s, rnd, FederationGraph(x=x, delta=torch.zeros_like(x), client_id=clients))
 
 
 def _dataset(num_clients=4, edge_index=None, n=(12, 6, 6), seed=0):
@@ -58,7 +59,7 @@ def test_registered_hparams_and_defaults():
     assert s.hparams() == {"num_hops": 2, "lam": 0.1, "normalization": "row",
                            "start": "propagated", "global_lam": 0.0,
                            "missing_graph": "complete"}
-    assert "num_hops=2" in str(s) and "GraphAggregation(normalize=True)" in str(s)
+    assert "num_hops=2" in str(s) and "KHopPropagation(num_hops=2, normalization='row')" in str(s)
     # Authors' code: --layers 3 hops, regularizer coefficient 0.3.
     assert SFL().num_hops == 3 and SFL().lam == 0.3 and SFL().normalization == "sym"
 
@@ -196,7 +197,7 @@ def test_held_out_client_gets_its_neighbours_propagation():
                      held_out=torch.tensor([3]), rounds=1)
     sim.run()
     s = sim.strategy
-    assert not bool(s.uploaded[3])
+    assert not bool(s.ctx.table.trained[3])
     assert torch.allclose(s.personalized_params(torch.tensor([3]))[0], sim.local_params[0])
 
 
@@ -218,17 +219,16 @@ def test_bad_prior_graph():
         SFL().setup(_ctx(3, torch.zeros(2), torch.tensor([[0], [5]])))
 
 
-def test_state_dict_round_trip():
+def test_state_is_the_client_table():
     ei = torch.tensor([[0, 1, 2], [1, 2, 3]])
     sim = _simulator(SFL(), _dataset(edge_index=ei), held_out=torch.tensor([3]))
     sim.run()
-    state = sim.strategy.state_dict()
-    assert {"local_params", "propagated", "uploaded"} <= set(state)
+    # V is the engine's client table and U is propagated from it: no state of its own.
+    assert dict(sim.strategy.state_dict()) == {}
+    assert torch.equal(sim.strategy.ctx.table.params[:3], sim.local_params[:3])
     fresh = SFL()
-    fresh.setup(sim.strategy.ctx)
-    fresh.load_state_dict(state)
-    for name in ("local_params", "propagated", "uploaded"):
-        assert torch.equal(getattr(fresh, name), getattr(sim.strategy, name))
+    fresh.setup(context_copy(sim.strategy.ctx))
+    assert torch.equal(fresh.propagated, sim.strategy.propagated)
     a = sim.strategy.configure_train(3, torch.arange(3))
     b = fresh.configure_train(3, torch.arange(3))
     assert torch.equal(a.params, b.params) and torch.equal(a.regularizer.refs[0],

@@ -17,7 +17,7 @@ from pyg_fedgraph.typing import WITH_FLWR, require
 
 require(WITH_FLWR, "flwr", "flower")
 
-from pyg_fedgraph.integrations.flower.client import GraphClient, client_seed, make_client_app  # noqa: E402
+from pyg_fedgraph.integrations.flower.client import GraphClient, make_client_app  # noqa: E402
 from pyg_fedgraph.integrations.flower.protocol import (  # noqa: E402
     RegularizerSpec,
     check_params_record,
@@ -32,7 +32,6 @@ __all__ = [
     "DroppedReply",
     "GraphClient",
     "make_client_app",
-    "client_seed",
     "RegularizerSpec",
     "register_regularizer",
     "params_to_record",

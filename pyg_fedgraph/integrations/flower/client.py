@@ -12,10 +12,11 @@ from torch import Tensor, nn
 from pyg_fedgraph.data.federated_dataset import FederatedDataset
 from pyg_fedgraph.data.layout import ParamLayout
 from pyg_fedgraph.integrations.flower import protocol as P
-from pyg_fedgraph.train.engine import ClientTrainer, LocalConfig, Regularizer
+from pyg_fedgraph.train.engine import ClientTrainer, LocalConfig
+from pyg_fedgraph.train.jobs import ClientStart, EvaluatePlan, TrainPlan, evaluate_clients, run_plan
 from pyg_fedgraph.train.objective import Objective
 
-__all__ = ["GraphClient", "make_client_app", "client_seed"]
+__all__ = ["GraphClient", "make_client_app"]
 
 log = logging.getLogger(__name__)
 
@@ -26,38 +27,33 @@ _STATE = "pyg-fedgraph"
 _ONE = torch.zeros(1, dtype=torch.long)
 
 
-def client_seed(seed: int, rnd: int, partition_id: int, stream: int = 0) -> int:
-    r"""Seed of a client's batch order in round ``rnd``: distinct per client,
-    round and ``stream`` (0 training, 1 fine-tuning), reproducible anywhere."""
-    return (((seed * 1_000_003 + rnd) * 1_000_033 + partition_id) * 4 + stream) % 2**63
-
-
 class GraphClient:
-    r"""Trains and evaluates one federated client the way
-    :class:`~pyg_fedgraph.Simulator` does, answering :class:`GraphStrategy`'s
-    messages.
+    r"""Trains and evaluates one federated client for :class:`GraphStrategy`,
+    with the code the in-process simulator runs.
 
-    The local update is :meth:`ClientTrainer.train
-    <pyg_fedgraph.train.ClientTrainer.train>` on a one-client dataset, so the
-    rules are those of the simulator: local SGD from the starting model the
-    server sent (or from the client's own latest model), with the strategy's
-    :class:`~pyg_fedgraph.train.Regularizer` rebuilt from the message
-    (pFedGraph's cosine term, FedProx's and Ditto's proximal terms, FedAMP,
-    SFL), the strategy's local-settings override (Panacea's step count), a
-    second local job for :attr:`TrainPlan.personal` (Ditto), the exact
-    held-out gradient at the starting model when the strategy asks for it
-    (pFedGAT), and local fine-tuning before evaluation (``-ft`` strategies).
+    Each train message carries the server's
+    :class:`~pyg_fedgraph.train.jobs.TrainPlan` for this client (decoded with
+    :func:`~pyg_fedgraph.integrations.flower.protocol.decode_plan`); the
+    client carries it out with :func:`~pyg_fedgraph.train.jobs.run_plan` on a
+    one-client :class:`~pyg_fedgraph.train.ClientTrainer`: local training from
+    the starting model the server sent (or from its own latest model) with the
+    strategy's regularizer, local settings and update rule, then the plan's
+    client jobs (Ditto's personal training, pFedGAT's held-out gradient ...),
+    whose outputs go back with the trained model. Evaluate messages carry an
+    :class:`~pyg_fedgraph.train.jobs.EvaluatePlan` (the model to evaluate,
+    fine-tuning) for :func:`~pyg_fedgraph.train.jobs.evaluate_clients`.
     Updates (``delta``, used by FedAGHN, Panacea and pFedHN) are computed by
     the server from the model it sent.
+
+    Randomness: the server sends the run's seed, and the client derives its
+    batch orders from ``(seed, purpose, round, client)`` as the simulator does
+    (:mod:`pyg_fedgraph.utils.seeds`), so a client trains on the same batches
+    in both, and its trained model agrees with the simulator's up to float
+    rounding.
 
     State kept on the node between rounds (Flower's ``Context.state``, never
     uploaded): the latest local model and the floating-point buffers
     (BatchNorm statistics), which stay local as in the simulator.
-
-    Differences from the simulator: each client draws its batch order from its
-    own generator (:func:`client_seed`), while the simulator draws all clients'
-    orders from one generator, so trained models agree with the simulator's
-    exactly only when the order does not matter (full-batch local steps).
 
     Args:
         model (torch.nn.Module): the client architecture; its parameters are
@@ -69,10 +65,12 @@ class GraphClient:
             one-client dataset (real deployments load only local data; the
             partition id is ``context.node_config["partition-id"]``, the run
             settings ``context.run_config``).
-        local (LocalConfig, optional): local SGD settings used when the server
+        local (LocalConfig, optional): local settings used when the server
             sends none (default: :class:`LocalConfig()`).
-        objective (Objective, optional): loss and metrics (default: by task).
-        seed (int, optional): seed of the batch orders (default: ``0``).
+        objective (Objective, optional): loss and metrics (default: the
+            dataset's :attr:`~pyg_fedgraph.data.FederatedDataset.objective`).
+        seed (int, optional): seed of the batch orders when the server sends
+            none (default: ``0``).
         partition_key (str, optional): key of ``Context.node_config`` holding
             the partition id (default: ``"partition-id"``, as set by Flower's
             simulation and by ``flower-supernode --node-config``).
@@ -127,26 +125,29 @@ class GraphClient:
             if data.num_clients != 1:
                 raise ValueError(f"the data of partition {partition_id} holds "
                                  f"{data.num_clients} clients, expected exactly 1")
-            objective = self.objective or getattr(data, "objective", None)
-            self._trainers[key] = ClientTrainer(self.model, data, objective, self.local)
+            self._trainers[key] = ClientTrainer(self.model, data, self.objective, self.local)
         return self._trainers[key]
 
-    def _state(self, context: Context, trainer: ClientTrainer, content: RecordDict
-               ) -> tuple[Tensor, Tensor]:
-        layout = trainer.layout
+    def _prepare(self, context: Context, content: RecordDict
+                 ) -> tuple[int, ClientTrainer, ConfigRecord, Tensor, Tensor]:
+        r"""Partition id, trainer (with the run's local settings when the
+        server sends them), config, and this client's own model and buffers."""
+        pid = self.partition_id(context)
+        trainer = self.trainer(context)
         config = content[P.CONFIG]
+        trainer.config = P.local_config_from_record(config) or self.local
         state = context.state.get(_STATE)
-        if state is None or config.get("reset-buffers", False):
+        if state is None or config.get(P.RESET_BUFFERS, False):
             buffers = trainer.initial_buffers(1)[0]
         else:
             buffers = torch.from_numpy(state["buffers"].numpy().copy())
         if P.LOCAL_PARAMS in content:
-            params = self._params(layout, content[P.LOCAL_PARAMS], "local model")
+            params = self._params(trainer.layout, content[P.LOCAL_PARAMS], "local model")
         elif state is not None:
             params = torch.from_numpy(state["params"].numpy().copy())
         else:
-            params = layout.flatten(trainer.model)
-        return params, buffers
+            params = trainer.layout.flatten(trainer.model)
+        return pid, trainer, config, params, buffers
 
     @staticmethod
     def _save(context: Context, params: Tensor, buffers: Tensor) -> None:
@@ -160,13 +161,12 @@ class GraphClient:
             raise ValueError(f"the server sent an invalid {reason}")
         return P.record_to_params(layout, record)
 
-    def _regularizer(self, content: RecordDict, config: ConfigRecord, key: str
-                     ) -> Regularizer | None:
-        if key not in config:
-            return None
-        spec = P.RegularizerSpec.from_json(str(config[key]))
-        refs = P.record_to_tensors(content[key]) if key in content else []
-        return P.decode_regularizer(spec, refs, self.regularizers)
+    def _plan(self, trainer: ClientTrainer, content: RecordDict, config: ConfigRecord
+              ) -> TrainPlan | EvaluatePlan:
+        try:
+            return P.decode_plan(str(config[P.PLAN]), content, trainer.layout, self.regularizers)
+        except ValueError as err:
+            raise ValueError(f"the server sent an invalid plan: {err}") from err
 
     # ------------------------------------------------------------- handlers
     def query(self, message: Message, context: Context) -> Message:
@@ -177,77 +177,59 @@ class GraphClient:
             {P.PARTITION_ID: pid, P.NUM_EXAMPLES: n})}), reply_to=message)
 
     def train(self, message: Message, context: Context) -> Message:
-        r"""One round of local training, as :meth:`Simulator.step` does it."""
-        pid = self.partition_id(context)
-        trainer = self.trainer(context)
-        layout = trainer.layout
+        r"""One round of this client's work: the plan the server sent."""
         content = message.content
-        config = content[P.CONFIG]
-        rnd = int(config["round"])
-        local, buffers = self._state(context, trainer, content)
-        sent = P.PARAMS in content
-        start = self._params(layout, content[P.PARAMS], "starting model") if sent else local
-        generator = torch.Generator().manual_seed(client_seed(self.seed, rnd, pid))
-        result = trainer.train(_ONE, start.unsqueeze(0), buffers.unsqueeze(0),
-                               regularizer=self._regularizer(content, config, P.REGULARIZER),
-                               config=P.local_config_from_record(config),
-                               generator=generator, parallel=self.parallel)
+        pid, trainer, config, local, buffers = self._prepare(context, content)
+        plan = self._plan(trainer, content, config)
+        if not isinstance(plan, TrainPlan):
+            raise ValueError(f"a train message must carry a TrainPlan, got "
+                             f"{type(plan).__name__}")
+        rnd = int(config[P.ROUND])
+        start = local if plan.params is None else plan.params[0]
+        result = run_plan(trainer, plan,
+                          ClientStart(_ONE, torch.tensor([pid]), start.unsqueeze(0),
+                                      buffers.unsqueeze(0)),
+                          seed=int(config.get(P.SEED, self.seed)), rnd=rnd,
+                          parallel=self.parallel)
         trained = result.params[0]
+        layout = trainer.layout
         out = RecordDict({P.PARAMS: P.params_to_record(layout, trained)})
-        if not sent:
+        if plan.params is None:
             out[P.DELTA] = P.params_to_record(layout, trained - start)
-        if config.get("feedback-gradient", False):
-            grad, _ = trainer.loss_gradient(_ONE, start.unsqueeze(0), buffers.unsqueeze(0), "val")
-            out[P.FEEDBACK] = P.params_to_record(layout, grad[0].detach())
-        if P.PERSONAL_PARAMS in content:
-            # Ditto's personal model: same buffers as the main job started from,
-            # its trained buffers dropped (Simulator._train_personal).
-            personal = self._params(layout, content[P.PERSONAL_PARAMS], "personal model")
-            res = trainer.train(_ONE, personal.unsqueeze(0), buffers.unsqueeze(0).clone(),
-                                regularizer=self._regularizer(content, config,
-                                                              P.PERSONAL_REGULARIZER),
-                                config=P.local_config_from_record(config, "personal-local."),
-                                generator=generator, parallel=self.parallel)
-            out[P.PERSONAL_PARAMS] = P.params_to_record(layout, res.params[0])
+        for name, value in result.outputs.items():
+            out[P.output_key(name)] = P.tensor_to_record(layout, value[0].detach())
         self._save(context, trained, result.buffers[0])
         out[P.METRICS] = MetricRecord({
             P.PARTITION_ID: pid,
             P.NUM_EXAMPLES: int(trainer.dataset.num_samples("train")[0]),
-            "train-loss": float(result.loss[0]), "steps": int(result.steps[0])})
+            P.TRAIN_LOSS: float(result.loss[0]), P.STEPS: int(result.steps[0])})
         log.debug("partition %d trained round %d, loss %.4f", pid, rnd, float(result.loss[0]))
         return Message(out, reply_to=message)
 
     def evaluate(self, message: Message, context: Context) -> Message:
-        r"""Validation and test metrics of the personalized model the server
-        sent (or of the local model), after local fine-tuning when asked."""
-        pid = self.partition_id(context)
-        trainer = self.trainer(context)
-        layout = trainer.layout
+        r"""Validation and test metrics of the model the server sent (or of
+        the local model), after local fine-tuning when the plan asks for it."""
         content = message.content
-        config = content[P.CONFIG]
-        local, buffers = self._state(context, trainer, content)
+        pid, trainer, config, local, buffers = self._prepare(context, content)
         if P.LOCAL_PARAMS in content:
             self._save(context, local, buffers)
-        params = self._params(layout, content[P.PARAMS], "model to evaluate") \
-            if P.PARAMS in content else local
-        params, buffers = params.unsqueeze(0), buffers.unsqueeze(0)
-        if config.get("finetune", False):
-            cfg = P.local_config_from_record(config) or trainer.config
-            if "finetune-epochs" in config:
-                cfg = LocalConfig(**{**vars(cfg), "epochs": int(config["finetune-epochs"]),
-                                     "steps": None})
-            gen = torch.Generator().manual_seed(
-                client_seed(self.seed, int(config["round"]), pid, stream=1))
-            res = trainer.train(_ONE, params, buffers, config=cfg, generator=gen,
-                                parallel=self.parallel)
-            params, buffers = res.params, res.buffers
-        metrics: dict[str, float] = {}
-        for split in ("val", "test"):
-            for name, value in trainer.evaluate(_ONE, params, buffers, split).items():
-                metrics[f"{split}-{name}"] = float(value[0])
-        metrics[P.PARTITION_ID] = pid
-        metrics[P.NUM_EXAMPLES] = int(trainer.dataset.num_samples("test")[0])
-        return Message(RecordDict({P.METRICS: MetricRecord(metrics)}), reply_to=message)
+        plan = self._plan(trainer, content, config)
+        if not isinstance(plan, EvaluatePlan):
+            raise ValueError(f"an evaluate message must carry an EvaluatePlan, got "
+                             f"{type(plan).__name__}")
+        params = local if plan.params is None else plan.params[0]
+        metrics = evaluate_clients(trainer, ClientStart(_ONE, torch.tensor([pid]),
+                                                        params.unsqueeze(0),
+                                                        buffers.unsqueeze(0)),
+                                   finetune=plan.finetune,
+                                   seed=int(config.get(P.SEED, self.seed)),
+                                   rnd=int(config[P.ROUND]), parallel=self.parallel)
+        record: dict[str, float] = {f"{split}-{name}": float(value[0])
+                                    for split, values in metrics.items()
+                                    for name, value in values.items()}
+        record[P.PARTITION_ID] = pid
+        record[P.NUM_EXAMPLES] = int(trainer.dataset.num_samples("test")[0])
+        return Message(RecordDict({P.METRICS: MetricRecord(record)}), reply_to=message)
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}({type(self.model).__name__}, seed={self.seed})"

@@ -1,23 +1,27 @@
 r"""What :class:`GraphStrategy` and the client app exchange, as pure functions.
 
-A pyg_fedgraph model travels as an :class:`flwr.app.ArrayRecord` holding one
-array per named parameter (what ``ArrayRecord(model.state_dict())`` gives for a
-model without buffers), in the order and dtype of the
-:class:`~pyg_fedgraph.data.ParamLayout`. The functions here convert between
-those records and flat parameter vectors, check a client's reply against the
-layout, and turn a strategy's :class:`~pyg_fedgraph.train.Regularizer` into a
-name, scalar keyword arguments and reference tensors that a client can rebuild
-(code is never sent: the client looks the function up).
+Every message key is a constant of this module. A pyg_fedgraph model travels
+as an :class:`flwr.app.ArrayRecord` holding one array per named parameter
+(what ``ArrayRecord(model.state_dict())`` gives for a model without buffers),
+in the order and dtype of the :class:`~pyg_fedgraph.data.ParamLayout`.
 
-Record keys of a train message (server -> client): ``"config"``
-(:class:`~flwr.app.ConfigRecord`), ``"params"`` (starting model, absent when
-the strategy lets the client continue from its own model), ``"local-params"``
-(the client's latest model as the server knows it, sent once per session),
-``"regularizer"`` and ``"personal-params"`` / ``"personal-regularizer"``
-(the second local job of :attr:`TrainPlan.personal`). Reply (client ->
-server): ``"metrics"`` (:class:`~flwr.app.MetricRecord` with
-``"partition-id"``), ``"params"`` (trained model), ``"delta"`` (only when no
-starting model was sent), ``"personal-params"``, ``"feedback"``.
+A round's client work is a :class:`~pyg_fedgraph.train.jobs.TrainPlan` (or an
+:class:`~pyg_fedgraph.train.jobs.EvaluatePlan`): :func:`encode_plan` turns
+one client's row of it into a JSON description (``config[PLAN]``) plus one
+:class:`~flwr.app.ArrayRecord` per tensor, and :func:`decode_plan` rebuilds
+it on the client. Code is never sent: local rules and client jobs are rebuilt
+from their registered names (:data:`~pyg_fedgraph.train.rules.RULES`,
+:data:`~pyg_fedgraph.train.jobs.JOBS`), regularizers from a function name
+(registered, or a top-level function of a trusted module) with JSON-scalar
+keyword arguments.
+
+Train message (server -> client): ``CONFIG`` (round, seed, partition id, the
+run's local settings, ``PLAN``), an ``ArrayRecord`` per tensor of the plan
+(``"params"`` is the starting model, absent when the client continues from
+its own), and once per session ``LOCAL_PARAMS`` (the client's latest model as
+the server knows it). Reply: ``METRICS`` (with ``PARTITION_ID``), ``PARAMS``
+(trained model), ``DELTA`` (only when no starting model was sent) and
+``OUTPUT_PREFIX + name`` for each client job's output.
 """
 from __future__ import annotations
 
@@ -30,33 +34,48 @@ from typing import Any
 
 import numpy as np
 import torch
-from flwr.app import Array, ArrayRecord, ConfigRecord
+from flwr.app import Array, ArrayRecord
 from torch import Tensor
 
 from pyg_fedgraph.data.layout import ParamLayout
 from pyg_fedgraph.train.engine import LocalConfig, Regularizer
+from pyg_fedgraph.train.jobs import JOBS, ClientJob, EvaluatePlan, FineTune, TrainPlan
+from pyg_fedgraph.train.rules import RULES, LocalRule
 
 __all__ = [
-    "CONFIG", "PARAMS", "LOCAL_PARAMS", "DELTA", "PERSONAL_PARAMS", "FEEDBACK", "REGULARIZER",
-    "PERSONAL_REGULARIZER", "METRICS", "PARTITION_ID", "NUM_EXAMPLES",
+    "CONFIG", "PARAMS", "LOCAL_PARAMS", "DELTA", "METRICS", "PARTITION_ID", "NUM_EXAMPLES",
+    "PLAN", "ROUND", "SEED", "SERVER_ROUND", "RESET_BUFFERS", "QUERY", "OUTPUT_PREFIX",
+    "TRAIN_LOSS", "STEPS", "LOCAL_PREFIX",
     "params_to_record", "record_to_params", "check_params_record",
     "tensors_to_record", "record_to_tensors", "TRUSTED_MODULES",
     "RegularizerSpec", "register_regularizer", "encode_regularizer", "decode_regularizer",
-    "resolve_regularizer",
+    "resolve_regularizer", "encode_plan", "decode_plan", "output_key", "tensor_to_record",
+    "record_to_tensor",
     "local_config_to_dict", "local_config_from_record",
 ]
 
+# Records of a message.
 CONFIG = "config"
 PARAMS = "params"
 LOCAL_PARAMS = "local-params"
 DELTA = "delta"
-PERSONAL_PARAMS = "personal-params"
-FEEDBACK = "feedback"
-REGULARIZER = "regularizer"
-PERSONAL_REGULARIZER = "personal-regularizer"
 METRICS = "metrics"
+#: Prefix of the records holding the outputs of a plan's client jobs.
+OUTPUT_PREFIX = "output."
+# Entries of the config record.
+PLAN = "plan"
+ROUND = "round"
+SEED = "seed"
+SERVER_ROUND = "server-round"
+RESET_BUFFERS = "reset-buffers"
+QUERY = "query"
+#: Prefix of the run's local settings in the config record.
+LOCAL_PREFIX = "local."
+# Entries of the metrics record.
 PARTITION_ID = "partition-id"
 NUM_EXAMPLES = "num-examples"
+TRAIN_LOSS = "train-loss"
+STEPS = "steps"
 
 #: Modules whose top-level functions a client may import by name to rebuild a
 #: regularizer (where the strategies define theirs); anything else must be
@@ -179,8 +198,8 @@ def _function_name(fn: Callable[..., Tensor]) -> str | None:
     return None
 
 
-def encode_regularizer(regularizer: Regularizer, num_params: int, strategy: Any = None,
-                       personal: bool = False) -> RegularizerSpec:
+def encode_regularizer(regularizer: Regularizer, num_params: int, strategy: Any = None
+                       ) -> RegularizerSpec:
     r"""The :class:`RegularizerSpec` of ``regularizer`` (built by ``strategy``).
 
     Args:
@@ -188,7 +207,6 @@ def encode_regularizer(regularizer: Regularizer, num_params: int, strategy: Any 
             clients.
         num_params (int): :math:`D`, to probe the function with.
         strategy (Strategy, optional): the strategy that built it.
-        personal (bool, optional): it belongs to :attr:`TrainPlan.personal`.
 
     Accepted: a registered or trusted top-level function, or a
     :func:`functools.partial` of one with JSON-scalar keyword arguments (as
@@ -269,13 +287,14 @@ def decode_regularizer(spec: RegularizerSpec, refs: Sequence[Tensor],
 
 
 # ------------------------------------------------------------ local config
-def local_config_to_dict(config: LocalConfig, prefix: str = "local.") -> dict[str, Any]:
+def local_config_to_dict(config: LocalConfig, prefix: str = LOCAL_PREFIX) -> dict[str, Any]:
     r"""The fields of ``config`` as ConfigRecord entries (``None`` left out)."""
     return {prefix + f.name: getattr(config, f.name) for f in fields(LocalConfig)
             if getattr(config, f.name) is not None}
 
 
-def local_config_from_record(record: ConfigRecord, prefix: str = "local.") -> LocalConfig | None:
+def local_config_from_record(record: Mapping[str, Any], prefix: str = LOCAL_PREFIX
+                             ) -> LocalConfig | None:
     r"""The :class:`LocalConfig` written by :func:`local_config_to_dict`, or
     ``None`` when ``record`` has none."""
     values = {f.name: record[prefix + f.name] for f in fields(LocalConfig)
@@ -285,3 +304,145 @@ def local_config_from_record(record: ConfigRecord, prefix: str = "local.") -> Lo
     for key in ("epochs", "steps"):
         values.setdefault(key, None)
     return LocalConfig(**values)
+
+
+# -------------------------------------------------------------------- plans
+def output_key(name: str) -> str:
+    r"""The record key of a client job's output ``name``."""
+    return OUTPUT_PREFIX + name
+
+
+def tensor_to_record(layout: ParamLayout, t: Tensor) -> ArrayRecord:
+    r"""One tensor as a record: a model-sized vector :math:`(D,)` with the
+    layout's names (:func:`params_to_record`), anything else as one array."""
+    if t.dim() == 1 and t.numel() == layout.num_params and t.is_floating_point():
+        return params_to_record(layout, t)
+    return tensors_to_record([t])
+
+
+def record_to_tensor(layout: ParamLayout, record: ArrayRecord, what: str) -> Tensor:
+    r"""The tensor of :func:`tensor_to_record`, checked (a model against the
+    layout; any array for finite values); raises a :class:`ValueError`
+    starting with ``what``."""
+    if set(record.keys()) != {"0"}:  # a model
+        reason = check_params_record(layout, record, what)
+        if reason is not None:
+            raise ValueError(reason)
+        return record_to_params(layout, record)
+    (t,) = record_to_tensors(record)
+    if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+        raise ValueError(f"{what}: holds non-finite values (NaN or Inf)")
+    return t
+
+
+class _Encoder:
+    def __init__(self, layout: ParamLayout, row: int | None, strategy: Any) -> None:
+        self.layout, self.row, self.strategy = layout, row, strategy
+        self.arrays: dict[str, ArrayRecord] = {}
+
+    def value(self, value: Any, path: str, per_client: bool) -> Any:
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return value
+        if isinstance(value, Tensor):
+            t = value[self.row] if per_client and self.row is not None else value
+            self.arrays[path] = tensor_to_record(self.layout, t.detach())
+            return {"tensor": path}
+        if isinstance(value, Regularizer):
+            spec = encode_regularizer(value, self.layout.num_params, self.strategy)
+            refs = [r[self.row] for r in value.refs] if self.row is not None else list(value.refs)
+            self.arrays[path] = tensors_to_record(refs)
+            return {"regularizer": {"name": spec.name, "kwargs": spec.kwargs}, "refs": path}
+        if isinstance(value, LocalConfig):
+            return {"local": local_config_to_dict(value, "")}
+        if isinstance(value, (LocalRule, ClientJob)):
+            is_rule = isinstance(value, LocalRule)
+            registry: Mapping[str, type] = RULES if is_rule else JOBS
+            if registry.get(value.kind) is not type(value):
+                raise ValueError(f"{type(value).__name__} cannot be sent to Flower clients: "
+                                 f"register it with register_{'rule' if is_rule else 'job'}")
+            return {"r" if is_rule else "j": value.kind, "fields": self.fields(value, path)}
+        if isinstance(value, tuple):
+            return [self.value(v, f"{path}.{k}", per_client) for k, v in enumerate(value)]
+        if isinstance(value, FineTune):
+            return {"finetune": self.fields(value, path)}
+        raise ValueError(f"cannot send {type(value).__name__} to Flower clients")
+
+    def fields(self, obj: Any, path: str) -> dict[str, Any]:
+        return {f.name: self.value(getattr(obj, f.name), f"{path}.{f.name}".lstrip("."),
+                                   bool(f.metadata.get("per_client")))
+                for f in fields(obj)}
+
+
+def encode_plan(plan: TrainPlan | EvaluatePlan, row: int | None, layout: ParamLayout,
+                strategy: Any = None) -> tuple[str, dict[str, ArrayRecord]]:
+    r"""Client ``row``'s part of ``plan``: its JSON description (for
+    ``config[PLAN]``) and its arrays by record key. ``row=None`` sends
+    per-client tensors whole (a plan already restricted to one client)."""
+    enc = _Encoder(layout, row, strategy)
+    spec = enc.fields(plan, "")
+    return json.dumps({"type": type(plan).__name__, "fields": spec}, sort_keys=True), enc.arrays
+
+
+class _Decoder:
+    def __init__(self, layout: ParamLayout, arrays: Mapping[str, Any],
+                 regularizers: Mapping[str, Callable[..., Tensor]] | None) -> None:
+        self.layout, self.arrays, self.regularizers = layout, arrays, regularizers
+
+    def array(self, path: str) -> Any:
+        if path not in self.arrays:
+            raise ValueError(f"the plan refers to the missing record {path!r}")
+        return self.arrays[path]
+
+    def value(self, spec: Any, per_client: bool) -> Any:
+        if spec is None or isinstance(spec, (bool, int, float, str)):
+            return spec
+        if isinstance(spec, list):
+            return tuple(self.value(v, per_client) for v in spec)
+        if not isinstance(spec, dict):
+            raise ValueError(f"malformed plan entry {spec!r}")
+        if "tensor" in spec:
+            t = record_to_tensor(self.layout, self.array(spec["tensor"]),
+                                  str(spec["tensor"]))
+            return t.unsqueeze(0) if per_client else t
+        if "regularizer" in spec:
+            reg = RegularizerSpec(str(spec["regularizer"]["name"]),
+                                  dict(spec["regularizer"]["kwargs"]))
+            refs = record_to_tensors(self.array(spec["refs"]))
+            return decode_regularizer(reg, refs, self.regularizers)
+        if "local" in spec:
+            return local_config_from_record(spec["local"], "")
+        if "finetune" in spec:
+            return FineTune(**self.fields(FineTune, spec["finetune"]))
+        for key, registry in (("r", RULES), ("j", JOBS)):
+            if key in spec:
+                cls = registry.get(str(spec[key]))
+                if cls is None:
+                    raise ValueError(f"unknown {'rule' if key == 'r' else 'client job'} "
+                                     f"{spec[key]!r}: it is not registered on this client")
+                return cls(**self.fields(cls, spec["fields"]))
+        raise ValueError(f"malformed plan entry {spec!r}")
+
+    def fields(self, cls: type, spec: Mapping[str, Any]) -> dict[str, Any]:
+        known = {f.name: f for f in fields(cls)}
+        unknown = set(spec) - set(known)
+        if unknown:
+            raise ValueError(f"{cls.__name__} has no field(s) {sorted(unknown)}")
+        return {name: self.value(value, bool(known[name].metadata.get("per_client")))
+                for name, value in spec.items()}
+
+
+_PLANS: dict[str, type] = {"TrainPlan": TrainPlan, "EvaluatePlan": EvaluatePlan}
+
+
+def decode_plan(text: str, arrays: Mapping[str, Any], layout: ParamLayout,
+                regularizers: Mapping[str, Callable[..., Tensor]] | None = None
+                ) -> TrainPlan | EvaluatePlan:
+    r"""The one-client plan described by ``text`` (from :func:`encode_plan`)
+    with its records ``arrays``: per-client tensors come back with a leading
+    client dimension of 1, registered rules and jobs are rebuilt by name."""
+    data = json.loads(text)
+    cls = _PLANS.get(data.get("type"))
+    if cls is None:
+        raise ValueError(f"unknown plan type {data.get('type')!r}")
+    dec = _Decoder(layout, arrays, regularizers)
+    return cls(**dec.fields(cls, data["fields"]))

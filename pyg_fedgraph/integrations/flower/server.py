@@ -22,16 +22,15 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result
 from flwr.serverapp.strategy import Strategy as FlowerStrategy
 from torch import Tensor, nn
-from torch_geometric.utils import subgraph
 
-from pyg_fedgraph.data.federated_dataset import FederatedDataset
+from pyg_fedgraph.data.federated_dataset import FederatedDataset, Task
 from pyg_fedgraph.data.federation import FederationGraph
 from pyg_fedgraph.data.layout import ParamLayout
+from pyg_fedgraph.engine import History, RoundEngine, sample_clients, snapshot
 from pyg_fedgraph.integrations.flower import protocol as P
-from pyg_fedgraph.simulation.simulator import sample_clients
-from pyg_fedgraph.simulation.validation import check_updates
-from pyg_fedgraph.strategies.base import FederationContext, Strategy, TrainPlan
+from pyg_fedgraph.strategies.base import Strategy
 from pyg_fedgraph.train.engine import LocalConfig
+from pyg_fedgraph.utils.seeds import make_generator
 
 __all__ = ["GraphStrategy", "DroppedReply"]
 
@@ -60,24 +59,29 @@ class DroppedReply:
 class _Pending:
     partition_id: int
     start: Tensor | None
-    personal: bool
-    feedback: bool
+    outputs: tuple[str, ...]
 
 
 class GraphStrategy(FlowerStrategy):
     r"""Runs a pyg_fedgraph :class:`~pyg_fedgraph.strategies.Strategy` on
     Flower's Message API: every sampled client receives its *own*
-    personalized starting model, and the replies of a round become a
+    personalized plan, and the replies of a round become a
     :class:`~pyg_fedgraph.data.FederationGraph` for the wrapped strategy.
 
     .. math::
         \text{round } t:\quad
-        \Theta^{start}_{S_t} = \texttt{configure\_train}(t, S_t)
+        \text{TrainPlan}_{S_t} = \texttt{configure\_train}(t, S_t)
         \;\xrightarrow{\text{one message per client}}\;
-        \theta_i = \mathrm{LocalSGD}_i(\theta^{start}_i)
+        \theta_i = \mathrm{run\_plan}_i(\theta^{start}_i)
         \;\xrightarrow{\text{validated replies}}\;
-        \texttt{aggregate\_train}(t, \mathcal{G}_t),
-        \quad \mathcal{G}_t = (\Theta_{S_t}, \Theta_{S_t} - \Theta^{start}_{S_t}, n_{S_t})
+        \texttt{aggregate\_train}(t, \mathcal{G}_t)
+
+    The server side of a round (sampling, the strategy, checks of the
+    uploads, the round's graph, the client table, the evaluation protocol) is
+    the :class:`~pyg_fedgraph.engine.RoundEngine`, the same as in the
+    in-process :class:`~pyg_fedgraph.Simulator`; this class only moves plans
+    and replies (:mod:`~pyg_fedgraph.integrations.flower.protocol`) and
+    handles the nodes.
 
     Flower node ids are random and change between runs, so clients are
     identified by a stable *partition id* that each node reports (from its
@@ -86,21 +90,19 @@ class GraphStrategy(FlowerStrategy):
     reason and kept in :attr:`dropped`, when it carries an error, claims an
     unknown partition (or one that is not the sender's), was not expected,
     holds a model with the wrong number of arrays, a wrong shape or dtype, or
-    non-finite values, or an update of absurd norm; the round continues with
-    the other clients.
+    non-finite values, lacks a job's output, or an update of absurd norm; the
+    round continues with the other clients.
 
-    Sampling follows :class:`~pyg_fedgraph.Simulator`
-    (:func:`~pyg_fedgraph.simulation.sample_clients` with a generator seeded by
-    ``seed``) over the partitions that are connected. Per-client metrics of
-    every round are kept in :attr:`train_metrics` and
-    :attr:`evaluate_metrics`; the records returned to Flower hold their means
-    over clients (the papers report unweighted client means). The
-    :class:`~flwr.app.ArrayRecord` returned after training holds every
-    client's personalized model, ``"personalized-params"`` :math:`(N, D)`
-    (the clients' latest models when the strategy evaluates local models).
-    :meth:`state_dict` holds everything needed to resume (the wrapped
-    strategy's :meth:`state_dict`, the round, the sampler, each client's latest
-    model); ``on_round_end`` is called after every aggregation, e.g. to save it.
+    Sampling is the engine's (``(seed, "sample", round)``) over the partitions
+    that are connected. Per-client metrics of every round are kept in
+    :attr:`train_metrics` and :attr:`evaluate_metrics` and in the engine's
+    history (:attr:`history`: the papers' protocol, test metric at the round
+    of best mean validation metric); the records returned to Flower hold
+    their means over clients. The :class:`~flwr.app.ArrayRecord` returned
+    after training holds every client's personalized model,
+    ``"personalized-params"`` :math:`(N, D)`. :meth:`state_dict` is a snapshot
+    of everything needed to resume; ``on_round_end`` is called after every
+    aggregation, e.g. to save it.
 
     Args:
         strategy (Strategy): the pyg_fedgraph server algorithm.
@@ -116,9 +118,8 @@ class GraphStrategy(FlowerStrategy):
             clients); they are evaluated (default: ``None``).
         task (str, optional): ``"classification"`` or ``"regression"``
             (default: ``"classification"``).
-        local (LocalConfig, optional): local SGD settings sent to the clients
-            (and given to strategies that read ``ctx.extra["local"]``); a
-            strategy's :attr:`TrainPlan.config` replaces them for its round;
+        local (LocalConfig, optional): the run's local settings, sent to the
+            clients (a strategy's plan may override them for its round);
             ``None`` lets every client use its own (default: ``None``).
         fraction_train (float, optional): share of partitions sampled per
             round; ``None`` uses ``strategy.default_sample_fraction(N)``
@@ -129,7 +130,8 @@ class GraphStrategy(FlowerStrategy):
             last (default: ``1``).
         min_available_nodes (int, optional): nodes to wait for before round 1
             (default: :math:`N`).
-        seed (int, optional): seed of sampling and of the strategy (default: ``0``).
+        seed (int, optional): the run's seed, sent to the clients
+            (default: ``0``).
         timeout (float, optional): seconds to wait for the replies of a query
             (default: ``600``).
         max_update_norm (float, optional): replies whose update
@@ -142,7 +144,7 @@ class GraphStrategy(FlowerStrategy):
     def __init__(self, strategy: Strategy, model: nn.Module, num_clients: int, *,
                  num_samples: Tensor | None = None, edge_index: Tensor | None = None,
                  edge_weight: Tensor | None = None, held_out: Tensor | None = None,
-                 task: str = "classification", local: LocalConfig | None = None,
+                 task: Task = "classification", local: LocalConfig | None = None,
                  fraction_train: float | None = None, fraction_evaluate: float = 1.0,
                  evaluate_every: int = 1, min_available_nodes: int | None = None,
                  seed: int = 0, timeout: float = 600.0,
@@ -166,6 +168,8 @@ class GraphStrategy(FlowerStrategy):
             raise ValueError(f"evaluate_every must be >= 1, got {evaluate_every}")
         if task not in ("classification", "regression"):
             raise ValueError(f"task must be 'classification' or 'regression', got {task!r}")
+        if max_update_norm is not None and not max_update_norm > 0:
+            raise ValueError(f"max_update_norm must be positive or None, got {max_update_norm}")
         self.strategy = strategy
         self.model = model
         self.layout = ParamLayout.from_module(model)
@@ -187,23 +191,18 @@ class GraphStrategy(FlowerStrategy):
             else int(min_available_nodes)
         self.seed = int(seed)
         self.timeout = float(timeout)
-        if max_update_norm is not None and not max_update_norm > 0:
-            raise ValueError(f"max_update_norm must be positive or None, got {max_update_norm}")
         self.max_update_norm = None if max_update_norm is None else float(max_update_norm)
         self.on_round_end = on_round_end
 
-        self.rounds_done = 0
-        self.latest: Tensor | None = None  # (N, D): each partition's latest model
+        self.engine: RoundEngine | None = None
         self.last_graph: FederationGraph | None = None
         self.train_metrics: dict[int, dict[int, dict[str, float]]] = {}
         self.evaluate_metrics: dict[int, dict[int, dict[str, float]]] = {}
         self.dropped: list[DroppedReply] = []
-        self.sampler = torch.Generator().manual_seed(self.seed)
         self.node_to_partition: dict[int, int] = {}
         self._reported_samples: dict[int, int] = {}
         self._ignored_nodes: set[int] = set()
         self._synced: set[int] = set()
-        self._fresh = True
         self._pending: dict[int, _Pending] = {}
         self._evaluating: dict[int, int] = {}
         self._last_round: int | None = None
@@ -222,28 +221,41 @@ class GraphStrategy(FlowerStrategy):
     # ----------------------------------------------------------------- setup
     @property
     def is_setup(self) -> bool:
-        return self.latest is not None
+        return self.engine is not None
+
+    @property
+    def rounds_done(self) -> int:
+        r"""The last finished round."""
+        return 0 if self.engine is None else self.engine.round
+
+    @property
+    def history(self) -> History:
+        r"""The engine's :class:`~pyg_fedgraph.engine.History` of evaluated rounds."""
+        return self._require_engine().history
 
     def setup(self, init_params: Tensor, num_samples: Tensor | None = None) -> None:
-        r"""Sets up the wrapped strategy (called on the first
-        :meth:`configure_train`, or by :meth:`load_state_dict`)."""
+        r"""Builds the round engine and sets up the wrapped strategy (called on
+        the first :meth:`configure_train`, or by :meth:`load_state_dict`)."""
         num_samples = self.num_samples if num_samples is None else num_samples
         if num_samples is None:
             raise ValueError("GraphStrategy needs the training sample count of every partition: "
                              "pass num_samples= or let all clients connect before round 1")
-        init = init_params.detach().to(torch.get_default_dtype())
-        if init.shape != (self.layout.num_params,):
-            raise ValueError(f"initial parameters have shape {tuple(init.shape)}, the model has "
-                             f"{self.layout.num_params} parameters")
         self.num_samples = num_samples.detach().to(torch.long)
-        self.init_params = init.clone()
-        self.latest = init.unsqueeze(0).repeat(self.num_clients, 1)
-        self.strategy.setup(FederationContext(
-            num_clients=self.num_clients, layout=self.layout, init_params=init.clone(),
-            num_samples=self.num_samples.clone(), edge_index=self.edge_index,
-            edge_weight=self.edge_weight, seed=self.seed,
-            extra={"held_out": self.held_out, "task": self.task,
-                   **({"local": self.local} if self.local is not None else {})}))
+        # fraction_train 0 trains nobody; the engine's sampler needs a positive share.
+        fraction = self.fraction_train if self.fraction_train > 0 else 1.0
+        self.engine = RoundEngine(
+            self.strategy, layout=self.layout,
+            init_params=init_params.detach().to(torch.get_default_dtype()),
+            num_samples=self.num_samples, task=self.task, local=self.local,
+            edge_index=self.edge_index, edge_weight=self.edge_weight, held_out=self.held_out,
+            sample_fraction=fraction, seed=self.seed, eval_every=self.evaluate_every,
+            max_update_norm=self.max_update_norm)
+
+    def _require_engine(self) -> RoundEngine:
+        if self.engine is None:
+            raise RuntimeError("GraphStrategy has not been set up; run a round or "
+                               "load_state_dict() first")
+        return self.engine
 
     def _setup_from(self, arrays: ArrayRecord) -> None:
         init = self.layout.flatten(self.model)
@@ -280,7 +292,7 @@ class GraphStrategy(FlowerStrategy):
                if n not in self.node_to_partition and n not in self._ignored_nodes]
         if not new:
             return
-        messages = [Message(RecordDict({P.CONFIG: ConfigRecord({"query": P.PARTITION_ID})}),
+        messages = [Message(RecordDict({P.CONFIG: ConfigRecord({P.QUERY: P.PARTITION_ID})}),
                             dst_node_id=n, message_type=MessageType.QUERY) for n in new]
         taken = {p: n for n, p in self.node_to_partition.items()}
         for reply in grid.send_and_receive(messages, timeout=self.timeout):
@@ -329,21 +341,31 @@ class GraphStrategy(FlowerStrategy):
             self._setup_from(arrays)
 
     def _message(self, content: RecordDict, node: int, pid: int, kind: str) -> Message:
+        engine = self._require_engine()
         if node not in self._synced:
             # Once per session: the client's latest model as the server knows it,
             # so that strategies that continue from local models also resume.
-            content[P.LOCAL_PARAMS] = P.params_to_record(self.layout, self.latest[pid])
-            content[P.CONFIG]["reset-buffers"] = self._fresh
+            content[P.LOCAL_PARAMS] = P.params_to_record(self.layout, engine.table.params[pid])
+            content[P.CONFIG][P.RESET_BUFFERS] = not bool(engine.table.trained.any())
             self._synced.add(node)
         return Message(content, dst_node_id=node, message_type=kind)
+
+    def _common_config(self, config: ConfigRecord, server_round: int, rnd: int
+                       ) -> dict[str, Any]:
+        common = {**dict(config), P.SERVER_ROUND: server_round, P.ROUND: rnd,
+                  P.SEED: self.seed}
+        if self.local is not None:
+            common.update(P.local_config_to_dict(self.local))
+        return common
 
     # -------------------------------------------------------------- training
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: Grid) -> Iterable[Message]:
-        r"""Samples partitions, asks the wrapped strategy for their starting
-        models and regularizers, and builds one message per client."""
+        r"""Samples partitions through the engine, asks the wrapped strategy
+        for their plan, and sends each client its own row of it."""
         self._prepare(arrays, grid)
-        rnd = self.rounds_done + 1
+        engine = self._require_engine()
+        rnd = engine.round + 1
         self._pending = {}
         connected = self._connected()
         candidates = torch.tensor(sorted(p for p in connected
@@ -351,71 +373,35 @@ class GraphStrategy(FlowerStrategy):
                                   dtype=torch.long)
         if self.fraction_train == 0.0 or candidates.numel() == 0:
             return []
-        sampled = sample_clients(candidates, self.fraction_train, self.sampler)
-        plan = self.strategy.configure_train(rnd, sampled)
-        s, d = sampled.numel(), self.layout.num_params
-        start = None if plan.params is None else plan.params.detach()
-        if start is not None and start.shape != (s, d):
-            raise ValueError(f"strategy {self.strategy.name!r} sent parameters of shape "
-                             f"{tuple(start.shape)} to {s} clients with {d} parameters")
-        common = {**dict(config), "server-round": server_round, "round": rnd,
-                  "feedback-gradient": bool(getattr(self.strategy, "needs_feedback_gradient",
-                                                    False))}
-        common.update(P.local_config_to_dict(plan.config or self.local)
-                      if (plan.config or self.local) is not None else {})
-        common.update(self._plan_config(plan))
-        personal = plan.personal
-        if personal is not None:
-            if personal.params is None or personal.params.shape != (s, d):
-                raise ValueError(f"strategy {self.strategy.name!r} asked for a personal "
-                                 f"training without (S, D) = ({s}, {d}) starting parameters")
-            if personal.personal is not None:
-                raise ValueError("a personal TrainPlan cannot itself hold a personal plan")
-            common.update(self._plan_config(personal, personal=True))
+        sampled = engine.sample(rnd, candidates)
+        plan = engine.configure_train(rnd, sampled)
+        outputs = tuple(job.output for job in plan.jobs)
+        common = self._common_config(config, server_round, rnd)
         messages = []
         for row, pid in enumerate(sampled.tolist()):
             node = connected[pid]
-            content = RecordDict({P.CONFIG: ConfigRecord(dict(common))})
-            content[P.CONFIG][P.PARTITION_ID] = pid
-            if start is not None:
-                content[P.PARAMS] = P.params_to_record(self.layout, start[row])
-            if plan.regularizer is not None:
-                content[P.REGULARIZER] = P.tensors_to_record(
-                    [r[row] for r in plan.regularizer.refs])
-            if personal is not None:
-                content[P.PERSONAL_PARAMS] = P.params_to_record(self.layout,
-                                                                personal.params[row].detach())
-                if personal.regularizer is not None:
-                    content[P.PERSONAL_REGULARIZER] = P.tensors_to_record(
-                        [r[row] for r in personal.regularizer.refs])
-            self._pending[node] = _Pending(pid, None if start is None else start[row].clone(),
-                                           personal is not None,
-                                           bool(common["feedback-gradient"]))
+            text, records = P.encode_plan(plan, row, self.layout, self.strategy)
+            content = RecordDict({P.CONFIG: ConfigRecord({**common, P.PARTITION_ID: pid,
+                                                          P.PLAN: text})})
+            for key, record in records.items():
+                content[key] = record
+            start = None if plan.params is None else plan.params[row].clone()
+            self._pending[node] = _Pending(pid, start, outputs)
             messages.append(self._message(content, node, pid, MessageType.TRAIN))
-        log.info("round %d: sent %d personalized models", rnd, len(messages))
+        log.info("round %d: sent %d personalized plans", rnd, len(messages))
         return messages
-
-    def _plan_config(self, plan: TrainPlan, personal: bool = False) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        key = P.PERSONAL_REGULARIZER if personal else P.REGULARIZER
-        if plan.regularizer is not None:
-            spec = P.encode_regularizer(plan.regularizer, self.layout.num_params,
-                                        self.strategy, personal)
-            out[key] = spec.to_json()
-        if personal and plan.config is not None:
-            out.update(P.local_config_to_dict(plan.config, "personal-local."))
-        return out
 
     def _check_train_reply(self, reply: Message
                            ) -> tuple[int | None, str | None, dict[str, Tensor]]:
-        r"""``(partition id, reason to drop or None, decoded flat tensors)``."""
+        r"""``(partition id, reason to drop or None, decoded tensors)`` of a
+        train reply (the format: the engine checks the update itself)."""
         node = reply.metadata.src_node_id
         pending = self._pending.get(node)
         pid, reason = self._partition_of(reply)
         if reason is not None:
             return (pending.partition_id if pending else pid), reason, {}
         if pending is None:
-            return pid, f"node {node} was not sent a model this round", {}
+            return pid, f"node {node} was not sent a plan this round", {}
         if pid != pending.partition_id:
             return pid, (f"the reply claims partition {pid}, node {node} is partition "
                          f"{pending.partition_id}"), {}
@@ -423,35 +409,30 @@ class GraphStrategy(FlowerStrategy):
         wanted = [(P.PARAMS, "trained model")]
         if pending.start is None:
             wanted.append((P.DELTA, "update"))
-        if pending.personal:
-            wanted.append((P.PERSONAL_PARAMS, "personal model"))
-        if pending.feedback:
-            wanted.append((P.FEEDBACK, "feedback gradient"))
+        wanted += [(P.output_key(name), f"output {name!r}") for name in pending.outputs]
         decoded = {}
         for key, what in wanted:
             if key not in content:
                 return pid, f"the reply has no {what} ({key!r})", {}
-            why = P.check_params_record(self.layout, content[key], what)
-            if why is not None:
-                return pid, why, {}
-            decoded[key] = P.record_to_params(self.layout, content[key])
-        # delta exactly as the simulator computes it: trained minus the model sent.
-        if pending.start is not None:
-            decoded[P.DELTA] = decoded[P.PARAMS] - pending.start
-        # The simulator's own rule (simulation.validation), so both engines agree.
-        check = check_updates(decoded[P.DELTA].unsqueeze(0), self.layout.num_params,
-                              max_norm=self.max_update_norm)
-        if not bool(check.keep[0]):
-            return pid, check.reasons[0], {}
+            try:
+                decoded[key] = P.record_to_tensor(self.layout, content[key], what)
+            except ValueError as err:
+                return pid, str(err), {}
+            if key in (P.PARAMS, P.DELTA) and decoded[key].shape != (self.layout.num_params,):
+                return pid, (f"{what}: sent {decoded[key].numel()} values, the model has "
+                             f"{self.layout.num_params} parameters"), {}
+        decoded["start"] = (pending.start if pending.start is not None
+                            else decoded[P.PARAMS] - decoded[P.DELTA])
         return pid, None, decoded
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]
                         ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        r"""Validates the replies, hands the valid ones to the wrapped strategy
-        as a :class:`FederationGraph` (ordered by partition id), and returns
-        every client's personalized model and the round's mean metrics."""
-        rnd = self.rounds_done + 1
-        valid: dict[int, tuple[dict[str, Tensor], MetricRecord]] = {}
+        r"""Checks the replies' format, hands the valid ones to the engine (in
+        partition order), and returns every client's personalized model and
+        the round's mean metrics."""
+        engine = self._require_engine()
+        rnd = engine.round + 1
+        valid: dict[int, tuple[dict[str, Tensor], MetricRecord, int]] = {}
         answered = set()
         for reply in replies:
             node = reply.metadata.src_node_id
@@ -462,61 +443,49 @@ class GraphStrategy(FlowerStrategy):
             if reason is not None:
                 self._drop(rnd, "train", node, pid, reason)
                 continue
-            valid[pid] = (decoded, reply.content[P.METRICS])
+            assert pid is not None
+            valid[pid] = (decoded, reply.content[P.METRICS], node)
         for node, pending in self._pending.items():
             if node not in answered:
                 self._drop(rnd, "train", node, pending.partition_id, "no reply before the timeout")
         ids = torch.tensor(sorted(valid), dtype=torch.long)
-        round_metrics: dict[int, dict[str, float]] = {}
-        if ids.numel():
-            graph = self._graph(ids, [valid[p][0] for p in ids.tolist()])
-            self.strategy.aggregate_train(rnd, graph)
-            self.last_graph = graph
-            latest = self.latest.clone()
-            latest[ids] = graph.x
-            self.latest = latest
-            for p in ids.tolist():
-                round_metrics[p] = {k: float(v) for k, v in valid[p][1].items()
-                                    if isinstance(v, (int, float))}
-        else:
-            log.warning("round %d: no valid reply; the strategy is not updated", rnd)
-        self.train_metrics[rnd] = round_metrics
-        self.rounds_done = rnd
-        self._fresh = False
+        rows = [valid[p][0] for p in ids.tolist()]
+        d = self.layout.num_params
+        params = torch.stack([r[P.PARAMS] for r in rows]) if rows else torch.zeros(0, d)
+        start = torch.stack([r["start"] for r in rows]) if rows else torch.zeros(0, d)
+        outputs = {name: torch.stack([r[P.output_key(name)] for r in rows])
+                   for name in (self._pending_outputs() if rows else ())}
+        losses = torch.tensor([float(valid[p][1].get(P.TRAIN_LOSS, math.nan))
+                               for p in ids.tolist()])
+        update = engine.aggregate_train(rnd, ids, params, start, outputs, losses)
+        for k, pid in enumerate(ids.tolist()):
+            if not bool(update.accepted[k]):
+                self._drop(rnd, "train", valid[pid][2], pid, str(update.reasons[k]))
+        self.last_graph = update.graph
+        accepted = ids[update.accepted] if ids.numel() else ids
+        self.train_metrics[rnd] = {p: {k: float(v) for k, v in valid[p][1].items()
+                                       if isinstance(v, (int, float))}
+                                   for p in accepted.tolist()}
         self._pending = {}
         if self.on_round_end is not None:
             self.on_round_end(self, rnd)
-        summary = MetricRecord({"num-clients": len(round_metrics),
+        summary = MetricRecord({"num-clients": len(self.train_metrics[rnd]),
                                 "num-dropped": sum(1 for d in self.dropped
                                                    if d.round == rnd and d.stage == "train")})
-        losses = [m["train-loss"] for m in round_metrics.values()
-                  if math.isfinite(m.get("train-loss", math.nan))]
-        if losses:
-            summary["train-loss"] = sum(losses) / len(losses)
+        if math.isfinite(update.loss):
+            summary[P.TRAIN_LOSS] = update.loss
         return self._personalized_record(), summary
 
-    def _graph(self, ids: Tensor, decoded: list[dict[str, Tensor]]) -> FederationGraph:
-        ei, ew = self.edge_index, self.edge_weight
-        if ei is not None:
-            ei, ew = subgraph(ids, ei, ew, relabel_nodes=True, num_nodes=self.num_clients)
-        graph = FederationGraph(x=torch.stack([d[P.PARAMS] for d in decoded]),
-                                delta=torch.stack([d[P.DELTA] for d in decoded]),
-                                num_samples=self.num_samples[ids], client_id=ids,
-                                layout=self.layout, edge_index=ei, edge_weight=ew)
-        if P.PERSONAL_PARAMS in decoded[0]:
-            graph.personal_x = torch.stack([d[P.PERSONAL_PARAMS] for d in decoded])
-        if P.FEEDBACK in decoded[0]:
-            graph.feedback = torch.stack([d[P.FEEDBACK] for d in decoded])
-        return graph
+    def _pending_outputs(self) -> tuple[str, ...]:
+        return next(iter(self._pending.values())).outputs if self._pending else ()
 
     def personalized_params(self) -> Tensor:
         r"""Every partition's model as it would be evaluated now :math:`(N, D)`
-        (before any client-side fine-tuning)."""
-        if not self.is_setup:
-            raise RuntimeError("GraphStrategy has not been set up; run a round or "
-                               "load_state_dict() first")
-        out = self.strategy.personalized_params(torch.arange(self.num_clients))
-        return self.latest.clone() if out is None else out.detach().clone()
+        (before any client-side fine-tuning; the clients' latest models when
+        the strategy evaluates local models)."""
+        engine = self._require_engine()
+        plan = engine.configure_evaluate(torch.arange(self.num_clients))
+        return engine.table.params.clone() if plan.params is None else plan.params.clone()
 
     def _personalized_record(self) -> ArrayRecord:
         return ArrayRecord({"personalized-params": Array(self.personalized_params().numpy())})
@@ -524,43 +493,43 @@ class GraphStrategy(FlowerStrategy):
     # ------------------------------------------------------------ evaluation
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                            grid: Grid) -> Iterable[Message]:
-        r"""Sends each evaluated partition its personalized model (none when
-        the strategy evaluates the clients' local models)."""
-        rnd = self.rounds_done
+        r"""Sends each evaluated partition its row of the engine's
+        :class:`~pyg_fedgraph.train.jobs.EvaluatePlan` (the model to
+        evaluate, none for the clients' own models, and any fine-tuning)."""
         if self.fraction_evaluate == 0.0 or not self.is_setup:
             return []
-        if rnd % self.evaluate_every and rnd != self._last_round:
+        engine = self._require_engine()
+        rnd = engine.round
+        if not (engine.should_evaluate(rnd) or rnd == self._last_round):
             return []
         self.discover(grid)
         connected = self._connected()
         candidates = torch.tensor(sorted(connected), dtype=torch.long)
         if candidates.numel() == 0:
             return []
-        # Its own generator: evaluation must not shift the training sample sequence.
-        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + rnd)
-        clients = sample_clients(candidates, self.fraction_evaluate, gen)
-        params = self.strategy.personalized_params(clients)
-        common = {**dict(config), "server-round": server_round, "round": rnd,
-                  "finetune": bool(self.strategy.finetune)}
-        if self.local is not None:
-            common.update(P.local_config_to_dict(self.local))
-        epochs = getattr(self.strategy, "finetune_epochs", None)
-        if self.strategy.finetune and epochs is not None:
-            common["finetune-epochs"] = int(epochs)
+        # Its own stream: evaluation must not shift the training sample sequence.
+        clients = sample_clients(candidates, self.fraction_evaluate,
+                                 make_generator(self.seed, "evaluate-sample", rnd))
+        plan = engine.configure_evaluate(clients)
+        common = self._common_config(config, server_round, rnd)
         messages = []
         for row, pid in enumerate(clients.tolist()):
-            content = RecordDict({P.CONFIG: ConfigRecord({**common, P.PARTITION_ID: pid})})
-            if params is not None:
-                content[P.PARAMS] = P.params_to_record(self.layout, params[row].detach())
+            text, records = P.encode_plan(plan, row, self.layout, self.strategy)
+            content = RecordDict({P.CONFIG: ConfigRecord({**common, P.PARTITION_ID: pid,
+                                                          P.PLAN: text})})
+            for key, record in records.items():
+                content[key] = record
             messages.append(self._message(content, connected[pid], pid, MessageType.EVALUATE))
         self._evaluating = {connected[p]: p for p in clients.tolist()}
         return messages
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]
                            ) -> MetricRecord | None:
-        r"""Keeps every client's validation and test metrics and returns their
+        r"""Keeps every client's validation and test metrics, records them in
+        the engine's history (NaN for clients not evaluated) and returns their
         means over clients."""
-        rnd = self.rounds_done
+        engine = self._require_engine()
+        rnd = engine.round
         expected = self._evaluating
         per_client: dict[int, dict[str, float]] = {}
         for reply in replies:
@@ -574,19 +543,30 @@ class GraphStrategy(FlowerStrategy):
             if reason is not None:
                 self._drop(rnd, "evaluate", node, pid, reason)
                 continue
+            assert pid is not None
             per_client[pid] = {k: float(v) for k, v in reply.content[P.METRICS].items()
                                if isinstance(v, (int, float))}
         self._evaluating = {}
         self.evaluate_metrics[rnd] = per_client
         if not per_client:
             return None
-        keys = sorted({k for m in per_client.values() for k in m
-                       if k.startswith(("val-", "test-"))})
+        split_metrics: dict[str, dict[str, Tensor]] = {"val": {}, "test": {}}
+        for key in sorted({k for m in per_client.values() for k in m}):
+            split, _, name = key.partition("-")
+            if split in split_metrics:
+                column = torch.full((self.num_clients,), math.nan)
+                for pid, m in per_client.items():
+                    column[pid] = m.get(key, math.nan)
+                split_metrics[split][name] = column
+        if all(engine.objective.primary in split_metrics[s] for s in ("val", "test")):
+            engine.record(rnd, split_metrics["val"], split_metrics["test"],
+                          num_sampled=len(self.train_metrics.get(rnd, {})))
         out = MetricRecord({"num-clients": len(per_client)})
-        for k in keys:
-            vals = [m[k] for m in per_client.values() if math.isfinite(m.get(k, math.nan))]
-            if vals:
-                out[k] = sum(vals) / len(vals)
+        for split, metrics in split_metrics.items():
+            for name, column in metrics.items():
+                values = column[~torch.isnan(column)]
+                if values.numel():
+                    out[f"{split}-{name}"] = float(values.mean())
         return out
 
     # --------------------------------------------------------------- running
@@ -602,6 +582,8 @@ class GraphStrategy(FlowerStrategy):
         if initial_arrays is None:
             initial_arrays = P.params_to_record(self.layout, self.layout.flatten(self.model))
         self._last_round = self.rounds_done + num_rounds
+        if self.engine is not None:
+            self.engine.rounds = self._last_round
         self._synced = set()
         return super().start(grid, initial_arrays, num_rounds=num_rounds, timeout=timeout,
                              train_config=train_config, evaluate_config=evaluate_config,
@@ -614,34 +596,31 @@ class GraphStrategy(FlowerStrategy):
 
     # ------------------------------------------------------------ checkpoint
     def state_dict(self) -> dict[str, Any]:
-        r"""Everything needed to resume: the wrapped strategy's state, the
-        round counter, the sampler, the clients' latest models and the
-        per-client metrics."""
-        if not self.is_setup:
+        r"""A snapshot (deep copy) of everything needed to resume: the engine's
+        state (round, client table, history, the wrapped strategy's state),
+        the initial model, the sample counts and the per-client metrics."""
+        if self.engine is None:
             raise RuntimeError("nothing to save before the first round")
-        return {"strategy": self.strategy.state_dict(), "rounds_done": self.rounds_done,
-                "sampler": self.sampler.get_state(), "latest": self.latest.clone(),
-                "init_params": self.init_params.clone(),
-                "num_samples": self.num_samples.clone(),
-                "train_metrics": {r: {p: dict(m) for p, m in v.items()}
-                                  for r, v in self.train_metrics.items()},
-                "evaluate_metrics": {r: {p: dict(m) for p, m in v.items()}
-                                     for r, v in self.evaluate_metrics.items()}}
+        return snapshot({
+            "engine": self.engine.state_dict(),
+            "init_params": self.engine.ctx.init_params,
+            "num_samples": self.num_samples,
+            "train_metrics": self.train_metrics,
+            "evaluate_metrics": self.evaluate_metrics})
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        r"""Restores :meth:`state_dict` (sets the wrapped strategy up first)."""
-        if tuple(state["latest"].shape) != (self.num_clients, self.layout.num_params):
-            raise ValueError(f"the checkpoint holds {tuple(state['latest'].shape)} client models, "
+        r"""Restores :meth:`state_dict` (builds the engine and sets the wrapped
+        strategy up first)."""
+        state = snapshot(state)
+        table = state["engine"]["table"]["params"]
+        if tuple(table.shape) != (self.num_clients, self.layout.num_params):
+            raise ValueError(f"the checkpoint holds {tuple(table.shape)} client models, "
                              f"this federation has ({self.num_clients}, "
                              f"{self.layout.num_params})")
         self.setup(state["init_params"], state["num_samples"])
-        self.strategy.load_state_dict(state["strategy"])
-        self.rounds_done = int(state["rounds_done"])
-        self.sampler.set_state(state["sampler"])
-        self.latest = state["latest"].clone()
-        self.train_metrics = {r: dict(v) for r, v in state["train_metrics"].items()}
-        self.evaluate_metrics = {r: dict(v) for r, v in state["evaluate_metrics"].items()}
-        self._fresh = self.rounds_done == 0
+        self._require_engine().load_state_dict(state["engine"])
+        self.train_metrics = state["train_metrics"]
+        self.evaluate_metrics = state["evaluate_metrics"]
 
     def __repr__(self) -> str:
         return (f"{self.__class__.__name__}({self.strategy.name or type(self.strategy).__name__}, "

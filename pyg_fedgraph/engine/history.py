@@ -149,7 +149,9 @@ class History:
         if not isinstance(other, History) or len(self) != len(other):
             return False
         for a, b in zip(self.records, other.records, strict=True):
-            if a.round != b.round or a.train_loss != b.train_loss:
+            same_loss = a.train_loss == b.train_loss or (math.isnan(a.train_loss)
+                                                         and math.isnan(b.train_loss))
+            if a.round != b.round or not same_loss:
                 return False
             for split in ("val", "test"):
                 da, db = getattr(a, split), getattr(b, split)

@@ -187,10 +187,16 @@ class UpdateValidator:
                  client_id: Tensor | None = None, rnd: int | None = None) -> Tensor:
         r"""The keep mask :math:`(S,)` of ``updates`` sent by ``client_id``
         :math:`(S,)` (default: positions) in round ``rnd``."""
+        return self.check(updates, reference, client_id, rnd).keep
+
+    def check(self, updates: Updates, reference: Tensor | None = None,
+              client_id: Tensor | None = None, rnd: int | None = None) -> UpdateCheck:
+        r"""As :meth:`__call__`, returning the whole :class:`UpdateCheck`
+        (with the reasons) after the policy has been applied."""
         check = check_updates(updates, self.num_params, reference=reference,
                               max_norm=self.max_norm, max_norm_ratio=self.max_norm_ratio)
         if bool(check.keep.all()):
-            return check.keep
+            return check
         ids = (list(range(check.keep.numel())) if client_id is None
                else [int(c) for c in client_id.reshape(-1)])
         where = "" if rnd is None else f"round {rnd}: "
@@ -200,7 +206,7 @@ class UpdateValidator:
                              f"use 'drop' to continue without them): " + "; ".join(lines))
         for line in lines:
             log.warning("%supdate rejected, %s", where, line)
-        return check.keep
+        return check
 
     def __repr__(self) -> str:
         return (f"{self.__class__.__name__}(num_params={self.num_params}, "

@@ -1,0 +1,328 @@
+r"""Client work as declared data, and the one function that carries it out.
+
+What the server asks of the :math:`S` clients sampled in a round is a
+:class:`TrainPlan`: the main local training (starting parameters,
+regularizer, local settings, update rule) plus further :class:`ClientJob` s of
+the same clients, each with a named output that reaches the strategy on the
+round's :class:`~pyg_fedgraph.data.FederationGraph` (Ditto's second,
+personal training lands on ``graph.personal_x``; pFedGAT's held-out loss
+gradient on ``graph.feedback``). Before an evaluation a strategy may ask for
+a :class:`FineTune`.
+
+:func:`run_plan` and :func:`evaluate_clients` carry the plan out on a
+:class:`~pyg_fedgraph.train.ClientTrainer`; they are the only definition of
+client work. The in-process simulator calls them for all sampled clients at
+once; a Flower client calls them for its one client, after the plan has
+travelled as a message (:mod:`pyg_fedgraph.integrations.flower.protocol`
+encodes these dataclasses field by field: tensors marked ``per_client`` are
+sent row by row, rules and jobs by their registered name).
+
+Randomness: the batch order of client :math:`i` in round :math:`t` comes from
+:func:`~pyg_fedgraph.utils.seeds.make_generator` ``(seed, "batches", t, i)``
+(``"personal"`` and ``"finetune"`` for the other trainings), whoever runs it.
+
+Adding a kind of client work (see CONTRIBUTING.md): a dataclass subclass of
+:class:`ClientJob` registered with :func:`register_job`, whose :meth:`run`
+computes its output for a batch of clients from a :class:`ClientStart`.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar, TypeVar
+
+import torch
+from torch import Tensor
+
+from pyg_fedgraph.train.engine import ClientTrainer, LocalConfig, Regularizer
+from pyg_fedgraph.train.rules import LocalRule
+from pyg_fedgraph.utils.seeds import make_generator
+
+__all__ = ["ClientStart", "ClientJob", "JOBS", "register_job", "per_client", "TrainPlan",
+           "PersonalTraining", "LossGradient", "FineTune", "EvaluatePlan", "ClientResult",
+           "run_plan",
+           "finetuned", "evaluate_clients", "select_rows"]
+
+#: Every job class a client may rebuild by name (see :func:`register_job`).
+JOBS: dict[str, type[ClientJob]] = {}
+J = TypeVar("J", bound=type)
+
+
+def register_job(name: str) -> Callable[[J], J]:
+    r"""Registers a :class:`ClientJob` dataclass under ``name`` (its ``kind``)."""
+    def wrap(cls: J) -> J:
+        if name in JOBS and JOBS[name] is not cls:
+            raise ValueError(f"client job {name!r} is already registered by {JOBS[name]}")
+        cls.kind = name  # type: ignore[attr-defined]
+        JOBS[name] = cls  # type: ignore[assignment]
+        return cls
+    return wrap
+
+
+def per_client(default: Any = dataclasses.MISSING) -> Any:
+    r"""A dataclass field holding one row per client (a :math:`(S, \ldots)`
+    tensor or a :class:`~pyg_fedgraph.train.Regularizer`): restricted with
+    :meth:`ClientJob.select` and sent row by row to Flower clients."""
+    if default is dataclasses.MISSING:
+        return field(metadata={"per_client": True})
+    return field(default=default, metadata={"per_client": True})
+
+
+def select_rows(obj: Any, rows: Tensor) -> Any:
+    r"""A copy of the dataclass ``obj`` whose ``per_client`` fields keep only
+    positions ``rows``."""
+    changes: dict[str, Any] = {}
+    for f in fields(obj):
+        value = getattr(obj, f.name)
+        if value is None:
+            continue
+        if f.metadata.get("per_client"):
+            changes[f.name] = value.select(rows) if isinstance(value, Regularizer) \
+                else value[rows]
+        elif isinstance(value, tuple) and value and isinstance(value[0], ClientJob):
+            changes[f.name] = tuple(job.select(rows) for job in value)
+    return dataclasses.replace(obj, **changes)
+
+
+@dataclass
+class ClientStart:
+    r"""Where :math:`S` clients stand when a round's work begins.
+
+    Args:
+        rows (torch.Tensor): their rows in the trainer's dataset :math:`(S,)`.
+        ids (torch.Tensor): their client ids in the federation :math:`(S,)`
+            (equal to ``rows`` in process; a Flower node's dataset holds one
+            row, 0, for its client id).
+        params (torch.Tensor): the parameters the main training starts from
+            :math:`(S, D)`.
+        buffers (torch.Tensor): their buffers (BatchNorm statistics) at the
+            start of the round :math:`(S, B)`.
+    """
+    rows: Tensor
+    ids: Tensor
+    params: Tensor
+    buffers: Tensor
+
+
+class ClientJob:
+    r"""Base class of client work beyond the main training (a dataclass).
+
+    Attributes:
+        kind (str): the registered name.
+        output (str): the :class:`~pyg_fedgraph.data.FederationGraph`
+            attribute that receives the result, one row per client.
+    """
+    kind: ClassVar[str] = ""
+    output: ClassVar[str] = ""
+
+    def run(self, trainer: ClientTrainer, start: ClientStart, *, seed: int, rnd: int,
+            parallel: bool = True) -> Tensor:
+        r"""The job's result for the clients of ``start`` :math:`(S, \ldots)`."""
+        raise NotImplementedError
+
+    def select(self, rows: Tensor) -> ClientJob:
+        r"""The job restricted to positions ``rows`` of its clients."""
+        return select_rows(self, rows)
+
+
+@register_job("personal-training")
+@dataclass
+class PersonalTraining(ClientJob):
+    r"""A second local training of the same clients in the same round
+    (Ditto's personalized models :math:`v_i`).
+
+    It starts from ``params`` and from the clients' buffers as they were
+    before the round's main training; its trained buffers are dropped (the
+    clients keep those of the main training). The trained parameters land on
+    ``graph.personal_x`` :math:`(S, D)`; the orchestration keeps no copy, so
+    the strategy stores what it needs.
+
+    Args:
+        params (torch.Tensor): starting parameters :math:`(S, D)`.
+        regularizer (Regularizer, optional): its extra loss term.
+        config (LocalConfig, optional): its local settings (default: the run's).
+        rule (LocalRule, optional): its update rule (default: SGD).
+    """
+    output: ClassVar[str] = "personal_x"
+    params: Tensor = per_client()
+    regularizer: Regularizer | None = per_client(None)
+    config: LocalConfig | None = None
+    rule: LocalRule | None = None
+
+    def run(self, trainer: ClientTrainer, start: ClientStart, *, seed: int, rnd: int,
+            parallel: bool = True) -> Tensor:
+        gens = [make_generator(seed, "personal", rnd, int(i)) for i in start.ids]
+        return trainer.train(start.rows, self.params.detach(), start.buffers.clone(),
+                             regularizer=self.regularizer, config=self.config, rule=self.rule,
+                             generator=gens, parallel=parallel).params
+
+
+@register_job("loss-gradient")
+@dataclass
+class LossGradient(ClientJob):
+    r"""The gradient of each client's mean loss on ``split`` at the model it
+    starts the round from, :math:`g_i = \nabla_\theta L_i(\theta_i^{start})`
+    :math:`(S, D)`, with its buffers at the round start (pFedGAT's exact
+    feedback). Lands on ``graph.feedback``; costs one extra :math:`D`-vector
+    upload per client.
+
+    Args:
+        split (str, optional): ``"val"`` (held-out data) or ``"train"``
+            (default: ``"val"``).
+    """
+    output: ClassVar[str] = "feedback"
+    split: str = "val"
+
+    def run(self, trainer: ClientTrainer, start: ClientStart, *, seed: int, rnd: int,
+            parallel: bool = True) -> Tensor:
+        return trainer.loss_gradient(start.rows, start.params, start.buffers, self.split)[0]
+
+
+@dataclass
+class TrainPlan:
+    r"""What the server sends to the :math:`S` clients sampled this round.
+
+    Args:
+        params (torch.Tensor, optional): starting parameters :math:`(S, D)`;
+            ``None`` lets every client continue from its own local model.
+        regularizer (Regularizer, optional): extra local loss term.
+        config (LocalConfig, optional): overrides the local settings.
+        rule (LocalRule, optional): the local update rule (default: SGD).
+        jobs (tuple, optional): further :class:`ClientJob` s of the same
+            clients this round (default: none).
+    """
+    params: Tensor | None = per_client(None)
+    regularizer: Regularizer | None = per_client(None)
+    config: LocalConfig | None = None
+    rule: LocalRule | None = None
+    jobs: tuple[ClientJob, ...] = ()
+
+    def select(self, rows: Tensor) -> TrainPlan:
+        r"""The plan restricted to positions ``rows`` of its clients."""
+        return select_rows(self, rows)
+
+    def check(self, num_clients: int, num_params: int, who: str = "the strategy") -> None:
+        r"""Raises a :class:`ValueError` when a per-client field does not hold
+        one :math:`D`-row per client."""
+        want = (num_clients, num_params)
+        if self.params is not None and tuple(self.params.shape) != want:
+            raise ValueError(f"{who} sent parameters of shape {tuple(self.params.shape)} to "
+                             f"{num_clients} clients with {num_params} parameters")
+        for job in self.jobs:
+            if not isinstance(job, ClientJob) or not job.kind:
+                raise TypeError(f"{who} asked for {job!r}, which is not a registered "
+                                f"ClientJob")
+            for f in fields(job):
+                required = (f.default is dataclasses.MISSING
+                            and f.default_factory is dataclasses.MISSING)
+                if required and getattr(job, f.name) is None:
+                    raise ValueError(f"{who} asked for a {job.kind} job without {f.name}")
+            params = getattr(job, "params", None)
+            if isinstance(params, Tensor) and tuple(params.shape) != want:
+                raise ValueError(f"{who} sent {job.kind} parameters of shape "
+                                 f"{tuple(params.shape)} to {num_clients} clients with "
+                                 f"{num_params} parameters")
+        regs = [self.regularizer] + [getattr(j, "regularizer", None) for j in self.jobs]
+        for reg in regs:
+            if reg is not None and any(r.size(0) != num_clients for r in reg.refs):
+                raise ValueError(f"{who} sent a regularizer whose references do not have "
+                                 f"one row per each of the {num_clients} clients")
+
+
+@dataclass
+class FineTune:
+    r"""Local fine-tuning of the model to evaluate, before evaluating it
+    (FedAvg-FT); the fine-tuned model is used for evaluation only.
+
+    Args:
+        epochs (int, optional): local epochs; ``None`` uses the run's local
+            schedule (default: ``None``).
+    """
+    epochs: int | None = None
+
+    def local_config(self, base: LocalConfig) -> LocalConfig:
+        if self.epochs is None:
+            return base
+        return dataclasses.replace(base, epochs=self.epochs, steps=None)
+
+
+@dataclass
+class EvaluatePlan:
+    r"""What the server sends to the :math:`S` clients it evaluates.
+
+    Args:
+        params (torch.Tensor, optional): the models to evaluate :math:`(S, D)`;
+            ``None`` evaluates each client's own local model.
+        finetune (FineTune, optional): fine-tune them locally first.
+    """
+    params: Tensor | None = per_client(None)
+    finetune: FineTune | None = None
+
+    def select(self, rows: Tensor) -> EvaluatePlan:
+        return select_rows(self, rows)
+
+
+@dataclass
+class ClientResult:
+    r"""What :math:`S` clients computed in a round.
+
+    Attributes:
+        params (torch.Tensor): trained parameters :math:`(S, D)`.
+        buffers (torch.Tensor): trained buffers :math:`(S, B)`.
+        loss (torch.Tensor): mean training loss :math:`(S,)`.
+        steps (torch.Tensor): local steps taken :math:`(S,)`.
+        outputs (dict): job outputs by graph attribute, :math:`(S, \ldots)` each.
+    """
+    params: Tensor
+    buffers: Tensor
+    loss: Tensor
+    steps: Tensor
+    outputs: dict[str, Tensor]
+
+    def select(self, rows: Tensor) -> ClientResult:
+        return ClientResult(self.params[rows], self.buffers[rows], self.loss[rows],
+                            self.steps[rows], {k: v[rows] for k, v in self.outputs.items()})
+
+
+def run_plan(trainer: ClientTrainer, plan: TrainPlan, start: ClientStart, *, seed: int,
+             rnd: int, parallel: bool = True) -> ClientResult:
+    r"""Carries out ``plan`` for the clients of ``start``: the main training
+    from ``start.params`` (batch order ``(seed, "batches", rnd, id)``), then
+    every job of ``plan.jobs`` from the same starting point."""
+    gens = [make_generator(seed, "batches", rnd, int(i)) for i in start.ids]
+    result = trainer.train(start.rows, start.params, start.buffers, regularizer=plan.regularizer,
+                           config=plan.config, rule=plan.rule, generator=gens,
+                           parallel=parallel)
+    outputs = dict(result.extra)
+    for job in plan.jobs:
+        if job.output in outputs:
+            raise ValueError(f"two pieces of client work write {job.output!r}")
+        outputs[job.output] = job.run(trainer, start, seed=seed, rnd=rnd, parallel=parallel)
+    return ClientResult(result.params, result.buffers, result.loss, result.steps, outputs)
+
+
+def finetuned(trainer: ClientTrainer, start: ClientStart, finetune: FineTune | None, *,
+              seed: int = 0, rnd: int = 0, parallel: bool = True) -> tuple[Tensor, Tensor]:
+    r"""The models that are evaluated: ``(params, buffers)`` of ``start``
+    after local fine-tuning (batch order ``(seed, "finetune", rnd, id)``)
+    when ``finetune`` is given, else ``start``'s own."""
+    if finetune is None:
+        return start.params, start.buffers
+    gens = [make_generator(seed, "finetune", rnd, int(i)) for i in start.ids]
+    res = trainer.train(start.rows, start.params, start.buffers,
+                        config=finetune.local_config(trainer.config), generator=gens,
+                        parallel=parallel)
+    return res.params, res.buffers
+
+
+def evaluate_clients(trainer: ClientTrainer, start: ClientStart, *,
+                     finetune: FineTune | None = None, seed: int = 0, rnd: int = 0,
+                     parallel: bool = True, splits: tuple[str, ...] = ("val", "test")
+                     ) -> dict[str, dict[str, Tensor]]:
+    r"""Per-client metrics ``{split: {metric: (S,)}}`` of the models
+    ``start.params`` with buffers ``start.buffers``, after local fine-tuning
+    when ``finetune`` is given (:func:`finetuned`)."""
+    params, buffers = finetuned(trainer, start, finetune, seed=seed, rnd=rnd, parallel=parallel)
+    with torch.no_grad():
+        return {split: trainer.evaluate(start.rows, params, buffers, split) for split in splits}
