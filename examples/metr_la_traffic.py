@@ -74,8 +74,8 @@ def load_data(args: argparse.Namespace, steps: int) -> TrafficDataset:
     graph = Path(args.graph)
     if args.h5:
         ids, adj = load_sensor_graph(graph / "adj_mx.pkl" if graph.is_dir() else graph)
-        return TrafficDataset.from_dataframe(read_speed_h5(args.h5), "metr-la", adj=adj,
-                                             sensor_ids=ids)
+        return TrafficDataset.from_table(read_speed_h5(args.h5), "metr-la", adj=adj,
+                                         sensor_ids=ids)
     return load_dataset("metr-la", graph_path=graph, synthetic_steps=steps, seed=args.seed)
 
 

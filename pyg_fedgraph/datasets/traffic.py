@@ -5,7 +5,8 @@ Recurrent Neural Network: Data-Driven Traffic Forecasting", ICLR 2018):
 
 * speeds ``metr-la.h5`` / ``pems-bay.h5``: a pandas DataFrame stored with
   ``DataFrame.to_hdf(path, key="df")``, a DatetimeIndex at 5-minute steps, one
-  column per sensor id, speeds in mph, ``0`` for a missing reading;
+  column per sensor id, speeds in mph, ``0`` for a missing reading (read
+  into a :class:`SpeedTable`);
 * sensor graphs ``adj_mx.pkl`` / ``adj_mx_bay.pkl``: a pickle of
   ``[sensor_ids, sensor_id_to_index, adj_mx]``, ``adj_mx`` a thresholded
   Gaussian kernel of road distances, diagonal 1.
@@ -17,27 +18,29 @@ overlapping windows are never copied (see :meth:`TrafficDataset.batch`).
 :func:`synthetic_traffic` generates clearly labelled synthetic speeds on a
 real road graph for offline runs.
 
-**Security.** The graph pickle is read with a restricted unpickler that only
-builds lists, dicts, strings, numbers and numpy arrays
-(:func:`load_sensor_graph`), so a tampered pickle cannot run code. HDF5
-files are read with pandas / PyTables, which unpickles objects stored in
-HDF5 attributes when it opens a node: open only speed files from a trusted
-source or whose sha256 you checked (:func:`download_file` verifies it).
+**Security.** No file handed to these loaders can run code. The graph
+pickle is read with a restricted unpickler that only builds lists, dicts,
+strings, numbers and numpy arrays (:func:`load_sensor_graph`). The speed
+file is read with h5py, numeric datasets only (:func:`read_speed_h5`): pandas
+and PyTables are never used to read it, because they unpickle object columns
+and node attributes, so that a crafted ``.h5`` file would run code when
+opened with ``pandas.read_hdf``. Malformed files of either kind raise a
+one-line :class:`ValueError` naming the file.
 """
 from __future__ import annotations
 
 import hashlib
 import importlib
-import importlib.util
 import io
 import logging
 import pickle
+import re
 import shutil
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 import numpy as np
 import torch
@@ -47,9 +50,9 @@ from pyg_fedgraph.data.federated_dataset import ClientSplit, FederatedDataset
 from pyg_fedgraph.datasets.registry import register_dataset
 from pyg_fedgraph.train.objective import Objective
 from pyg_fedgraph.train.traffic_metrics import pack_targets, traffic_objective
-from pyg_fedgraph.typing import WITH_PANDAS, require
+from pyg_fedgraph.typing import WITH_H5PY, WITH_PANDAS, require
 
-if TYPE_CHECKING:  # pandas is the optional "traffic" extra
+if TYPE_CHECKING:  # pandas is optional: only DataFrame conversions need it
     import pandas
 
 __all__ = [
@@ -61,6 +64,7 @@ __all__ = [
     "load_sensor_graph",
     "adjacency_to_edges",
     "read_speed_h5",
+    "SpeedTable",
     "dcrnn_split_sizes",
     "verify_sha256",
     "download_file",
@@ -75,6 +79,11 @@ PathLike = str | Path
 Fetch = Callable[[str, Path], None]
 
 # --------------------------------------------------------------------------- files
+
+
+def _one_line(err: BaseException) -> str:
+    # Library errors end up as one line on the CLI; some h5py / pickle messages span several.
+    return " ".join(str(err).split()) or type(err).__name__
 
 
 @dataclass(frozen=True)
@@ -154,6 +163,10 @@ def _codecs_encode() -> Callable[..., Any]:
     return codecs.encode
 
 
+class _RefusedPickle(ValueError):
+    r"""The graph pickle asked for something outside the allow-list."""
+
+
 class _GraphUnpickler(pickle.Unpickler):
     r"""Builds only lists, dicts, strings, numbers and numpy arrays. The only
     globals it resolves are those numpy needs to rebuild an array
@@ -178,7 +191,7 @@ class _GraphUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         make = self._ALLOWED.get((module, name))
         if make is None:
-            raise ValueError(
+            raise _RefusedPickle(
                 f"refusing to unpickle {self.source}: it asks for the Python object "
                 f"{module}.{name}, but a sensor-graph pickle may only hold lists, dicts, "
                 f"strings and numpy arrays; the file is corrupted or malicious (do not "
@@ -186,7 +199,8 @@ class _GraphUnpickler(pickle.Unpickler):
         return make()
 
     def persistent_load(self, pid: Any) -> Any:
-        raise ValueError(f"refusing to unpickle {self.source}: persistent ids are not allowed")
+        raise _RefusedPickle(f"refusing to unpickle {self.source}: persistent ids are not "
+                             f"allowed")
 
 
 def load_sensor_graph(path: PathLike) -> tuple[list[str], np.ndarray]:
@@ -206,8 +220,17 @@ def load_sensor_graph(path: PathLike) -> tuple[list[str], np.ndarray]:
             that would call ``os.system``) or its content is malformed.
     """
     path = Path(path)
-    with open(path, "rb") as f:
-        obj = _GraphUnpickler(f, str(path)).load()
+    if not path.is_file():
+        raise ValueError(f"{path} not found: expected a DCRNN sensor-graph pickle there")
+    try:
+        with open(path, "rb") as f:
+            obj = _GraphUnpickler(f, str(path)).load()
+    except _RefusedPickle:
+        raise
+    except Exception as err:  # garbage fails in many ways, all meaning the same
+        raise ValueError(f"{path} is not a sensor-graph pickle ({type(err).__name__}: "
+                         f"{_one_line(err)}); expected DCRNN's adj_mx.pkl, a pickle of "
+                         f"[sensor_ids, sensor_id_to_index, adj_mx]") from None
     if not isinstance(obj, (list, tuple)) or len(obj) != 3:
         raise ValueError(f"{path}: expected a list [sensor_ids, sensor_id_to_index, adj_mx], "
                          f"got {type(obj).__name__}")
@@ -259,56 +282,319 @@ def adjacency_to_edges(adj: np.ndarray | Tensor, self_loops: bool = False
 # ------------------------------------------------------------------ speed files
 
 
-def _require_hdf() -> None:
-    require(WITH_PANDAS, "pandas", "traffic")
-    require(importlib.util.find_spec("tables") is not None, "tables", "traffic")
+@dataclass(frozen=True, eq=False)
+class SpeedTable:
+    r"""Speeds of :math:`N` road sensors at :math:`T` time steps, the content
+    of a DCRNN speed file (:func:`read_speed_h5`) or of
+    :func:`synthetic_traffic`, held in plain numpy arrays.
 
+    Args:
+        timestamps (numpy.ndarray): :math:`(T,)` time stamps, converted to
+            ``datetime64[ns]``.
+        speed (numpy.ndarray): :math:`(T, N)` speeds in mph, ``0`` for a
+            missing reading, converted to float32.
+        sensor_ids (list of str): one id per column, distinct.
+        info (dict, optional): free-form facts; ``info["synthetic"]`` marks
+            synthetic speeds (default: :obj:`{}`).
 
-def read_speed_h5(path: PathLike, key: str = "df") -> pandas.DataFrame:
-    r"""Reads a DCRNN speed file (``metr-la.h5``, ``pems-bay.h5``) and
-    checks its format: a DatetimeIndex increasing in time, numeric columns,
-    one per sensor (ids returned as strings).
-
-    PyTables unpickles objects stored in HDF5 attributes when it opens the
-    file, so only read files you trust or whose sha256 you verified.
+    Shapes:
+        - **timestamps:** :math:`(T,)`.
+        - **speed:** :math:`(T, N)`.
     """
-    _require_hdf()
-    import pandas as pd
+    timestamps: np.ndarray
+    speed: np.ndarray
+    sensor_ids: list[str]
+    info: dict[str, Any] = field(default_factory=dict)
 
-    df = pd.read_hdf(path, key=key)
-    if not isinstance(df, pd.DataFrame):
-        raise ValueError(f"{path}[{key!r}] holds a {type(df).__name__}, expected a DataFrame "
-                         f"with one column per sensor")
-    df.columns = [str(c) for c in df.columns]
-    return df
+    def __post_init__(self) -> None:
+        speed = np.asarray(self.speed)
+        if speed.dtype.kind not in "fiu":
+            raise ValueError(f"speeds must be numeric, got dtype {speed.dtype}")
+        if speed.ndim != 2:
+            raise ValueError(f"speed must be a (T, N) series, got shape {speed.shape}")
+        ts = np.asarray(self.timestamps)
+        if ts.dtype.kind != "M":
+            raise ValueError(f"timestamps must be datetime64, got dtype {ts.dtype}")
+        if ts.shape != speed.shape[:1]:
+            raise ValueError(f"{ts.size} timestamps for {speed.shape[0]} time steps")
+        ids = [str(s) for s in self.sensor_ids]
+        if len(ids) != speed.shape[1]:
+            raise ValueError(f"{len(ids)} sensor ids for {speed.shape[1]} speed columns")
+        if len(set(ids)) != len(ids):
+            raise ValueError("the speed table has duplicate sensor columns")
+        object.__setattr__(self, "timestamps", ts.astype("datetime64[ns]"))
+        # Read-only arrays (pandas' copy-on-write views) are copied: torch warns on them.
+        object.__setattr__(self, "speed",
+                           speed.astype(np.float32, copy=not speed.flags.writeable))
+        object.__setattr__(self, "sensor_ids", ids)
+        object.__setattr__(self, "info", dict(self.info))
 
-
-def _series_from_dataframe(df: pandas.DataFrame, sensor_ids: Sequence[str] | None = None
-                           ) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    r"""``(timestamps datetime64[ns] (T,), speeds float32 (T, N), ids)`` with
-    the columns reordered to ``sensor_ids`` when given."""
-    import pandas as pd
-
-    if not isinstance(df.index, pd.DatetimeIndex):
-        raise ValueError(f"speeds need a DatetimeIndex (5-minute steps), got "
-                         f"{type(df.index).__name__}")
-    columns = [str(c) for c in df.columns]
-    if len(set(columns)) != len(columns):
-        raise ValueError("the speed table has duplicate sensor columns")
-    if sensor_ids is None:
-        ids = columns
-        values = df.to_numpy()
-    else:
+    def select(self, sensor_ids: Sequence[str]) -> SpeedTable:
+        r"""The columns of ``sensor_ids``, in that order (e.g. the order of
+        the road graph); raises :class:`ValueError` if one is missing."""
         ids = [str(s) for s in sensor_ids]
-        missing = sorted(set(ids) - set(columns))
+        position = {c: k for k, c in enumerate(self.sensor_ids)}
+        missing = [s for s in ids if s not in position]
         if missing:
             raise ValueError(f"{len(missing)} sensors of the graph have no speed column, e.g. "
                              f"{missing[:5]}; the speed file and the graph do not match")
-        position = {c: k for k, c in enumerate(columns)}
-        values = df.to_numpy()[:, [position[s] for s in ids]]
-    if values.dtype.kind not in "fiu":
-        raise ValueError(f"speeds must be numeric, got dtype {values.dtype}")
-    return np.asarray(df.index.values, dtype="datetime64[ns]"), values.astype(np.float32), ids
+        return SpeedTable(self.timestamps, self.speed[:, [position[s] for s in ids]], ids,
+                          self.info)
+
+    @classmethod
+    def from_dataframe(cls, df: pandas.DataFrame) -> SpeedTable:
+        r"""A table from a DCRNN-format :class:`pandas.DataFrame` (a
+        DatetimeIndex, one numeric column per sensor); ``df.attrs`` become
+        :attr:`info`."""
+        import pandas as pd  # the caller holds a DataFrame, so pandas is there
+
+        if not isinstance(df.index, pd.DatetimeIndex):
+            raise ValueError(f"speeds need a DatetimeIndex (5-minute steps), got "
+                             f"{type(df.index).__name__}")
+        values = df.to_numpy()
+        if values.dtype.kind not in "fiu":
+            raise ValueError(f"speeds must be numeric, got dtype {values.dtype}")
+        return cls(np.asarray(df.index.values, dtype="datetime64[ns]"), values,
+                   [str(c) for c in df.columns], dict(df.attrs))
+
+    def to_dataframe(self) -> pandas.DataFrame:
+        r"""The table as a :class:`pandas.DataFrame` in DCRNN's format, with
+        :attr:`info` in ``df.attrs``. Needs pandas, which pyg_fedgraph does
+        not install."""
+        if not WITH_PANDAS:
+            raise ImportError("SpeedTable.to_dataframe needs pandas: pip install pandas")
+        import pandas as pd
+
+        df = pd.DataFrame(self.speed, index=pd.DatetimeIndex(self.timestamps),
+                          columns=list(self.sensor_ids))
+        df.attrs.update(self.info)
+        return df
+
+
+class _FixedFrameReader:
+    r"""Reads the numeric datasets of one DataFrame stored in pandas'
+    ``fixed`` HDF5 format, through h5py only.
+
+    pandas writes, in the group ``key``: ``axis0`` (column labels),
+    ``axis1`` (the index: int64 time stamps, their unit in the ``kind``
+    attribute), and per dtype block ``blockK_items`` (its labels) and
+    ``blockK_values``, stored transposed as :math:`(T, n_K)` with the
+    attribute ``transposed = 1``. Object columns, object labels and some
+    attributes (``freq``, ``tz``, empty shapes) are pickles: they are never
+    read, and the only attributes read are the short texts ``pandas_type``,
+    ``kind``, ``value_type`` and the integers ``transposed``, ``nblocks``
+    (h5py returns attribute values as raw bytes and numbers, it never
+    unpickles).
+    """
+
+    def __init__(self, h5: Any, path: Path, key: str) -> None:
+        import h5py
+
+        self.h5py = h5py
+        self.path = path
+        self.key = key
+        self.expected = (f"expected DCRNN's speed file, a pandas DataFrame saved with "
+                         f"DataFrame.to_hdf(path, key={key!r}) in the default fixed format")
+        self.group = self._node(h5, key, h5py.Group, "a group")
+
+    def fail(self, what: str) -> NoReturn:
+        raise ValueError(f"{self.path}: {what}; {self.expected}")
+
+    def _node(self, parent: Any, name: str, kind: type, noun: str) -> Any:
+        where = name if parent.name == "/" else f"{self.key}/{name}"
+        link = parent.get(name, getlink=True)
+        if link is None:
+            self.fail(f"no {where!r} in the file")
+        if not isinstance(link, self.h5py.HardLink):
+            # Soft and external links (and below, virtual or external
+            # storage) would make us read something else than this file.
+            self.fail(f"{where!r} is a link ({type(link).__name__}), not data stored here")
+        node = parent[name]
+        if not isinstance(node, kind):
+            self.fail(f"{where!r} is not {noun}")
+        if isinstance(node, self.h5py.Dataset) and (node.is_virtual or node.external):
+            self.fail(f"{where!r} keeps its data outside the file")
+        return node
+
+    def dataset(self, name: str) -> Any:
+        ds = self._node(self.group, name, self.h5py.Dataset, "a dataset")
+        if "shape" in ds.attrs:  # pandas' sentinel for an empty array (a pickled shape)
+            self.fail(f"'{self.key}/{name}' is empty (no time steps or no sensors)")
+        return ds
+
+    def text(self, node: Any, name: str) -> str | None:
+        if name not in node.attrs:
+            return None
+        try:
+            value = node.attrs[name]
+        except (OSError, TypeError, ValueError) as err:
+            self.fail(f"cannot read attribute {name!r} of {node.name!r} ({_one_line(err)})")
+        if isinstance(value, bytes):
+            return value.decode("utf-8", "replace")
+        if isinstance(value, str):
+            return value
+        self.fail(f"attribute {name!r} of {node.name!r} is not text")
+
+    def integer(self, node: Any, name: str) -> int | None:
+        if name not in node.attrs:
+            return None
+        try:
+            value = node.attrs[name]
+        except (OSError, TypeError, ValueError) as err:
+            self.fail(f"cannot read attribute {name!r} of {node.name!r} ({_one_line(err)})")
+        if isinstance(value, (int, np.integer, np.bool_)):
+            return int(value)
+        self.fail(f"attribute {name!r} of {node.name!r} is not an integer")
+
+    def describe(self, ds: Any) -> str:
+        h5t = self.h5py.h5t
+        tid = ds.id.get_type()
+        cls = tid.get_class()
+        if cls == h5t.VLEN or (cls == h5t.STRING and tid.is_variable_str()):
+            return ("variable-length data (pandas stores Python objects there as pickles, "
+                    "which are never loaded)")
+        names = {h5t.STRING: "strings", h5t.OPAQUE: "opaque bytes", h5t.COMPOUND: "records",
+                 h5t.ENUM: "enumerated values", h5t.BITFIELD: "bit fields (booleans)",
+                 h5t.REFERENCE: "references", h5t.ARRAY: "nested arrays",
+                 h5t.TIME: "time values"}
+        return names.get(cls, f"HDF5 type class {cls}")
+
+    def read(self, ds: Any) -> np.ndarray:
+        try:
+            return ds[()]
+        except (OSError, MemoryError, TypeError, ValueError) as err:
+            self.fail(f"cannot read {ds.name!r} ({_one_line(err)})")
+
+    def numeric(self, ds: Any) -> bool:
+        return ds.id.get_type().get_class() in (self.h5py.h5t.INTEGER, self.h5py.h5t.FLOAT)
+
+    def labels(self, name: str) -> list[str]:
+        ds = self.dataset(name)
+        tid = ds.id.get_type()
+        if ds.ndim != 1:
+            self.fail(f"'{self.key}/{name}' has shape {ds.shape}, expected one label per column")
+        if tid.get_class() == self.h5py.h5t.STRING and not tid.is_variable_str():
+            try:
+                return [bytes(v).decode("utf-8") for v in self.read(ds)]
+            except UnicodeDecodeError:
+                self.fail(f"the column labels '{self.key}/{name}' are not UTF-8 text")
+        if tid.get_class() == self.h5py.h5t.INTEGER:
+            return [str(int(v)) for v in self.read(ds)]
+        self.fail(f"the column labels '{self.key}/{name}' are {self.describe(ds)}; expected "
+                  f"fixed-width strings or integers")
+
+    def index(self) -> np.ndarray:
+        ds = self.dataset("axis1")
+        kind = self.text(ds, "kind")
+        unit = re.fullmatch(r"datetime64(?:\[(s|ms|us|ns)\])?", kind or "")
+        if unit is None:
+            self.fail(f"the index is {kind or 'of unknown kind'}, not a DatetimeIndex "
+                      f"(time stamps at 5-minute steps)")
+        if ds.ndim != 1 or not self.numeric(ds) or ds.dtype.kind not in "iu":
+            self.fail(f"the time stamps '{self.key}/axis1' are {ds.dtype} {ds.shape}, "
+                      f"expected int64 (T,)")
+        # Older pandas wrote the kind "datetime64" without a unit: nanoseconds.
+        values = self.read(ds).astype(np.int64)
+        return values.view(f"datetime64[{unit.group(1) or 'ns'}]").astype("datetime64[ns]")
+
+    def block(self, k: int, items: list[str]) -> Any:
+        r"""The dataset of block ``k``, checked to hold plain numbers."""
+        ds = self.dataset(f"block{k}_values")
+        columns = f"columns {items[:3]}{' ...' if len(items) > 3 else ''}"
+        value_type = self.text(ds, "value_type")
+        if value_type is not None:  # pandas marks datetime, timedelta, period ... blocks
+            self.fail(f"{columns} hold {value_type} values, not speeds")
+        if not self.numeric(ds):
+            self.fail(f"{columns} hold {self.describe(ds)}, not numbers")
+        return ds
+
+    def values(self, ds: Any, num_items: int, num_steps: int) -> np.ndarray:
+        r"""A block's values as :math:`(T, n_K)`."""
+        transposed = bool(self.integer(ds, "transposed"))
+        shape = (num_steps, num_items) if transposed else (num_items, num_steps)
+        if ds.shape != shape:
+            self.fail(f"{ds.name!r} has shape {ds.shape}, expected {shape} for {num_steps} "
+                      f"time steps and {num_items} columns")
+        values = self.read(ds)
+        return values if transposed else values.T
+
+    def frame(self) -> SpeedTable:
+        pandas_type = self.text(self.group, "pandas_type")
+        if pandas_type == "frame_table":
+            self.fail(f"{self.key!r} was saved with format='table', which is not read here "
+                      f"(save it again with DataFrame.to_hdf(path, key={self.key!r}))")
+        if pandas_type not in (None, "frame"):
+            self.fail(f"{self.key!r} holds a pandas {pandas_type!r}, not a DataFrame")
+        missing = [n for n in ("axis0", "axis1", "block0_items", "block0_values")
+                   if n not in self.group]
+        if missing:
+            self.fail(f"{self.key!r} has no {', '.join(missing)} (unknown layout)")
+        columns = self.labels("axis0")
+        position = {c: j for j, c in enumerate(columns)}
+        if len(position) != len(columns):
+            self.fail("duplicate column labels")
+        # Every block's labels and type are checked before any value is read.
+        blocks, filled = [], np.zeros(len(columns), dtype=bool)
+        while (f"block{len(blocks)}_items" in self.group
+               or f"block{len(blocks)}_values" in self.group):
+            k = len(blocks)
+            items = self.labels(f"block{k}_items")
+            unknown = [c for c in items if c not in position]
+            if unknown:
+                self.fail(f"block {k} has columns {unknown[:3]} that are not in axis0")
+            cols = [position[c] for c in items]
+            if len(set(cols)) != len(cols) or filled[cols].any():
+                self.fail(f"block {k} repeats columns")
+            filled[cols] = True
+            blocks.append((cols, self.block(k, items)))
+        nblocks = self.integer(self.group, "nblocks")
+        if nblocks is not None and nblocks != len(blocks):
+            self.fail(f"{nblocks} blocks announced, {len(blocks)} found")
+        if not filled.all():
+            empty = [columns[j] for j in np.flatnonzero(~filled)[:3]]
+            self.fail(f"columns {empty} have no values")
+        timestamps = self.index()
+        speed = np.empty((timestamps.size, len(columns)), dtype=np.float32)
+        for cols, ds in blocks:
+            speed[:, cols] = self.values(ds, len(cols), timestamps.size)
+        return SpeedTable(timestamps, speed, columns)
+
+
+def read_speed_h5(path: PathLike, key: str = "df") -> SpeedTable:
+    r"""Reads a DCRNN speed file (``metr-la.h5``, ``pems-bay.h5``): a pandas
+    DataFrame saved with ``DataFrame.to_hdf(path, key="df")`` (pandas'
+    default ``fixed`` format), a DatetimeIndex, one numeric column per sensor.
+
+    The file is read with h5py, numeric datasets only, and nothing in it is
+    ever unpickled: pandas (through PyTables) unpickles object columns and
+    several attributes when it reads such a file, so a crafted file could
+    run code there. Object or string columns, object labels,
+    ``format="table"`` files and any other layout are refused with a
+    :class:`ValueError` naming the file.
+
+    Args:
+        path (str or Path): the speed file.
+        key (str, optional): the DataFrame's key in the file (default: :obj:`"df"`)
+
+    Returns:
+        A :class:`SpeedTable`: time stamps ``datetime64[ns]`` :math:`(T,)`,
+        speeds float32 :math:`(T, N)` in the file's column order, sensor ids
+        as strings (integer labels are converted).
+    """
+    require(WITH_H5PY, "h5py", "traffic")
+    import h5py
+
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"{path} not found: expected DCRNN's speed file there")
+    try:
+        h5 = h5py.File(path, "r")
+    except OSError as err:
+        raise ValueError(f"{path} is not an HDF5 file ({_one_line(err)}); expected DCRNN's "
+                         f"speed file, a pandas DataFrame saved with DataFrame.to_hdf(path, "
+                         f"key={key!r})") from None
+    with h5:
+        return _FixedFrameReader(h5, path, key).frame()
 
 
 def dcrnn_split_sizes(num_windows: int, fractions: Sequence[float] = (0.7, 0.1, 0.2)
@@ -500,28 +786,40 @@ class TrafficDataset(FederatedDataset):
 
     # ------------------------------------------------------------ construction
     @classmethod
-    def from_dataframe(cls, df: pandas.DataFrame, name: str = "traffic", *,
-                       adj: np.ndarray | Tensor | None = None,
-                       sensor_ids: Sequence[str] | None = None, **kwargs: Any
-                       ) -> TrafficDataset:
-        r"""A dataset from a DCRNN-format DataFrame (DatetimeIndex, one column
-        per sensor, mph, 0 = missing); columns are put in ``sensor_ids``
-        order, ``adj`` (:math:`(N, N)`, same order) becomes the prior graph
-        (see :func:`adjacency_to_edges`). A DataFrame from
-        :func:`synthetic_traffic` marks the dataset synthetic. Further
-        keyword arguments go to :class:`TrafficDataset`."""
-        require(WITH_PANDAS, "pandas", "traffic")
-        ts, speed, ids = _series_from_dataframe(df, sensor_ids)
+    def from_table(cls, table: SpeedTable, name: str = "traffic", *,
+                   adj: np.ndarray | Tensor | None = None,
+                   sensor_ids: Sequence[str] | None = None, **kwargs: Any) -> TrafficDataset:
+        r"""A dataset from a :class:`SpeedTable` (:func:`read_speed_h5`,
+        :func:`synthetic_traffic`); columns are put in ``sensor_ids`` order,
+        ``adj`` (:math:`(N, N)`, same order) becomes the prior graph (see
+        :func:`adjacency_to_edges`). A synthetic table (``table.info``) marks
+        the dataset synthetic. Further keyword arguments go to
+        :class:`TrafficDataset`."""
+        if sensor_ids is not None:
+            table = table.select(sensor_ids)
+        ids = table.sensor_ids
         if adj is not None:
             if tuple(np.shape(adj)) != (len(ids), len(ids)):
                 raise ValueError(f"adjacency of shape {tuple(np.shape(adj))} for {len(ids)} "
                                  f"sensors")
             kwargs["edge_index"], kwargs["edge_weight"] = adjacency_to_edges(adj)
         info = dict(kwargs.pop("info", None) or {})
-        if df.attrs.get("synthetic"):
+        if table.info.get("synthetic"):
             info.setdefault("synthetic", True)
-            info.setdefault("source", df.attrs.get("source", "synthetic speeds"))
-        return cls._plain(name, speed, ts, sensor_ids=ids, info=info, **kwargs)
+            info.setdefault("source", table.info.get("source", "synthetic speeds"))
+        return cls._plain(name, table.speed, table.timestamps, sensor_ids=ids, info=info,
+                          **kwargs)
+
+    @classmethod
+    def from_dataframe(cls, df: pandas.DataFrame, name: str = "traffic", *,
+                       adj: np.ndarray | Tensor | None = None,
+                       sensor_ids: Sequence[str] | None = None, **kwargs: Any
+                       ) -> TrafficDataset:
+        r"""A dataset from a DCRNN-format DataFrame (DatetimeIndex, one column
+        per sensor, mph, 0 = missing), as :meth:`from_table` (needs pandas;
+        ``df.attrs["synthetic"]`` marks the dataset synthetic)."""
+        return cls.from_table(SpeedTable.from_dataframe(df), name, adj=adj,
+                              sensor_ids=sensor_ids, **kwargs)
 
     @classmethod
     def _plain(cls, *args: Any, **kwargs: Any) -> TrafficDataset:
@@ -594,11 +892,10 @@ class _DCRNNDataset(TrafficDataset):
         self.root = Path(root)
         self._ensure_files(download, dict(urls or {}), dict(checksums or {}), fetch)
         ids, adj = load_sensor_graph(self.root / self.GRAPH_FILE)
-        df = read_speed_h5(self.root / self.SPEED_FILE)
-        ts, speed, ids = _series_from_dataframe(df, ids)
+        table = read_speed_h5(self.root / self.SPEED_FILE).select(ids)
         edge_index, edge_weight = adjacency_to_edges(adj)
-        super().__init__(self.NAME, speed, ts, sensor_ids=ids, edge_index=edge_index,
-                         edge_weight=edge_weight, input_steps=input_steps,
+        super().__init__(self.NAME, table.speed, table.timestamps, sensor_ids=ids,
+                         edge_index=edge_index, edge_weight=edge_weight, input_steps=input_steps,
                          output_steps=output_steps, fractions=fractions,
                          normalization=normalization, horizons=horizons,
                          info={"synthetic": False, "source": self.SOURCE,
@@ -723,10 +1020,10 @@ def _dense_adjacency(graph: Any) -> np.ndarray:
 def synthetic_traffic(graph: Any, num_steps: int = 4032, seed: int = 0, *,
                       sensor_ids: Sequence[str] | None = None, start: str = "2012-03-01",
                       missing_rate: float = 0.05, noise: float = 1.5,
-                      incident_rate: float = 1.0 / 864) -> pandas.DataFrame:
+                      incident_rate: float = 1.0 / 864) -> SpeedTable:
     r"""Synthetic 5-minute speeds (mph) on a road graph, in DCRNN's format.
-    **The speeds are synthetic**: the returned DataFrame says so in
-    ``df.attrs["synthetic"]``, and datasets built from it carry
+    **The speeds are synthetic**: the returned table says so in
+    ``table.info["synthetic"]``, and datasets built from it carry
     ``info["synthetic"] = True``.
 
     Sensor :math:`i` has a free-flow speed :math:`v_i`, a morning and an
@@ -777,13 +1074,11 @@ def synthetic_traffic(graph: Any, num_steps: int = 4032, seed: int = 0, *,
             (default: one per sensor every 3 days)
 
     Returns:
-        A :class:`pandas.DataFrame` :math:`(T, N)` with a 5-minute
-        DatetimeIndex, string sensor-id columns and float64 speeds,
-        ``attrs = {"synthetic": True, "source": ..., "seed": seed}``.
+        A :class:`SpeedTable`: :math:`(T,)` time stamps 5 minutes apart,
+        float32 speeds :math:`(T, N)`, the sensor ids and
+        ``info = {"synthetic": True, "source": ..., "seed": seed}``
+        (:meth:`SpeedTable.to_dataframe` gives DCRNN's DataFrame).
     """
-    require(WITH_PANDAS, "pandas", "traffic")
-    import pandas as pd
-
     if num_steps < 1:
         raise ValueError(f"num_steps must be positive, got {num_steps}")
     if not 0.0 <= missing_rate < 1.0:
@@ -849,11 +1144,10 @@ def synthetic_traffic(graph: Any, num_steps: int = 4032, seed: int = 0, *,
             missing[s:s + int(rng.geometric(1.0 / mean_len)), i] = True
     speed[missing] = 0.0
 
-    df = pd.DataFrame(speed, index=pd.DatetimeIndex(ts, freq="5min"), columns=ids)
-    df.attrs.update({"synthetic": True, "seed": seed,
-                     "source": "pyg_fedgraph.datasets.traffic.synthetic_traffic (synthetic "
-                               "speeds on a road graph)"})
-    return df
+    return SpeedTable(ts, speed, ids, {
+        "synthetic": True, "seed": seed,
+        "source": "pyg_fedgraph.datasets.traffic.synthetic_traffic (synthetic speeds on a "
+                  "road graph)"})
 
 
 # ---------------------------------------------------------------- registry
@@ -875,12 +1169,12 @@ def _traffic_builder(cls: type[_DCRNNDataset], root: PathLike | None,
     if not graph_file.exists():
         raise ValueError(f"{graph_file} not found: {cls.NAME} needs DCRNN's {cls.GRAPH_FILE}")
     ids, adj = load_sensor_graph(graph_file)
-    df = synthetic_traffic(adj, num_steps=synthetic_steps, seed=seed, sensor_ids=ids,
-                           start="2017-01-01" if cls is PEMSBAY else "2012-03-01")
+    table = synthetic_traffic(adj, num_steps=synthetic_steps, seed=seed, sensor_ids=ids,
+                              start="2017-01-01" if cls is PEMSBAY else "2012-03-01")
     log.warning("%s: no %s given; using SYNTHETIC speeds on the real road graph (%d steps)",
                 cls.NAME, cls.SPEED_FILE, synthetic_steps)
-    return TrafficDataset.from_dataframe(
-        df, cls.NAME, adj=adj, sensor_ids=ids,
+    return TrafficDataset.from_table(
+        table, cls.NAME, adj=adj, sensor_ids=ids,
         info={"synthetic": True, "graph": str(graph_file),
               "source": f"synthetic speeds (synthetic_traffic, seed {seed}) on the "
                         f"{cls.SOURCE} road graph"}, **kwargs)

@@ -3,6 +3,7 @@ import math
 import os
 import pickle
 import shutil
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -12,22 +13,27 @@ from torch import nn
 
 pd = pytest.importorskip("pandas")
 
+from pyg_fedgraph.cli import main as cli_main  # noqa: E402
 from pyg_fedgraph.datasets import load_dataset  # noqa: E402
 from pyg_fedgraph.datasets.traffic import (  # noqa: E402
     METRLA,
     PEMSBAY,
+    SpeedTable,
     TrafficDataset,
     adjacency_to_edges,
     dcrnn_split_sizes,
     download_file,
     load_sensor_graph,
+    read_speed_h5,
     synthetic_traffic,
     verify_sha256,
 )
 from pyg_fedgraph.train import ClientTrainer  # noqa: E402
 from pyg_fedgraph.train.traffic_metrics import add_rmse, pack_targets, traffic_objective  # noqa: E402
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+# ../shared/data next to the project root (one level further up from a git worktree).
+SHARED = next((p / "shared" / "data" for p in Path(__file__).resolve().parents[2].parents
+               if (p / "shared" / "data").is_dir()), Path("../shared/data"))
 METR_GRAPH = SHARED / "metr-la" / "adj_mx.pkl"
 METR_SHA = "a35687c6e15aa228dc45027b0ed2a0ea0f4ec78f573deb992c595092d12f61b3"
 needs_real_graph = pytest.mark.skipif(not METR_GRAPH.exists(),
@@ -238,14 +244,6 @@ def test_graph_pickle_round_trip(tmp_path, protocol):
     assert got_ids == ids and got_adj.dtype == np.float32 and np.array_equal(got_adj, adj)
 
 
-class _Exploit:
-    def __init__(self, marker):
-        self.marker = marker
-
-    def __reduce__(self):
-        return os.system, (f"touch {self.marker}",)
-
-
 def test_malicious_pickle_is_rejected(tmp_path):
     marker = tmp_path / "pwned"
     path = tmp_path / "adj_mx.pkl"
@@ -271,6 +269,185 @@ def test_real_metr_la_graph():
     assert int((adj != 0).sum()) == 1722 and not np.allclose(adj, adj.T)
     ei, ew = adjacency_to_edges(adj)
     assert ei.size(1) == 1722 - 207 and float(ew.min()) > 0.1
+
+
+# ------------------------------------------------------------------ speed files
+def write_h5(df, path, **kwargs):
+    with warnings.catch_warnings():  # PyTables warns when it pickles object columns
+        warnings.simplefilter("ignore")
+        df.to_hdf(path, key="df", **kwargs)
+    return path
+
+
+def assert_same_as_pandas(path):
+    table = read_speed_h5(path)
+    df = pd.read_hdf(path, key="df")
+    assert table.sensor_ids == [str(c) for c in df.columns]
+    assert table.timestamps.dtype == np.dtype("datetime64[ns]")
+    assert np.array_equal(table.timestamps, df.index.values.astype("datetime64[ns]"))
+    assert table.speed.dtype == np.float32
+    assert np.array_equal(table.speed, df.to_numpy().astype(np.float32))
+    return table
+
+
+def test_speed_file_reads_as_pandas_does(tmp_path):
+    frame = speed_frame(50, ["773869", "767541", "767542", "717447"])
+    table = assert_same_as_pandas(write_h5(frame, tmp_path / "real.h5"))
+    assert table.sensor_ids == ["773869", "767541", "767542", "717447"]
+    assert table.timestamps[1] - table.timestamps[0] == np.timedelta64(5, "m")
+    # Integer labels; T == N, so the orientation can only come from the file.
+    assert_same_as_pandas(write_h5(speed_frame(4, [1, 2, 3, 4]).rename(columns=int),
+                                   tmp_path / "square.h5"))
+    # Several dtype blocks interleaved in column order, non-ASCII labels.
+    index = pd.date_range("2012-03-01", periods=6, freq="5min")
+    mixed = pd.DataFrame({"b": np.arange(6, dtype=np.int32), "a": np.linspace(0, 1, 6),
+                          "é": np.arange(6, dtype=np.float32) / 3,
+                          "c": np.arange(6, dtype=np.int64) * 7}, index=index)
+    table = assert_same_as_pandas(write_h5(mixed, tmp_path / "mixed.h5"))
+    assert table.sensor_ids == ["b", "a", "é", "c"]
+    assert table.speed[5].tolist() == pytest.approx([5, 1, 5 / 3, 35])
+
+
+def test_untransposed_block_reads_as_pandas_does(tmp_path):
+    h5py = pytest.importorskip("h5py")
+    path = write_h5(speed_frame(7, ["a", "b", "c"]), tmp_path / "u.h5")
+    with h5py.File(path, "a") as f:  # the same block stored (N, T), as the attribute says
+        values = f["df/block0_values"][()]
+        del f["df/block0_values"]
+        f["df/block0_values"] = values.T
+        f["df/block0_values"].attrs["transposed"] = np.uint8(0)
+    table = assert_same_as_pandas(path)
+    assert table.speed.shape == (7, 3)
+
+
+class _Exploit:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+def one_line_error(call):
+    with pytest.raises(ValueError) as info:
+        call()
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+def run_cli(root, out, capfd):
+    code = cli_main(["run", "--dataset", "metr-la", "--strategy", "fedavg", "--rounds", "1",
+                     "--set", f"data.root={root}", "--out", str(out), "--quiet"])
+    captured = capfd.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, captured.err
+    assert lines[0].startswith("pyg-fedgraph: error: ") and "Traceback" not in captured.err
+    assert not out.exists()
+    return lines[0]
+
+
+def evil_speed_root(tmp_path, marker):
+    root = tmp_path / "root"
+    root.mkdir()
+    write_graph(root / "adj_mx.pkl", ["0", "1"], chain_adjacency(2))
+    frame = speed_frame(40, ["0", "1"]).astype(object)
+    frame.iloc[3, 1] = _Exploit(marker)                 # an object column with a payload
+    write_h5(frame, root / "metr-la.h5")
+    return root
+
+
+def test_object_column_is_refused_and_runs_nothing(tmp_path, capfd):
+    marker = tmp_path / "PWNED"
+    root = evil_speed_root(tmp_path, marker)
+    path = root / "metr-la.h5"
+    message = one_line_error(lambda: read_speed_h5(path))
+    assert message.startswith(f"{path}: columns ['0', '1'] hold variable-length data")
+    assert "expected DCRNN's speed file" in message
+    assert one_line_error(lambda: METRLA(root)) == message
+    assert run_cli(root, tmp_path / "out", capfd) == f"pyg-fedgraph: error: {message}"
+    bare = write_h5(pd.DataFrame({"x": [_Exploit(marker)]}), tmp_path / "bare.h5")
+    assert "columns ['x'] hold variable-length data" in one_line_error(lambda: read_speed_h5(bare))
+    assert not marker.exists()
+    # The payload is live: pandas runs it when it reads the same file.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pd.read_hdf(path, key="df")
+    assert marker.exists()
+
+
+def test_pickled_attributes_are_never_loaded(tmp_path):
+    h5py = pytest.importorskip("h5py")
+    tables = pytest.importorskip("tables")
+    frame = speed_frame(30, ["a", "b", "c"])
+    by_h5py, by_tables = tmp_path / "freq.h5", tmp_path / "attr.h5"
+    marker_h5py, marker_tables = tmp_path / "PWNED_freq", tmp_path / "PWNED_attr"
+    write_h5(frame, by_h5py)
+    with h5py.File(by_h5py, "a") as f:  # pandas unpickles the index's freq attribute
+        f["df/axis1"].attrs["freq"] = np.bytes_(pickle.dumps(_Exploit(marker_h5py), 0))
+    write_h5(frame, by_tables)
+    with tables.open_file(by_tables, "a") as f:  # PyTables pickles what it cannot store
+        f.get_node("/df")._v_attrs.evil = _Exploit(marker_tables)
+    for path in (by_h5py, by_tables):
+        table = read_speed_h5(path)
+        assert np.array_equal(table.speed, frame.to_numpy().astype(np.float32))
+    assert not marker_h5py.exists() and not marker_tables.exists()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for path in (by_h5py, by_tables):
+            pd.read_hdf(path, key="df")
+    assert marker_h5py.exists() and marker_tables.exists()
+
+
+def test_other_speed_files_get_one_clear_line(tmp_path):
+    frame = speed_frame(30, ["a", "b"])
+    table = write_h5(frame, tmp_path / "table.h5", format="table")
+    assert f"{table}: 'df' was saved with format='table'" in one_line_error(
+        lambda: read_speed_h5(table))
+    text = frame.assign(c=["x"] * 30)
+    strings = write_h5(text, tmp_path / "strings.h5")
+    assert f"{strings}: columns ['c'] hold str values, not speeds" in one_line_error(
+        lambda: read_speed_h5(strings))
+    stamps = write_h5(frame.assign(t=frame.index), tmp_path / "stamps.h5")
+    assert "columns ['t'] hold datetime64" in one_line_error(lambda: read_speed_h5(stamps))
+    plain = write_h5(frame.reset_index(drop=True), tmp_path / "plain.h5")
+    assert "the index is integer, not a DatetimeIndex" in one_line_error(
+        lambda: read_speed_h5(plain))
+    series = write_h5(frame["a"], tmp_path / "series.h5")
+    assert "holds a pandas 'series', not a DataFrame" in one_line_error(
+        lambda: read_speed_h5(series))
+    garbage, empty = tmp_path / "garbage.h5", tmp_path / "empty.h5"
+    garbage.write_bytes(os.urandom(4096))
+    empty.write_bytes(b"")
+    for path in (garbage, empty):
+        assert one_line_error(lambda p=path: read_speed_h5(p)).startswith(
+            f"{path} is not an HDF5 file (")
+    assert "speed file" in one_line_error(lambda: read_speed_h5(tmp_path / "missing.h5"))
+
+
+def test_object_labels_are_refused(tmp_path):
+    mixed = speed_frame(30, ["a", "b"]).rename(columns={"b": 7})   # labels str and int
+    path = write_h5(mixed, tmp_path / "labels.h5")
+    assert f"{path}: the column labels 'df/axis0' are variable-length data" in one_line_error(
+        lambda: read_speed_h5(path))
+
+
+def test_garbage_graph_and_speed_files_through_the_cli(tmp_path, capfd):
+    ids = ["0", "1"]
+    good = tmp_path / "good"
+    good.mkdir()
+    write_graph(good / "adj_mx.pkl", ids, chain_adjacency(2))
+    write_h5(speed_frame(40, ids), good / "metr-la.h5")
+    assert METRLA(good).num_clients == 2
+    for broken, content in (("adj_mx.pkl", os.urandom(2048)), ("adj_mx.pkl", b""),
+                            ("metr-la.h5", os.urandom(2048)), ("metr-la.h5", b"")):
+        root = tmp_path / f"{broken}-{len(content)}"
+        shutil.copytree(good, root)
+        (root / broken).write_bytes(content)
+        message = one_line_error(lambda r=root: METRLA(r))
+        expected = "a pickle of [sensor_ids" if broken == "adj_mx.pkl" else "speed file"
+        assert message.startswith(f"{root / broken} is not ") and expected in message
+        assert run_cli(root, tmp_path / "out", capfd) == f"pyg-fedgraph: error: {message}"
 
 
 def test_sha256_and_download_with_injected_fetch(tmp_path):
@@ -353,22 +530,31 @@ def test_pemsbay_files_are_named_as_published(tmp_path):
 # ------------------------------------------------------------------ synthetic
 def test_synthetic_traffic_format_and_labels():
     adj = chain_adjacency(10)
-    df = synthetic_traffic(adj, num_steps=2016, seed=1)
-    assert df.shape == (2016, 10) and list(df.columns) == [str(i) for i in range(10)]
-    assert isinstance(df.index, pd.DatetimeIndex) and df.index.freq == "5min"
-    assert df.attrs["synthetic"] is True
-    zeros = float((df.to_numpy() == 0).mean())
+    table = synthetic_traffic(adj, num_steps=2016, seed=1)
+    assert isinstance(table, SpeedTable) and table.speed.shape == (2016, 10)
+    assert table.sensor_ids == [str(i) for i in range(10)] and table.speed.dtype == np.float32
+    assert table.timestamps[0] == np.datetime64("2012-03-01T00:00", "ns")
+    assert (np.diff(table.timestamps) == np.timedelta64(5, "m")).all()
+    assert table.info["synthetic"] is True and table.info["seed"] == 1
+    zeros = float((table.speed == 0).mean())
     assert 0.01 < zeros < 0.15
-    assert df.equals(synthetic_traffic(adj, num_steps=2016, seed=1))
-    assert not df.equals(synthetic_traffic(adj, num_steps=2016, seed=2))
+    assert np.array_equal(table.speed, synthetic_traffic(adj, num_steps=2016, seed=1).speed)
+    assert not np.array_equal(table.speed, synthetic_traffic(adj, num_steps=2016, seed=2).speed)
     # Neighbouring sensors move together more than distant ones.
-    c = np.corrcoef(np.where(df.to_numpy() > 0, df.to_numpy(), np.nan)[~(df.to_numpy() == 0)
-                                                                        .any(1)].T)
+    v = table.speed[~(table.speed == 0).any(1)]
+    c = np.corrcoef(v.T)
     near = np.mean([c[i, i + 1] for i in range(9)])
     far = np.mean([c[i, i + 7] for i in range(3)])
     assert near > far
-    ds = TrafficDataset.from_dataframe(df, "chain", adj=adj)
+    ds = TrafficDataset.from_table(table, "chain", adj=adj)
     assert ds.info["synthetic"] is True and "synthetic" in repr(ds)
+    # The DataFrame round trip gives the same dataset, labels included.
+    df = table.to_dataframe()
+    assert isinstance(df.index, pd.DatetimeIndex) and df.attrs["synthetic"] is True
+    ds2 = TrafficDataset.from_dataframe(df, "chain", adj=adj)
+    assert ds2.info["synthetic"] is True
+    assert torch.equal(ds.splits["test"].y, ds2.splits["test"].y)
+    assert torch.equal(ds.splits["train"].x, ds2.splits["train"].x)
 
 
 def test_registered_builder_uses_synthetic_speeds_on_a_given_graph(tmp_path):
