@@ -9,7 +9,10 @@ Recurrent Neural Network: Data-Driven Traffic Forecasting", ICLR 2018):
   into a :class:`SpeedTable`);
 * sensor graphs ``adj_mx.pkl`` / ``adj_mx_bay.pkl``: a pickle of
   ``[sensor_ids, sensor_id_to_index, adj_mx]``, ``adj_mx`` a thresholded
-  Gaussian kernel of road distances, diagonal 1.
+  Gaussian kernel of road distances, diagonal 1. Both graphs ship with
+  pyg_fedgraph as sparse edge lists with the sensor locations
+  (:func:`bundled_sensor_graph`, ``data/NOTICE``), so only the speed file
+  is needed for recorded speeds, and nothing for synthetic ones.
 
 Panacea (Chen et al., Sec. V) treats every sensor as a client and the road
 graph as the prior client graph. :class:`TrafficDataset` builds each client's
@@ -29,14 +32,17 @@ file is read with h5py, numeric datasets only (:func:`read_speed_h5`): pandas
 and PyTables are never used to read it, because they unpickle object columns
 and node attributes, so that a crafted ``.h5`` file would run code when
 opened with ``pandas.read_hdf``. Malformed files of either kind raise a
-one-line :class:`ValueError` naming the file.
+one-line :class:`ValueError` naming the file. The bundled graphs are checked
+against their sha256 and read with ``numpy.load(allow_pickle=False)``.
 """
 from pyg_fedgraph.datasets.traffic.dataset import TrafficDataset, dcrnn_split_sizes
 from pyg_fedgraph.datasets.traffic.dcrnn import METRLA, PEMSBAY, metr_la, pems_bay
 from pyg_fedgraph.datasets.traffic.io import (
     RemoteFile,
+    SensorGraph,
     SpeedTable,
     adjacency_to_edges,
+    bundled_sensor_graph,
     download_file,
     load_sensor_graph,
     read_speed_h5,
@@ -54,6 +60,8 @@ __all__ = [
     "adjacency_to_edges",
     "read_speed_h5",
     "SpeedTable",
+    "SensorGraph",
+    "bundled_sensor_graph",
     "dcrnn_split_sizes",
     "verify_sha256",
     "download_file",

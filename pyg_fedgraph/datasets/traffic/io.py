@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.resources
 import io
 import logging
 import pickle
@@ -32,6 +33,8 @@ __all__ = [
     "download_file",
     "load_sensor_graph",
     "adjacency_to_edges",
+    "SensorGraph",
+    "bundled_sensor_graph",
     "SpeedTable",
     "read_speed_h5",
 ]
@@ -234,6 +237,101 @@ def adjacency_to_edges(adj: np.ndarray | Tensor, self_loops: bool = False
         mask.fill_diagonal_(False)
     edge_index = mask.nonzero().t().contiguous()
     return edge_index, a[edge_index[0], edge_index[1]]
+
+
+# ------------------------------------------------------------- bundled graphs
+
+#: Road graphs shipped in ``data/`` (see ``data/NOTICE``): file and sha256,
+#: written by ``scripts/bundle_sensor_graphs.py``.
+BUNDLED_GRAPHS: dict[str, tuple[str, str]] = {
+    "metr-la": ("metr-la.npz",
+                "ff31b61da6785ba9f5eb50b9bc99ef61cb894c3aa1932f45fbe0fe7302096e26"),
+    "pems-bay": ("pems-bay.npz",
+                 "2a57373051374470fc175072e1bc66d0b78da442803e21541619b173dace1bf1"),
+}
+
+
+@dataclass(frozen=True, eq=False)
+class SensorGraph:
+    r"""A road sensor graph as published with DCRNN (Li et al., ICLR 2018),
+    loaded by :func:`bundled_sensor_graph`.
+
+    ``edge_index`` and ``edge_weight`` hold every nonzero entry of DCRNN's
+    ``adj_mx`` (a thresholded Gaussian kernel of the road distance from
+    sensor :math:`i` to sensor :math:`j`), the diagonal included,
+
+    .. math::
+        A_{ij} = \exp\!\big(-(d_{ij} / \sigma)^2\big) \text{ if it is at least } 0.1,
+
+    so that :meth:`to_dense` gives ``adj_mx`` back exactly.
+
+    Args:
+        name (str): ``"metr-la"`` or ``"pems-bay"``.
+        sensor_ids (list of str): sensor ids in matrix order.
+        location (torch.Tensor): latitude and longitude in degrees.
+        edge_index (torch.Tensor): directed edges, source to target.
+        edge_weight (torch.Tensor): float32 kernel weights.
+
+    Shapes:
+        - **location:** :math:`(N, 2)`.
+        - **edge_index:** :math:`(2, E)`, self-loops included.
+        - **edge_weight:** :math:`(E,)`.
+    """
+    name: str
+    sensor_ids: list[str]
+    location: Tensor
+    edge_index: Tensor
+    edge_weight: Tensor
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.sensor_ids)
+
+    def to_dense(self) -> np.ndarray:
+        r"""DCRNN's ``adj_mx``: float32 :math:`(N, N)`, ``adj[i, j]`` the
+        weight of the road :math:`i \to j`."""
+        adj = np.zeros((self.num_nodes, self.num_nodes), dtype=np.float32)
+        src, dst = self.edge_index.numpy()
+        adj[src, dst] = self.edge_weight.numpy()
+        return adj
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}({self.name}, num_nodes={self.num_nodes}, "
+                f"num_edges={self.edge_index.size(1)})")
+
+
+def bundled_sensor_graph(name: str) -> SensorGraph:
+    r"""The road graph of METR-LA (207 sensors) or PEMS-BAY (325) shipped
+    with pyg_fedgraph, so that no download is needed: sensor ids, locations
+    and DCRNN's weighted adjacency as an edge list. The file's sha256 is
+    checked before it is parsed, and it is read with
+    ``numpy.load(allow_pickle=False)``.
+
+    Args:
+        name (str): ``"metr-la"`` or ``"pems-bay"``.
+    """
+    if name not in BUNDLED_GRAPHS:
+        raise ValueError(f"no bundled road graph {name!r}; known: {sorted(BUNDLED_GRAPHS)}")
+    file, expected = BUNDLED_GRAPHS[name]
+    resource = importlib.resources.files(__package__).joinpath("data", file)
+    where = f"{file} bundled with pyg_fedgraph"
+    try:
+        data = resource.read_bytes()
+    except OSError as err:
+        raise ValueError(f"cannot read the {where} ({_one_line(err)}): the installation is "
+                         f"incomplete; reinstall pyg-fedgraph") from None
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != expected:
+        raise ValueError(f"the {where} has sha256 {digest}, expected {expected}: the "
+                         f"installation is corrupted; reinstall pyg-fedgraph")
+    with np.load(io.BytesIO(data), allow_pickle=False) as archive:
+        arrays = {key: archive[key] for key in archive.files}
+    ids = [str(s) for s in arrays["sensor_ids"]]
+    return SensorGraph(
+        name=name, sensor_ids=ids,
+        location=torch.from_numpy(arrays["location"]),
+        edge_index=torch.from_numpy(np.stack([arrays["source"], arrays["target"]])).long(),
+        edge_weight=torch.from_numpy(arrays["weight"]))
 
 
 # ------------------------------------------------------------------ speed files

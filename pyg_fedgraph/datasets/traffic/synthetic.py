@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 from torch import Tensor
 
-from pyg_fedgraph.datasets.traffic.io import SpeedTable
+from pyg_fedgraph.datasets.traffic.io import SpeedTable, bundled_sensor_graph
 
 __all__ = ["synthetic_traffic"]
 
@@ -71,15 +71,18 @@ def synthetic_traffic(graph: Any, num_steps: int = 4032, seed: int = 0, *,
     about ``missing_rate`` of the readings in all.
 
     Args:
-        graph (array, torch.Tensor or Data): road graph as a dense
+        graph (str, array, torch.Tensor, SensorGraph or Data): road graph:
+            ``"metr-la"`` or ``"pems-bay"`` for the graph bundled with
+            pyg_fedgraph (:func:`~.io.bundled_sensor_graph`), a dense
             :math:`(N, N)` adjacency (``adj[i, j]`` for the road
             :math:`i \to j`, as in DCRNN's ``adj_mx``) or an object with
-            ``edge_index``, ``num_nodes`` and optional ``edge_weight``.
+            ``edge_index``, ``num_nodes`` and optional ``edge_weight`` (and
+            ``sensor_ids``, used as default column names).
         num_steps (int, optional): time steps :math:`T` (default: :obj:`4032`,
             two weeks)
         seed (int, optional): seed of every random draw (default: :obj:`0`)
-        sensor_ids (list of str, optional): column names (default:
-            ``"0" .. "N-1"``).
+        sensor_ids (list of str, optional): column names (default: the
+            graph's sensor ids, else ``"0" .. "N-1"``).
         start (str, optional): first time stamp (default: :obj:`"2012-03-01"`)
         missing_rate (float, optional): target share of missing readings
             (default: :obj:`0.05`)
@@ -98,6 +101,10 @@ def synthetic_traffic(graph: Any, num_steps: int = 4032, seed: int = 0, *,
         raise ValueError(f"num_steps must be positive, got {num_steps}")
     if not 0.0 <= missing_rate < 1.0:
         raise ValueError(f"missing_rate must be in [0, 1), got {missing_rate}")
+    if isinstance(graph, str):
+        graph = bundled_sensor_graph(graph)
+    if sensor_ids is None:
+        sensor_ids = getattr(graph, "sensor_ids", None)
     adj = _dense_adjacency(graph)
     n = adj.shape[0]
     ids = [str(i) for i in range(n)] if sensor_ids is None else [str(s) for s in sensor_ids]

@@ -22,18 +22,13 @@ from pyg_fedgraph.datasets.traffic import (  # noqa: E402
     load_sensor_graph,
 )
 
-METR_SHA = "a35687c6e15aa228dc45027b0ed2a0ea0f4ec78f573deb992c595092d12f61b3"
-
 
 def test_metrla_reads_root_and_downloads_missing_files(tmp_path):
-    pytest.importorskip("tables")
     ids = [str(100 + i) for i in range(4)]
     mirror = tmp_path / "mirror"
     mirror.mkdir()
-    write_graph(mirror / "adj_mx.pkl", ids, chain_adjacency(4))
     speed_frame(60, ids).rename(columns=int).to_hdf(mirror / "metr-la.h5", key="df")  # int ids
-    sums = {name: hashlib.sha256((mirror / name).read_bytes()).hexdigest()
-            for name in ("adj_mx.pkl", "metr-la.h5")}
+    sha = hashlib.sha256((mirror / "metr-la.h5").read_bytes()).hexdigest()
     fetched = []
 
     def fetch(url, dest):
@@ -41,17 +36,19 @@ def test_metrla_reads_root_and_downloads_missing_files(tmp_path):
         shutil.copy(mirror / url.rsplit("/", 1)[-1], dest)
 
     root = tmp_path / "root"
-    with pytest.raises(ValueError, match="not found"):
+    with pytest.raises(ValueError, match="metr-la.h5 not found: save DCRNN's metr-la.h5 there"):
         METRLA(root)
     with pytest.raises(ValueError, match="no direct public URL of metr-la.h5"):
-        METRLA(root, download=True, checksums={"adj_mx.pkl": sums["adj_mx.pkl"]}, fetch=fetch)
+        METRLA(root, download=True, fetch=fetch)
+    root.mkdir()
+    write_graph(root / "adj_mx.pkl", ids, chain_adjacency(4))   # a graph in root is used
     ds = METRLA(root, download=True, urls={"metr-la.h5": "https://mirror/metr-la.h5"},
-                checksums=sums, fetch=fetch)
-    assert fetched[-1] == "https://mirror/metr-la.h5"
-    assert METRLA.resource("adj_mx.pkl").sha256 == METR_SHA
-    assert fetched[0].endswith("/602afd9d767d3aa1c9b3eac51710d6aeee12c227/data/sensor_graph/"
-                               "adj_mx.pkl")
+                checksums={"metr-la.h5": sha}, fetch=fetch)
+    assert fetched == ["https://mirror/metr-la.h5"]               # the graph is never fetched
+    assert [r.name for r in METRLA.RESOURCES] == ["metr-la.h5"]
     assert ds.num_clients == 4 and ds.sensor_ids == ids and ds.info["synthetic"] is False
+    assert ds.info["graph"] == str(root / "adj_mx.pkl")
+    assert ds.edge_index.tolist() == [[0, 1, 2], [1, 2, 3]]
     assert METRLA(root).num_samples("test").tolist() == [7] * 4   # files now in root
 
 
@@ -80,8 +77,10 @@ def test_metrla_with_a_real_format_h5_has_207_clients(tmp_path):
 
 def test_pemsbay_files_are_named_as_published(tmp_path):
     assert PEMSBAY.SPEED_FILE == "pems-bay.h5" and PEMSBAY.GRAPH_FILE == "adj_mx_bay.pkl"
-    with pytest.raises(ValueError, match="adj_mx_bay.pkl"):
+    with pytest.raises(ValueError, match="pems-bay.h5 not found"):
         PEMSBAY(tmp_path)
+    with pytest.raises(ValueError, match="adj_mx_bay.pkl not found"):
+        PEMSBAY.road_graph(tmp_path)
 
 
 def test_registered_builder_uses_synthetic_speeds_on_a_given_graph(tmp_path):
@@ -90,8 +89,10 @@ def test_registered_builder_uses_synthetic_speeds_on_a_given_graph(tmp_path):
     ds = load_dataset("metr-la", graph_path=tmp_path, synthetic_steps=300, seed=0)
     assert isinstance(ds, TrafficDataset) and ds.info["synthetic"] is True
     assert ds.sensor_ids == ids and ds.edge_index.tolist() == [[0, 1, 2], [1, 2, 3]]
-    with pytest.raises(ValueError, match="graph_path"):
-        load_dataset("metr-la")
+    assert ds.info["graph"] == str(tmp_path / "adj_mx.pkl")
+    # A root holding only the graph: synthetic speeds on it, as with graph_path.
+    on_root = load_dataset("metr-la", root=tmp_path, synthetic_steps=300, seed=0)
+    assert on_root.info["synthetic"] is True and on_root.sensor_ids == ids
 
 
 def test_simulation_reports_horizon_metrics(tmp_path):
