@@ -130,5 +130,21 @@ def test_cli_hints_name_the_command_line_settings(tmp_path, capfd):
                    for line in (root_line, graph_line))
 
 
+def test_example_needs_no_shared_folder(tmp_path):
+    example = load_module(REPO / "examples" / "metr_la_traffic.py")
+    args = example.build_parser().parse_args(["--quick"])
+    assert args.graph is None and Path(args.out) == REPO / "runs" / "metr_la_traffic"
+    assert "runs/" in (REPO / ".gitignore").read_text().split()
+    data = example.load_data(args, 300)
+    assert data.num_clients == 207 and data.info["synthetic"] is True
+    assert data.info["graph"] == "bundled"
+    ids = bundled_sensor_graph("metr-la").sensor_ids
+    args = example.build_parser().parse_args(
+        ["--h5", str(write_h5(speed_frame(60, ids), tmp_path / "metr-la.h5"))])
+    recorded = example.load_data(args, 300)
+    assert recorded.info["synthetic"] is False and recorded.info["graph"] == "bundled"
+    assert recorded.num_clients == 207
+
+
 def test_package_exports_the_bundled_graph():
     assert {"SensorGraph", "bundled_sensor_graph"} <= set(traffic.__all__)
