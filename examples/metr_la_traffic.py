@@ -11,8 +11,10 @@ clients at the round of best validation MSE.
 
 Speeds: the real ``metr-la.h5`` with ``--h5 PATH``; otherwise **synthetic**
 speeds (:func:`pyg_fedgraph.datasets.traffic.synthetic_traffic`) on the real
-METR-LA road graph, read from ``--graph`` (default ``../shared/data/metr-la``
-next to the repository). Every printed table and saved picture says which.
+METR-LA road graph, the one bundled with pyg_fedgraph unless ``--graph``
+names DCRNN's ``adj_mx.pkl`` (or its folder). Every printed table and saved
+picture says which; pictures go to ``runs/metr_la_traffic/`` in the
+repository unless ``--out`` says otherwise.
 
 It also saves, for the strategies that have one, the collaboration graph
 drawn over the road graph (grey), without a map
@@ -33,7 +35,7 @@ seed     local   fedavg   fedavg-ft pfedgraph panacea
 Usage::
 
     python examples/metr_la_traffic.py --quick            # < 3 min on 2 CPU cores
-    python examples/metr_la_traffic.py --h5 data/metr-la.h5 --graph data/
+    python examples/metr_la_traffic.py --h5 data/metr-la.h5
 """
 from __future__ import annotations
 
@@ -45,7 +47,7 @@ from pathlib import Path
 import torch
 
 from pyg_fedgraph.datasets import load_dataset
-from pyg_fedgraph.datasets.traffic import TrafficDataset, load_sensor_graph, read_speed_h5
+from pyg_fedgraph.datasets.traffic import METRLA, TrafficDataset, read_speed_h5
 from pyg_fedgraph.experiment import ExperimentConfig, build_simulator
 from pyg_fedgraph.simulation.report import format_table
 from pyg_fedgraph.strategies import STRATEGIES
@@ -71,12 +73,12 @@ STRATEGY_OPTIONS = {"panacea": {"hn_lr": 0.01}, "pfedhn": {"hn_lr": 0.01}}
 
 
 def load_data(args: argparse.Namespace, steps: int) -> TrafficDataset:
-    graph = Path(args.graph)
     if args.h5:
-        ids, adj = load_sensor_graph(graph / "adj_mx.pkl" if graph.is_dir() else graph)
-        return TrafficDataset.from_dataframe(read_speed_h5(args.h5), "metr-la", adj=adj,
-                                             sensor_ids=ids)
-    return load_dataset("metr-la", graph_path=graph, synthetic_steps=steps, seed=args.seed)
+        ids, adj, graph = METRLA.road_graph(args.graph)   # None: the bundled graph
+        return TrafficDataset.from_table(read_speed_h5(args.h5), "metr-la", adj=adj,
+                                         sensor_ids=ids, info={"graph": graph})
+    return load_dataset("metr-la", graph_path=args.graph, synthetic_steps=steps,
+                        seed=args.seed)
 
 
 def client_mean(values: torch.Tensor) -> float:
@@ -115,11 +117,12 @@ def road_share(weight: torch.Tensor, edge_index: torch.Tensor, top_k: int = 2
     return float(hits), float(road.sum()) / (n * (n - 1))
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--h5", help="the real metr-la.h5 (default: synthetic speeds)")
-    parser.add_argument("--graph", default=str(REPO.parent / "shared" / "data" / "metr-la"),
-                        help="folder holding adj_mx.pkl (or the file)")
+    parser.add_argument("--graph", default=None,
+                        help="DCRNN's adj_mx.pkl or its folder (default: the road graph "
+                             "bundled with pyg_fedgraph)")
     parser.add_argument("--quick", action="store_true", help="short run (< 3 min, 2 cores)")
     parser.add_argument("--all", action="store_true", help="every registered strategy")
     parser.add_argument("--rounds", type=int, help="override the number of rounds")
@@ -127,8 +130,14 @@ def main() -> None:
     parser.add_argument("--threads", type=int,
                         help="torch CPU threads (default: 1 with --quick, whose many small "
                              "operations run faster on one thread, else torch's default)")
-    parser.add_argument("--out", default="metr_la_traffic_out", help="where pictures go")
-    args = parser.parse_args()
+    parser.add_argument("--out", default=str(REPO / "runs" / "metr_la_traffic"),
+                        help="where pictures go (default: runs/metr_la_traffic in the "
+                             "repository, which git ignores)")
+    return parser
+
+
+def main() -> None:
+    args = build_parser().parse_args()
     threads = args.threads or (1 if args.quick else None)
     if threads:
         torch.set_num_threads(threads)

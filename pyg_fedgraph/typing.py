@@ -5,6 +5,7 @@ WITH_TORCH_SCATTER: bool = importlib.util.find_spec("torch_scatter") is not None
 WITH_TORCHVISION: bool = importlib.util.find_spec("torchvision") is not None
 WITH_FLWR: bool = importlib.util.find_spec("flwr") is not None
 WITH_PANDAS: bool = importlib.util.find_spec("pandas") is not None
+WITH_H5PY: bool = importlib.util.find_spec("h5py") is not None
 
 
 def require(flag: bool, package: str, extra: str) -> None:
