@@ -21,7 +21,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from pyg_fedgraph.data.federated_dataset import SPLITS, ClientSplit, FederatedDataset, Task
+from pyg_fedgraph.data.federated_dataset import (
+    SPLITS,
+    ClientSplit,
+    DatasetDefaults,
+    FederatedDataset,
+    Task,
+)
 
 __all__ = [
     "iid_partition",
@@ -495,7 +501,8 @@ def build_federated_dataset(name: str, x: Tensor, y: Tensor, partition: Sequence
                             info: dict | None = None,
                             max_train_per_client: int | None = None,
                             max_val_per_client: int | None = None,
-                            max_test_per_client: int | None = None) -> FederatedDataset:
+                            max_test_per_client: int | None = None,
+                            defaults: DatasetDefaults | None = None) -> FederatedDataset:
     r"""Splits every client's samples with :func:`split_client` and packs the
     result into a :class:`~pyg_fedgraph.data.FederatedDataset`.
 
@@ -527,6 +534,8 @@ def build_federated_dataset(name: str, x: Tensor, y: Tensor, partition: Sequence
             keeps. (default: :obj:`None`)
         max_test_per_client (int, optional): most test samples a client keeps.
             (default: :obj:`None`)
+        defaults (DatasetDefaults, optional): the model and training protocol
+            the data set is meant to be run with. (default: :obj:`None`)
 
     Shapes:
         - **input:** x :math:`(S, *F)`, y :math:`(S, *T)`
@@ -560,7 +569,7 @@ def build_federated_dataset(name: str, x: Tensor, y: Tensor, partition: Sequence
         index = [piece[s][:caps[s]] for piece in pieces]
         splits[split] = ClientSplit.from_lists([x[i] for i in index], [y[i] for i in index])
     return FederatedDataset(name, task, splits, num_classes, edge_index, edge_weight,
-                            client_labels, dict(info or {}))
+                            client_labels, dict(info or {}), defaults)
 
 
 def with_dominant_labels(dataset: FederatedDataset) -> FederatedDataset:
