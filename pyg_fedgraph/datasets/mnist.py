@@ -79,8 +79,8 @@ _VARIANTS = {
             IDXFile(_NAMES[3], "ec29112dd5afa0611ce80d1b7f02629c",
                     "ff7bcfd416de33731a308c3f266cc351222c34898ecbeaf847f06e48f7ec33f2"),
         ),
-        how_to_get="pass root=DIR and download=True to fetch them (no system package "
-                   "ships MNIST)"),
+        how_to_get="pass root=DIR holding them, or root=DIR and download=True to fetch "
+                   "them (no system package ships MNIST)"),
 }
 Variant = Literal["fashion-mnist", "mnist"]
 
@@ -159,10 +159,11 @@ def read_mnist(root: str | Path | None = None, variant: Variant = "fashion-mnist
     if paths is None and download:
         paths = download_idx(Path(root), spec.files, spec.mirrors, fetch)  # type: ignore[arg-type]
     if paths is None:
-        where = ", ".join(str(f) for f in folders)
+        where = ("in " + ", ".join(str(f) for f in folders) if folders
+                 else "found: root=None and no system folder holds them")
         detail = f" ({missing})" if missing else ""
         raise FileNotFoundError(f"no {spec.title} IDX files ({', '.join(_NAMES)}, raw or .gz) "
-                                f"in {where}{detail}; {spec.how_to_get}")
+                                f"{where}{detail}; {spec.how_to_get}")
     train = _read_pair(paths[_NAMES[0]], paths[_NAMES[1]], spec.title)
     test = _read_pair(paths[_NAMES[2]], paths[_NAMES[3]], spec.title)
     return MNISTArrays(*train, *test, folder=paths[_NAMES[0]].parent)

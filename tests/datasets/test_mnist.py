@@ -57,8 +57,12 @@ def test_read_mnist_missing_files_say_how_to_get_them(tmp_path):
         read_mnist(tmp_path / "empty", "fashion-mnist")
     assert str(tmp_path / "empty") in str(err.value) and "download=True" in str(err.value)
     assert "\n" not in str(err.value)
-    with pytest.raises(FileNotFoundError, match="pass root=DIR and download=True"):
+    with pytest.raises(FileNotFoundError, match="pass root=DIR holding them, or root=DIR and "
+                                                "download=True to fetch them"):
         read_mnist(tmp_path / "empty", "mnist")
+    with pytest.raises(FileNotFoundError, match=re.escape(
+            "raw or .gz) found: root=None and no system folder holds them; pass root=DIR")):
+        read_mnist(None, "mnist")
     # A folder with some of the files: the message says which are missing.
     write_idx(tmp_path / NAMES[0], labelled_images(1)[0])
     with pytest.raises(FileNotFoundError, match=re.escape(
