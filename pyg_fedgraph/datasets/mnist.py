@@ -111,10 +111,11 @@ def _read_pair(images_path: Path, labels_path: Path, title: str
                          f"{title} images are 28x28: replace it with the published file")
     if images.shape[0] != labels.shape[0]:
         raise ValueError(f"{images_path} holds {images.shape[0]} images but {labels_path} "
-                         f"holds {labels.shape[0]} labels: the files do not belong together")
+                         f"holds {labels.shape[0]} labels: the files do not belong together; "
+                         f"replace them with the published pair")
     if labels.size and int(labels.max()) > 9:
-        raise ValueError(f"{labels_path} holds label {int(labels.max())} outside 0..9; it is "
-                         f"not a {title} label file")
+        raise ValueError(f"{labels_path} holds label {int(labels.max())} outside 0..9, so it "
+                         f"is not a label file of {title}; replace it with the published one")
     return images, labels
 
 
@@ -156,8 +157,8 @@ def read_mnist(root: str | Path | None = None, variant: Variant = "fashion-mnist
                          f"files into")
     folders = _folders(spec, root)
     paths, missing = find_idx_files(_NAMES, folders)
-    if paths is None and download:
-        paths = download_idx(Path(root), spec.files, spec.mirrors, fetch)  # type: ignore[arg-type]
+    if paths is None and download and root is not None:
+        paths = download_idx(root, spec.files, spec.mirrors, fetch)
     if paths is None:
         where = ("in " + ", ".join(str(f) for f in folders) if folders
                  else "found: root=None and no system folder holds them")

@@ -93,7 +93,8 @@ def test_read_mnist_checks_the_files_belong_together(tmp_path):
     write_idx(tmp_path / NAMES[1], labels)
     write_idx(tmp_path / NAMES[0], images)
     with pytest.raises(ValueError, match=re.escape(
-            f"{tmp_path / NAMES[1]} holds label 12 outside 0..9; it is not a MNIST label file")):
+            f"{tmp_path / NAMES[1]} holds label 12 outside 0..9, so it is not a label file of "
+            f"MNIST; replace it with the published one")):
         read_mnist(tmp_path, "mnist")
     write_idx(tmp_path / NAMES[1], labelled_images(2)[1])
     write_idx(tmp_path / NAMES[0], np.zeros((20, 32, 32), dtype=np.uint8))
