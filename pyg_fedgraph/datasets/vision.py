@@ -106,9 +106,9 @@ IMAGE_ARGS_DOC = r"""
     (:data:`~pyg_fedgraph.datasets.vision.IMAGE_DEFAULTS`: the simple CNN
     ``"cnn"``, SGD with lr 0.01, momentum 0.9, weight decay :math:`10^{{-5}}`,
     batch 64, 200 local steps, 50 rounds; pFedGraph, Sec. 4.1 and Appendix
-    C.1), which
-    :func:`~pyg_fedgraph.experiment.build_simulator` applies; the simulator
-    reports the test metric at the round of best mean validation metric.
+    C.1), which :func:`~pyg_fedgraph.experiment.build_simulator` applies;
+    the simulator reports the test metric at the round of best mean
+    validation metric.
 
     Args:
         root (str or Path{root_optional}): {root}
