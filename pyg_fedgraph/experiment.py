@@ -26,7 +26,8 @@ __all__ = ["ExperimentConfig", "DATASET_DEFAULTS", "build_dataset", "build_simul
 
 log = logging.getLogger(__name__)
 
-#: Per-dataset model and local-training defaults (small enough for 2 CPU cores).
+#: Model and local-training defaults by dataset name (small enough for 2 CPU
+#: cores), for datasets that carry no ``defaults`` of their own.
 DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
     "digits": {"model": "mlp", "model_kwargs": {"hidden_channels": 64},
                "local": {"lr": 0.05, "momentum": 0.9, "batch_size": 32, "epochs": 2},
@@ -133,17 +134,30 @@ def build_dataset(cfg: ExperimentConfig, extra: dict[str, Any] | None = None
     return load_dataset(cfg.dataset, **{k: v for k, v in kwargs.items() if k in accepted})
 
 
+def _defaults(data: FederatedDataset, name: str) -> dict[str, Any]:
+    r"""The dataset's own :class:`~pyg_fedgraph.data.DatasetDefaults`, else
+    the :data:`DATASET_DEFAULTS` entry of ``name``."""
+    own = getattr(data, "defaults", None)
+    if own is None:
+        return DATASET_DEFAULTS.get(name.lower(), _FALLBACK)
+    return {"model": own.model, "model_kwargs": dict(own.model_kwargs),
+            "local": dict(own.local), "rounds": own.rounds}
+
+
 def build_simulator(cfg: ExperimentConfig, *, dataset: FederatedDataset | None = None,
                     progress: bool = True, callbacks: tuple = ()) -> Simulator:
     r"""Data, model, strategy and :class:`Simulator` for ``cfg``.
 
-    The model is initialised from the stream ``(cfg.seed, "model-init")`` so
-    that every strategy of a comparison starts from the same weights."""
+    Model, local training and rounds default to ``dataset.defaults`` (to the
+    :data:`DATASET_DEFAULTS` entry of ``cfg.dataset`` for a dataset without
+    them); ``cfg`` overrides them. The model is initialised from the stream
+    ``(cfg.seed, "model-init")`` so that every strategy of a comparison starts
+    from the same weights."""
     if cfg.strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {cfg.strategy!r}; known: {sorted(STRATEGIES)}")
     parts = _split_overrides(cfg)
-    defaults = DATASET_DEFAULTS.get(cfg.dataset.lower(), _FALLBACK)
     data = dataset if dataset is not None else build_dataset(cfg, parts["data"])
+    defaults = _defaults(data, cfg.dataset)
     model_kwargs = {**defaults["model_kwargs"], **parts["model"]}
     model_name = model_kwargs.pop("name", defaults["model"])
     outputs = data.num_classes if data.task == "classification" else int(
@@ -151,7 +165,11 @@ def build_simulator(cfg: ExperimentConfig, *, dataset: FederatedDataset | None =
     torch.manual_seed(derive_seed(cfg.seed, "model-init"))
     model = build_model(model_name, data.input_shape, outputs, **model_kwargs)
     strategy = build_strategy(cfg.strategy, **parts["strategy"])
-    local = LocalConfig(**{**defaults["local"], **parts["local"]})
+    local_kwargs = {**defaults["local"], **parts["local"]}
+    if "epochs" in parts["local"] and "steps" not in parts["local"]:
+        # Asking for epochs means epochs: a default step count would win over them.
+        local_kwargs.pop("steps", None)
+    local = LocalConfig(**local_kwargs)
     held_out = None
     if cfg.novel_clients:
         if not 0.0 < cfg.novel_clients < 1.0:

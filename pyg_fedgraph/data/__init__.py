@@ -1,5 +1,5 @@
 r"""Federation graph, parameter layout, per-client data and partitioners."""
-from pyg_fedgraph.data.federated_dataset import ClientSplit, FederatedDataset
+from pyg_fedgraph.data.federated_dataset import ClientSplit, DatasetDefaults, FederatedDataset
 from pyg_fedgraph.data.federation import FederationGraph
 from pyg_fedgraph.data.layout import ParamLayout
 
@@ -8,4 +8,5 @@ __all__ = [
     "FederationGraph",
     "ClientSplit",
     "FederatedDataset",
+    "DatasetDefaults",
 ]

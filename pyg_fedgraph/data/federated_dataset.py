@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch import Tensor
@@ -11,7 +11,7 @@ from torch import Tensor
 if TYPE_CHECKING:
     from pyg_fedgraph.train.objective import Objective
 
-__all__ = ["FederatedDataset", "ClientSplit", "Task", "SPLITS"]
+__all__ = ["FederatedDataset", "ClientSplit", "DatasetDefaults", "Task", "SPLITS"]
 
 Task = Literal["classification", "regression"]
 SPLITS = ("train", "val", "test")
@@ -67,6 +67,33 @@ class ClientSplit:
         return self.x[rows.unsqueeze(1), index], self.y[rows.unsqueeze(1), index]
 
 
+@dataclass(frozen=True)
+class DatasetDefaults:
+    r"""The client model and training protocol a data set is meant to be run
+    with (usually its papers' settings), carried by the data set itself so
+    that a renamed or hand-built data set keeps them.
+
+    Args:
+        model (str): a name of :data:`pyg_fedgraph.models.MODEL_NAMES`
+            (e.g. ``"cnn"``).
+        model_kwargs (dict, optional): keyword arguments of that model.
+            (default: :obj:`{}`)
+        local (dict, optional): keyword arguments of
+            :class:`~pyg_fedgraph.train.LocalConfig` (``lr``, ``momentum``,
+            ``weight_decay``, ``batch_size``, ``epochs`` or ``steps``).
+            (default: :obj:`{}`)
+        rounds (int, optional): communication rounds. (default: :obj:`30`)
+    """
+    model: str
+    model_kwargs: dict[str, Any] = field(default_factory=dict)
+    local: dict[str, Any] = field(default_factory=dict)
+    rounds: int = 30
+
+    def __post_init__(self) -> None:
+        if self.rounds < 1:
+            raise ValueError(f"DatasetDefaults needs at least one round, got rounds={self.rounds}")
+
+
 @dataclass
 class FederatedDataset:
     r"""All clients' train / val / test data plus an optional prior client graph.
@@ -85,6 +112,9 @@ class FederatedDataset:
         client_labels (torch.Tensor, optional): a ground-truth group per client
             (dominant class, topology id), used for plots and case studies.
         info (dict): free-form facts about the data (e.g. ``{"synthetic": True}``).
+        defaults (DatasetDefaults, optional): the model and training protocol
+            to run this data with; read by
+            :func:`~pyg_fedgraph.experiment.build_simulator`.
     """
     name: str
     task: Task
@@ -94,6 +124,7 @@ class FederatedDataset:
     edge_weight: Tensor | None = None
     client_labels: Tensor | None = None
     info: dict = field(default_factory=dict)
+    defaults: DatasetDefaults | None = None
 
     def __post_init__(self) -> None:
         if self.task not in ("classification", "regression"):
@@ -150,7 +181,7 @@ class FederatedDataset:
             ei, ew = subgraph(clients, ei, ew, relabel_nodes=True, num_nodes=self.num_clients)
         labels = None if self.client_labels is None else self.client_labels[clients]
         return FederatedDataset(self.name, self.task, splits, self.num_classes, ei, ew,
-                                labels, dict(self.info))
+                                labels, dict(self.info), self.defaults)
 
     def __repr__(self) -> str:
         n = {s: int(sp.counts.sum()) for s, sp in self.splits.items()}

@@ -21,7 +21,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from pyg_fedgraph.data.federated_dataset import ClientSplit, FederatedDataset, Task
+from pyg_fedgraph.data.federated_dataset import (
+    SPLITS,
+    ClientSplit,
+    DatasetDefaults,
+    FederatedDataset,
+    Task,
+)
 
 __all__ = [
     "iid_partition",
@@ -35,12 +41,16 @@ __all__ = [
     "with_dominant_labels",
     "PARTITIONS",
     "PartitionName",
+    "PAIRINGS",
+    "Pairing",
 ]
 
 logger = logging.getLogger(__name__)
 
 PartitionName = Literal["iid", "pathological", "dirichlet", "group"]
 PARTITIONS = ("iid", "pathological", "dirichlet", "group")
+Pairing = Literal["random", "fixed"]
+PAIRINGS = ("random", "fixed")
 
 
 # --------------------------------------------------------------------------- helpers
@@ -153,17 +163,35 @@ def _pathological_classes(num_classes: int, num_clients: int, classes_per_client
     return torch.tensor(slots[:total], dtype=torch.long).view(num_clients, classes_per_client)
 
 
+def _fixed_classes(num_classes: int, num_clients: int, classes_per_client: int) -> Tensor:
+    r"""Fixed class blocks, shape :math:`(N, c)`: client :math:`i` holds
+    classes :math:`c\,(i \bmod G) + j`, :math:`j < c`, with :math:`G = C / c`
+    blocks (pFedGraph's released code, partition ``"noniid-skew"``)."""
+    if num_classes % classes_per_client != 0:
+        raise ValueError(f"pairing='fixed' cuts the {num_classes} classes into blocks of "
+                         f"classes_per_client={classes_per_client}, which must divide "
+                         f"{num_classes}; choose a divisor or pairing='random'")
+    block = torch.arange(num_clients) % (num_classes // classes_per_client)
+    return block.unsqueeze(1) * classes_per_client + torch.arange(classes_per_client)
+
+
 def pathological_partition(labels: Tensor, num_clients: int, classes_per_client: int, *,
-                           generator: torch.Generator) -> list[Tensor]:
+                           generator: torch.Generator, pairing: Pairing = "random"
+                           ) -> list[Tensor]:
     r"""Pathological non-IID partition: each client holds exactly :math:`c`
     classes (McMahan et al., "Communication-Efficient Learning of Deep
     Networks from Decentralized Data", 2017; the pathological setting of
     pFedGraph and FedAGHN).
 
-    Classes are dealt round-robin over random permutations so that every class
-    is used (when :math:`Nc \ge C`) and class usage differs by at most one;
-    the samples of class :math:`k` are shuffled and split evenly among the
-    :math:`m_k` clients holding it:
+    With ``pairing="random"`` classes are dealt round-robin over random
+    permutations so that every class is used (when :math:`Nc \ge C`) and
+    class usage differs by at most one. With ``pairing="fixed"`` the classes
+    are cut into :math:`G = C / c` consecutive blocks and client :math:`i`
+    holds block :math:`i \bmod G`, as in pFedGraph's released code
+    (partition ``"noniid-skew"``): with 10 classes, 2 per client and 10
+    clients, clients :math:`i` and :math:`i + 5` both hold classes
+    :math:`(2i, 2i + 1)`. Either way the samples of class :math:`k` are
+    shuffled and split evenly among the :math:`m_k` clients holding it:
 
     .. math::
         |D_i| = \sum_{k \in \mathcal{C}_i} \frac{n_k}{m_k},
@@ -175,16 +203,21 @@ def pathological_partition(labels: Tensor, num_clients: int, classes_per_client:
         classes_per_client (int): classes per client :math:`c` (papers: 2 for
             10-class data, 20 for 100-class data).
         generator (torch.Generator): source of randomness.
+        pairing (str, optional): ``"random"`` or ``"fixed"`` class sets (the
+            ``"k"``-th class is the :math:`k`-th smallest label).
+            (default: :obj:`"random"`)
 
     Returns:
         A list of :math:`N` sorted, pairwise disjoint index tensors. They cover
-        all samples when :math:`Nc \ge C`; otherwise the classes no client
-        holds are left out (a warning is logged).
+        all samples when every class is held (:math:`Nc \ge C` for
+        ``"random"``, :math:`N \ge C / c` for ``"fixed"``); otherwise the
+        classes no client holds are left out (a warning is logged).
 
     Raises:
-        ValueError: if ``classes_per_client`` is not in :math:`[1, C]`, there
-            are more clients than samples, or a client ends up empty (a class
-            with fewer samples than clients holding it).
+        ValueError: if ``classes_per_client`` is not in :math:`[1, C]` (or,
+            for ``"fixed"``, does not divide :math:`C`), there are more
+            clients than samples, or a client ends up empty (a class with
+            fewer samples than clients holding it).
     """
     labels = _as_labels(labels)
     _check_num_clients(labels.numel(), num_clients)
@@ -193,10 +226,17 @@ def pathological_partition(labels: Tensor, num_clients: int, classes_per_client:
     if not 1 <= classes_per_client <= num_classes:
         raise ValueError(f"classes_per_client={classes_per_client} but the labels hold "
                          f"{num_classes} classes; choose a value in [1, {num_classes}]")
-    if num_clients * classes_per_client < num_classes:
-        logger.warning("%d clients x %d classes each cannot cover %d classes; samples of the "
-                       "unused classes are left out", num_clients, classes_per_client, num_classes)
-    held = _pathological_classes(num_classes, num_clients, classes_per_client, generator)
+    if pairing not in PAIRINGS:
+        raise ValueError(f"unknown pairing {pairing!r}; choose one of {PAIRINGS}")
+    if pairing == "fixed":
+        held = _fixed_classes(num_classes, num_clients, classes_per_client)
+    else:
+        held = _pathological_classes(num_classes, num_clients, classes_per_client, generator)
+    unused = num_classes - held.unique().numel()
+    if unused:
+        logger.warning("%d clients x %d classes each (pairing=%s) leave %d of the %d classes "
+                       "unused; their samples are left out", num_clients, classes_per_client,
+                       pairing, unused, num_classes)
     client_of_slot = torch.arange(num_clients).repeat_interleave(classes_per_client)
     owner = torch.full((labels.numel(),), -1, dtype=torch.long)
     # Loop over classes (not clients): this is one-off data preparation.
@@ -340,8 +380,8 @@ def group_partition(labels: Tensor, num_clients: int, num_groups: int = 5,
 
 def partition_labels(labels: Tensor, num_clients: int, partition: PartitionName, *,
                      generator: torch.Generator, classes_per_client: int = 2, beta: float = 0.5,
-                     min_size: int = 10, num_groups: int = 5, iid_share: float = 0.2
-                     ) -> tuple[list[Tensor], Tensor | None]:
+                     min_size: int = 10, num_groups: int = 5, iid_share: float = 0.2,
+                     pairing: Pairing = "random") -> tuple[list[Tensor], Tensor | None]:
     r"""Dispatches to one of the partitioners by name.
 
     Args:
@@ -355,17 +395,22 @@ def partition_labels(labels: Tensor, num_clients: int, partition: PartitionName,
         min_size (int, optional): for ``"dirichlet"``. (default: :obj:`10`)
         num_groups (int, optional): for ``"group"``. (default: :obj:`5`)
         iid_share (float, optional): for ``"group"``. (default: :obj:`0.2`)
+        pairing (str, optional): for ``"pathological"``: ``"random"`` or
+            ``"fixed"`` class sets. (default: :obj:`"random"`)
 
     Returns:
         ``(parts, group)`` where ``group`` is the client group :math:`(N,)`
         for ``"group"`` and :obj:`None` otherwise.
     """
     labels = _as_labels(labels)
+    if pairing != "random" and partition != "pathological":
+        raise ValueError(f"pairing={pairing!r} applies to the pathological partition only, "
+                         f"got partition={partition!r}; drop pairing or use 'pathological'")
     if partition == "iid":
         return iid_partition(labels.numel(), num_clients, generator=generator), None
     if partition == "pathological":
         return pathological_partition(labels, num_clients, classes_per_client,
-                                      generator=generator), None
+                                      generator=generator, pairing=pairing), None
     if partition == "dirichlet":
         return dirichlet_partition(labels, num_clients, beta, generator=generator,
                                    min_size=min_size), None
@@ -453,9 +498,20 @@ def build_federated_dataset(name: str, x: Tensor, y: Tensor, partition: Sequence
                             generator: torch.Generator, edge_index: Tensor | None = None,
                             edge_weight: Tensor | None = None,
                             client_labels: Tensor | None = None,
-                            info: dict | None = None) -> FederatedDataset:
+                            info: dict | None = None,
+                            max_train_per_client: int | None = None,
+                            max_val_per_client: int | None = None,
+                            max_test_per_client: int | None = None,
+                            defaults: DatasetDefaults | None = None) -> FederatedDataset:
     r"""Splits every client's samples with :func:`split_client` and packs the
     result into a :class:`~pyg_fedgraph.data.FederatedDataset`.
+
+    The caps keep a random subset of each client's split after splitting
+    (the first samples of the already shuffled split, so no extra random
+    draw): a client whose split :math:`s` holds :math:`n_s` samples by
+    ``fractions`` keeps :math:`\min(n_s, \text{cap}_s)` of them.
+    pFedGraph (Appendix C.1.3) samples 3,072 training samples per client
+    (``max_train_per_client=3072``).
 
     Args:
         name (str): dataset name.
@@ -472,6 +528,14 @@ def build_federated_dataset(name: str, x: Tensor, y: Tensor, partition: Sequence
         edge_weight (torch.Tensor, optional): its weights :math:`(E,)`.
         client_labels (torch.Tensor, optional): ground-truth group per client.
         info (dict, optional): free-form facts about the data.
+        max_train_per_client (int, optional): most training samples a client
+            keeps; :obj:`None` keeps all. (default: :obj:`None`)
+        max_val_per_client (int, optional): most validation samples a client
+            keeps. (default: :obj:`None`)
+        max_test_per_client (int, optional): most test samples a client keeps.
+            (default: :obj:`None`)
+        defaults (DatasetDefaults, optional): the model and training protocol
+            the data set is meant to be run with. (default: :obj:`None`)
 
     Shapes:
         - **input:** x :math:`(S, *F)`, y :math:`(S, *T)`
@@ -484,6 +548,11 @@ def build_federated_dataset(name: str, x: Tensor, y: Tensor, partition: Sequence
     if len(partition) == 0:
         raise ValueError("the partition is empty: it needs one index tensor per client")
     fractions = _check_fractions(fractions)
+    caps = (max_train_per_client, max_val_per_client, max_test_per_client)
+    for split, cap in zip(SPLITS, caps, strict=True):
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+            raise ValueError(f"max_{split}_per_client must be a positive integer or None, "
+                             f"got {cap!r}")
     for i, part in enumerate(partition):
         if part.numel() == 0:
             raise ValueError(f"client {i} has no samples; every client needs at least one")
@@ -497,10 +566,10 @@ def build_federated_dataset(name: str, x: Tensor, y: Tensor, partition: Sequence
     pieces = [split_client(part, fractions, generator=generator) for part in partition]
     splits = {}
     for s, split in enumerate(("train", "val", "test")):
-        index = [piece[s] for piece in pieces]
+        index = [piece[s][:caps[s]] for piece in pieces]
         splits[split] = ClientSplit.from_lists([x[i] for i in index], [y[i] for i in index])
     return FederatedDataset(name, task, splits, num_classes, edge_index, edge_weight,
-                            client_labels, dict(info or {}))
+                            client_labels, dict(info or {}), defaults)
 
 
 def with_dominant_labels(dataset: FederatedDataset) -> FederatedDataset:

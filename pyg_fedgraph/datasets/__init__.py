@@ -2,10 +2,12 @@ r"""Federated data sets: builders returning a
 :class:`~pyg_fedgraph.data.FederatedDataset`, registered by name."""
 from pyg_fedgraph.datasets.digits import digits
 from pyg_fedgraph.datasets.fl60 import fl60
+from pyg_fedgraph.datasets.idx import download_idx, read_idx
+from pyg_fedgraph.datasets.mnist import fashion_mnist, mnist, read_mnist
 from pyg_fedgraph.datasets.registry import DATASETS, load_dataset, register_dataset
 from pyg_fedgraph.datasets.topology import rand_index_callback, topology
 from pyg_fedgraph.datasets.traffic import METRLA, PEMSBAY, TrafficDataset, synthetic_traffic
-from pyg_fedgraph.datasets.vision import cifar10, cifar100, fashion_mnist
+from pyg_fedgraph.datasets.vision import cifar10, cifar100
 
 __all__ = [
     "DATASETS",
@@ -14,6 +16,10 @@ __all__ = [
     "fl60",
     "digits",
     "fashion_mnist",
+    "mnist",
+    "read_mnist",
+    "read_idx",
+    "download_idx",
     "cifar10",
     "cifar100",
     "topology",

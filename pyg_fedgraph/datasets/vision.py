@@ -1,5 +1,7 @@
-r"""Image classification benchmarks (Fashion-MNIST, CIFAR-10, CIFAR-100)
-dealt to clients, built on :mod:`torchvision` (optional extra ``vision``)."""
+r"""Image classification benchmarks dealt to clients: CIFAR-10 and CIFAR-100
+through :mod:`torchvision` (optional extra ``vision``), and the shared
+partition / split / scaling step of every image data set (also used by
+:mod:`pyg_fedgraph.datasets.mnist`)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -10,8 +12,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from pyg_fedgraph.data.federated_dataset import ClientSplit, FederatedDataset
+from pyg_fedgraph.data.federated_dataset import ClientSplit, DatasetDefaults, FederatedDataset
 from pyg_fedgraph.data.partition import (
+    Pairing,
     PartitionName,
     build_federated_dataset,
     partition_labels,
@@ -20,7 +23,7 @@ from pyg_fedgraph.data.partition import (
 from pyg_fedgraph.datasets.registry import register_dataset
 from pyg_fedgraph.typing import WITH_TORCHVISION, require
 
-__all__ = ["fashion_mnist", "cifar10", "cifar100"]
+__all__ = ["cifar10", "cifar100", "federate_images", "IMAGE_DEFAULTS"]
 
 
 def _load(kind: str, root: str | Path, download: bool) -> tuple[Tensor, Tensor]:
@@ -29,50 +32,86 @@ def _load(kind: str, root: str | Path, download: bool) -> tuple[Tensor, Tensor]:
     require(WITH_TORCHVISION, "torchvision", "vision")
     import torchvision.datasets as tvd
 
-    cls = {"fashion-mnist": tvd.FashionMNIST, "cifar10": tvd.CIFAR10,
-           "cifar100": tvd.CIFAR100}[kind]
+    cls = {"cifar10": tvd.CIFAR10, "cifar100": tvd.CIFAR100}[kind]
     xs, ys = [], []
     for train in (True, False):
         data = cls(str(root), train=train, download=download)
-        x = torch.as_tensor(np.asarray(data.data), dtype=torch.uint8)
-        # FashionMNIST stores (S, H, W); CIFAR stores (S, H, W, C).
-        xs.append(x.unsqueeze(1) if x.dim() == 3 else x.permute(0, 3, 1, 2))
+        # CIFAR stores (S, H, W, C).
+        xs.append(torch.as_tensor(np.asarray(data.data), dtype=torch.uint8).permute(0, 3, 1, 2))
         ys.append(torch.as_tensor(np.asarray(data.targets), dtype=torch.long))
     return torch.cat(xs).contiguous(), torch.cat(ys)
+
+
+#: The papers' protocol for image data (pFedGraph, Sec. 4.1 and Appendix C.1:
+#: the simple CNN of MOON, SGD with lr 0.01, momentum 0.9, weight decay 1e-5,
+#: batch 64, tau = 200 local iterations, 50 rounds; pFedGAT, Sec. 4.1, has the
+#: same CNN, lr, batch and rounds with 5 local epochs).
+IMAGE_DEFAULTS = DatasetDefaults(
+    model="cnn",
+    local={"lr": 0.01, "momentum": 0.9, "weight_decay": 1e-5, "batch_size": 64, "steps": 200},
+    rounds=50)
+
+
+def federate_images(name: str, x: Tensor, y: Tensor, num_classes: int, *, num_clients: int,
+                    partition: PartitionName, classes_per_client: int, beta: float, seed: int,
+                    fractions: Sequence[float], min_size: int, num_groups: int,
+                    iid_share: float, pairing: Pairing = "random",
+                    max_train_per_client: int | None = None,
+                    max_val_per_client: int | None = None,
+                    max_test_per_client: int | None = None, source: str = "",
+                    defaults: DatasetDefaults | None = IMAGE_DEFAULTS) -> FederatedDataset:
+    r"""Partitions uint8 images :math:`(S, C, H, W)` with labels :math:`(S,)`
+    over clients, splits each client's share and scales pixels to
+    :math:`[0, 1]` (the options are those of the builders below)."""
+    generator = torch.Generator().manual_seed(seed)
+    parts, group = partition_labels(y, num_clients, partition, generator=generator,
+                                    classes_per_client=classes_per_client, beta=beta,
+                                    min_size=min_size, num_groups=num_groups,
+                                    iid_share=iid_share, pairing=pairing)
+    info = {"synthetic": False, "partition": partition, "source": source}
+    if partition == "pathological":
+        info["pairing"] = pairing
+    # Pack as uint8 and convert per split: peak memory stays near one float copy.
+    dataset = build_federated_dataset(
+        name, x, y, parts, task="classification", num_classes=num_classes, fractions=fractions,
+        generator=generator, client_labels=group, info=info,
+        max_train_per_client=max_train_per_client, max_val_per_client=max_val_per_client,
+        max_test_per_client=max_test_per_client, defaults=defaults)
+    splits = {split: ClientSplit(sp.x.float().div_(255.0), sp.y, sp.counts)
+              for split, sp in dataset.splits.items()}
+    dataset = replace(dataset, splits=splits)
+    return dataset if group is not None else with_dominant_labels(dataset)
 
 
 def _federate(kind: str, root: str | Path, num_classes: int, num_clients: int,
               partition: PartitionName, classes_per_client: int, beta: float, seed: int,
               fractions: Sequence[float], download: bool, min_size: int, num_groups: int,
-              iid_share: float) -> FederatedDataset:
+              iid_share: float, **options) -> FederatedDataset:
     x, y = _load(kind, root, download)
-    generator = torch.Generator().manual_seed(seed)
-    parts, group = partition_labels(y, num_clients, partition, generator=generator,
-                                    classes_per_client=classes_per_client, beta=beta,
-                                    min_size=min_size, num_groups=num_groups,
-                                    iid_share=iid_share)
-    # Pack as uint8 and convert per split: peak memory stays near one float copy.
-    dataset = build_federated_dataset(
-        kind, x, y, parts, task="classification", num_classes=num_classes, fractions=fractions,
-        generator=generator, client_labels=group,
-        info={"synthetic": False, "partition": partition, "source": f"torchvision {kind}"})
-    splits = {name: ClientSplit(sp.x.float().div_(255.0), sp.y, sp.counts)
-              for name, sp in dataset.splits.items()}
-    dataset = replace(dataset, splits=splits)
-    return dataset if group is not None else with_dominant_labels(dataset)
+    return federate_images(kind, x, y, num_classes, num_clients=num_clients,
+                           partition=partition, classes_per_client=classes_per_client,
+                           beta=beta, seed=seed, fractions=fractions, min_size=min_size,
+                           num_groups=num_groups, iid_share=iid_share,
+                           source=f"torchvision {kind}", **options)
 
 
-_ARGS_DOC = r"""
+IMAGE_ARGS_DOC = r"""
     The official train and test sets are pooled and the pool is partitioned
     (see :mod:`pyg_fedgraph.data.partition`); each client's share is then
     split into train / val / test (FedAGHN, Sec. 4.2: 7:1:2 after distributing
-    the whole data set). Pixels are scaled to :math:`[0, 1]`:
+    the whole data set), and the caps, if any, subsample each split.
+    {pixels}
 
-    .. math::
-        \mathbf{x} = \mathbf{p} / 255 .
+    The data set carries its papers' protocol in ``defaults``
+    (:data:`~pyg_fedgraph.datasets.vision.IMAGE_DEFAULTS`: the simple CNN
+    ``"cnn"``, SGD with lr 0.01, momentum 0.9, weight decay :math:`10^{{-5}}`,
+    batch 64, 200 local steps, 50 rounds; pFedGraph, Sec. 4.1 and Appendix
+    C.1), which :func:`~pyg_fedgraph.experiment.build_simulator` applies;
+    the simulator reports the test metric at the round of best mean
+    validation metric.
 
     Args:
-        root (str or Path): folder holding (or receiving) the torchvision files.
+        root (str or Path{root_optional}): {root}
         num_clients (int, optional): clients :math:`N`. (default: :obj:`10`)
         partition (str, optional): ``"pathological"``, ``"iid"``,
             ``"dirichlet"`` or ``"group"``. (default: :obj:`"pathological"`)
@@ -82,12 +121,21 @@ _ARGS_DOC = r"""
         seed (int, optional): seed of the partition and the splits. (default: :obj:`0`)
         fractions (tuple, optional): per-client ``(train, val, test)`` shares.
             (default: :obj:`(0.7, 0.1, 0.2)`)
-        download (bool, optional): let torchvision download missing files.
-            (default: :obj:`False`)
+        download (bool, optional): {download} (default: :obj:`False`)
         min_size (int, optional): fewest samples per client for
             ``"dirichlet"``. (default: :obj:`10`)
         num_groups (int, optional): groups for ``"group"``. (default: :obj:`5`)
         iid_share (float, optional): IID share for ``"group"``. (default: :obj:`0.2`)
+        pairing (str, optional): ``"random"`` class sets for
+            ``"pathological"``, or ``"fixed"`` blocks of consecutive classes
+            as in pFedGraph's code (clients :math:`i` and :math:`i + C/c`
+            share classes). (default: :obj:`"random"`)
+        max_train_per_client (int, optional): cap on each client's training
+            samples (pFedGraph, Appendix C.1.3: 3072). (default: :obj:`None`)
+        max_val_per_client (int, optional): cap on each client's validation
+            samples. (default: :obj:`None`)
+        max_test_per_client (int, optional): cap on each client's test
+            samples. (default: :obj:`None`){extra_args}
 
     Returns:
         A classification :class:`~pyg_fedgraph.data.FederatedDataset` with
@@ -95,22 +143,17 @@ _ARGS_DOC = r"""
         dominant training class, or its group for ``partition="group"``.
 
     Raises:
-        ImportError: if torchvision is not installed
-            (``pip install 'pyg-fedgraph[vision]'``).
-        RuntimeError: from torchvision, if the files are missing and
-            ``download=False``.
+{raises}
 """
 
+_TORCHVISION_RAISES = """        ImportError: if torchvision is not installed
+            (``pip install 'pyg-fedgraph[vision]'``).
+        RuntimeError: from torchvision, if the files are missing and
+            ``download=False``."""
+_TORCHVISION_PIXELS = r"""Pixels are scaled to :math:`[0, 1]`:
 
-@register_dataset("fashion-mnist")
-def fashion_mnist(root: str | Path, num_clients: int = 10,
-                  partition: PartitionName = "pathological", classes_per_client: int = 2,
-                  beta: float = 0.5, seed: int = 0,
-                  fractions: Sequence[float] = (0.7, 0.1, 0.2), download: bool = False,
-                  min_size: int = 10, num_groups: int = 5,
-                  iid_share: float = 0.2) -> FederatedDataset:
-    return _federate("fashion-mnist", root, 10, num_clients, partition, classes_per_client, beta,
-                     seed, fractions, download, min_size, num_groups, iid_share)
+    .. math::
+        \mathbf{{x}} = \mathbf{{p}} / 255 ."""
 
 
 @register_dataset("cifar10")
@@ -118,9 +161,14 @@ def cifar10(root: str | Path, num_clients: int = 10,
             partition: PartitionName = "pathological", classes_per_client: int = 2,
             beta: float = 0.5, seed: int = 0, fractions: Sequence[float] = (0.7, 0.1, 0.2),
             download: bool = False, min_size: int = 10, num_groups: int = 5,
-            iid_share: float = 0.2) -> FederatedDataset:
+            iid_share: float = 0.2, pairing: Pairing = "random",
+            max_train_per_client: int | None = None, max_val_per_client: int | None = None,
+            max_test_per_client: int | None = None) -> FederatedDataset:
     return _federate("cifar10", root, 10, num_clients, partition, classes_per_client, beta,
-                     seed, fractions, download, min_size, num_groups, iid_share)
+                     seed, fractions, download, min_size, num_groups, iid_share,
+                     pairing=pairing, max_train_per_client=max_train_per_client,
+                     max_val_per_client=max_val_per_client,
+                     max_test_per_client=max_test_per_client)
 
 
 @register_dataset("cifar100")
@@ -128,18 +176,28 @@ def cifar100(root: str | Path, num_clients: int = 10,
              partition: PartitionName = "pathological", classes_per_client: int = 20,
              beta: float = 0.5, seed: int = 0, fractions: Sequence[float] = (0.7, 0.1, 0.2),
              download: bool = False, min_size: int = 10, num_groups: int = 5,
-             iid_share: float = 0.2) -> FederatedDataset:
+             iid_share: float = 0.2, pairing: Pairing = "random",
+             max_train_per_client: int | None = None, max_val_per_client: int | None = None,
+             max_test_per_client: int | None = None) -> FederatedDataset:
     return _federate("cifar100", root, 100, num_clients, partition, classes_per_client, beta,
-                     seed, fractions, download, min_size, num_groups, iid_share)
+                     seed, fractions, download, min_size, num_groups, iid_share,
+                     pairing=pairing, max_train_per_client=max_train_per_client,
+                     max_val_per_client=max_val_per_client,
+                     max_test_per_client=max_test_per_client)
 
 
-fashion_mnist.__doc__ = (r"""The Fashion-MNIST data set (Xiao et al., 2017; 70,000 grey
-    :math:`28 \times 28` images, 10 classes), dealt to clients.
-""" + _ARGS_DOC.replace("{cpc}", "2").replace("{shape}", "(1, 28, 28)"))
-cifar10.__doc__ = (r"""The CIFAR-10 data set (Krizhevsky, 2009; 60,000 colour
+def _torchvision_doc(title: str, cpc: str, shape: str) -> str:
+    return title + IMAGE_ARGS_DOC.format(
+        pixels=_TORCHVISION_PIXELS.format(), root_optional="",
+        root="folder holding (or receiving) the torchvision files.",
+        cpc=cpc, download="let torchvision download missing files.", extra_args="",
+        shape=shape, raises=_TORCHVISION_RAISES)
+
+
+cifar10.__doc__ = _torchvision_doc(r"""The CIFAR-10 data set (Krizhevsky, 2009; 60,000 colour
     :math:`32 \times 32` images, 10 classes), dealt to clients.
-""" + _ARGS_DOC.replace("{cpc}", "2").replace("{shape}", "(3, 32, 32)"))
-cifar100.__doc__ = (r"""The CIFAR-100 data set (Krizhevsky, 2009; 60,000 colour
+""", "2", "(3, 32, 32)")
+cifar100.__doc__ = _torchvision_doc(r"""The CIFAR-100 data set (Krizhevsky, 2009; 60,000 colour
     :math:`32 \times 32` images, 100 classes), dealt to clients (pathological
     default: 20 classes per client, as in FedAGHN).
-""" + _ARGS_DOC.replace("{cpc}", "20").replace("{shape}", "(3, 32, 32)"))
+""", "20", "(3, 32, 32)")

@@ -47,8 +47,10 @@ def _as_images(module: nn.Module, x: Tensor) -> Tensor:
 
 class SimpleCNN(nn.Module):
     r"""The "simple CNN" with three convolutional and three fully-connected
-    layers used as client model by pFedGAT, from the "Personalized Federated
-    Learning via Learning Dynamic Graphs" paper (Zhou et al.).
+    layers used as client model by pFedGraph, from the "Personalized
+    Federated Learning with Inferred Collaboration Graphs" paper (Ye et al.,
+    ICML 2023), and by pFedGAT, from the "Personalized Federated Learning via
+    Learning Dynamic Graphs" paper (Zhou et al.).
 
     Each convolution (:math:`3 \times 3`, padding 1, so the spatial size is
     kept) is followed by a ReLU and a :math:`2 \times 2` max-pooling; the
@@ -62,11 +64,15 @@ class SimpleCNN(nn.Module):
         \mathbf{y} &= \mathrm{fc}_3\left(\mathrm{ReLU}\left(\mathrm{fc}_2\left(
             \mathrm{ReLU}(\mathrm{fc}_1(\mathbf{h}))\right)\right)\right)
 
-    The paper (Sec. 4.1) only says "a simple CNN network consisting of 3
-    convolutional layers and 3 fully-connected layers", citing MOON (Li et
-    al., 2021); channel widths are not given. The fully-connected widths
-    (120, 84) follow MOON's simple CNN; the channel widths are this
-    implementation's choice. With padding and flooring poolings the
+    Both papers (pFedGraph Sec. 4.1, pFedGAT Sec. 4.1) only say "a simple
+    CNN network with 3 convolutional layers and 3 fully-connected layers",
+    citing MOON (Li et al., 2021), and give no widths. The fully-connected
+    widths (120, 84) follow MOON's simple CNN; the kernel size and channel
+    widths are this implementation's choice. Note that pFedGraph's released
+    code (``SimpleCNN`` in ``pytorch/model.py``) has only two convolutions,
+    :math:`5 \times 5` without padding, with 6 and 16 channels (MOON's
+    network), before the same 120-84 fully-connected layers; this class
+    follows the papers' text. With padding and flooring poolings the
     flattened size is ``channels[-1] * (H // 8) * (W // 8)``, so the model
     runs on 8x8 (digits), 28x28 (MNIST) and 32x32 (CIFAR) images alike.
 

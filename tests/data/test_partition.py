@@ -1,4 +1,5 @@
 import math
+import re
 
 import pytest
 import torch
@@ -105,6 +106,65 @@ def test_pathological_errors():
         pathological_partition(labels, 4, 1, generator=gen())
     with pytest.raises(TypeError, match="integer class ids"):
         pathological_partition(LABELS.float(), 10, 2, generator=gen())
+
+
+def test_pathological_random_pairing_is_unchanged():
+    # Values of the implementation before pairing= existed: the default draws stay the same.
+    parts = pathological_partition(LABELS, 10, 2, generator=gen(0))
+    assert same(parts, pathological_partition(LABELS, 10, 2, generator=gen(0), pairing="random"))
+    assert [LABELS[p].unique().tolist() for p in parts] == [
+        [1, 4], [5, 7], [3, 9], [0, 8], [2, 6], [3, 9], [2, 4], [7, 8], [0, 6], [1, 5]]
+    assert [p[:3].tolist() for p in parts] == [
+        [20, 22, 26], [100, 101, 102], [60, 61, 63], [2, 5, 7], [43, 44, 45], [62, 64, 68],
+        [40, 41, 42], [143, 144, 145], [0, 1, 3], [21, 23, 24]]
+
+
+def test_pathological_fixed_pairing_hand_checked():
+    # pFedGraph's blocks: client i holds classes (2 (i mod 5), 2 (i mod 5) + 1), so
+    # every class has two holders with 10 samples each.
+    parts = pathological_partition(LABELS, 10, 2, generator=gen(0), pairing="fixed")
+    assert [LABELS[p].unique().tolist() for p in parts] == [[0, 1], [2, 3], [4, 5], [6, 7],
+                                                            [8, 9]] * 2
+    assert [p.numel() for p in parts] == [20] * 10
+    assert_disjoint_cover(parts, LABELS.numel())
+    # 7 clients: classes 0-3 have two holders (10 samples each), classes 4-9 one (20).
+    parts = pathological_partition(LABELS, 7, 2, generator=gen(0), pairing="fixed")
+    assert [LABELS[p].unique().tolist() for p in parts] == [[0, 1], [2, 3], [4, 5], [6, 7],
+                                                            [8, 9], [0, 1], [2, 3]]
+    assert [p.numel() for p in parts] == [20, 20, 40, 40, 40, 20, 20]
+    # 5 classes per client: two blocks.
+    parts = pathological_partition(LABELS, 4, 5, generator=gen(0), pairing="fixed")
+    assert [LABELS[p].unique().tolist() for p in parts] == [[0, 1, 2, 3, 4],
+                                                            [5, 6, 7, 8, 9]] * 2
+
+
+def test_pathological_fixed_pairing_uses_sorted_labels_and_seeds_only_samples():
+    labels = torch.tensor([9, 3, 7, 5] * 6)
+    a = pathological_partition(labels, 4, 2, generator=gen(1), pairing="fixed")
+    b = pathological_partition(labels, 4, 2, generator=gen(2), pairing="fixed")
+    assert [labels[p].unique().tolist() for p in a] == [[3, 5], [7, 9], [3, 5], [7, 9]]
+    assert [labels[p].unique().tolist() for p in b] == [[3, 5], [7, 9], [3, 5], [7, 9]]
+    assert not same(a, b)  # which samples of a class go to which holder is random
+
+
+def test_pathological_fixed_pairing_warns_about_unused_classes(caplog):
+    with caplog.at_level("WARNING", logger="pyg_fedgraph.data.partition"):
+        parts = pathological_partition(LABELS, 3, 2, generator=gen(0), pairing="fixed")
+    assert [LABELS[p].unique().tolist() for p in parts] == [[0, 1], [2, 3], [4, 5]]
+    assert "leave 4 of the 10 classes unused" in caplog.text
+
+
+def test_pathological_pairing_errors():
+    with pytest.raises(ValueError, match="classes_per_client=3, which must divide 10; choose a "
+                                         "divisor or pairing='random'"):
+        pathological_partition(LABELS, 10, 3, generator=gen(), pairing="fixed")
+    with pytest.raises(ValueError, match="unknown pairing 'sorted'"):
+        pathological_partition(LABELS, 10, 2, generator=gen(), pairing="sorted")
+    with pytest.raises(ValueError, match="pairing='fixed' applies to the pathological partition "
+                                         "only, got partition='iid'"):
+        partition_labels(LABELS, 10, "iid", generator=gen(), pairing="fixed")
+    parts, _ = partition_labels(LABELS, 10, "pathological", generator=gen(), pairing="fixed")
+    assert LABELS[parts[6]].unique().tolist() == [2, 3]
 
 
 # ------------------------------------------------------------------ dirichlet
@@ -231,6 +291,38 @@ def test_build_federated_dataset():
         tr = ds.splits["train"]
         assert torch.equal(tr.y[i, :tr.counts[i]], tr.x[i, :tr.counts[i], 0].long() % 3)
     assert ds.info == {"k": 1}
+
+
+def test_build_federated_dataset_caps():
+    x = torch.arange(30, dtype=torch.float32).view(30, 1)
+    y = torch.arange(30) % 3
+    parts = [torch.arange(0, 10), torch.arange(10, 13), torch.arange(13, 30)]
+    full = build_federated_dataset("toy", x, y, parts, num_classes=3, generator=gen(0))
+    capped = build_federated_dataset("toy", x, y, parts, num_classes=3, generator=gen(0),
+                                     max_train_per_client=5, max_val_per_client=1,
+                                     max_test_per_client=2)
+    # Uncapped: train [7, 1, 12], val [1, 1, 2], test [2, 1, 3].
+    assert capped.num_samples("train").tolist() == [5, 1, 5]
+    assert capped.num_samples("val").tolist() == [1, 1, 1]
+    assert capped.num_samples("test").tolist() == [2, 1, 2]
+    # A cap keeps the first samples of the (shuffled) split: no extra random draw.
+    for split in ("train", "val", "test"):
+        for i in range(3):
+            n = int(capped.splits[split].counts[i])
+            assert torch.equal(capped.splits[split].x[i, :n], full.splits[split].x[i, :n])
+    # Caps above the sizes change nothing.
+    loose = build_federated_dataset("toy", x, y, parts, num_classes=3, generator=gen(0),
+                                    max_train_per_client=100)
+    assert torch.equal(loose.splits["train"].x, full.splits["train"].x)
+
+
+@pytest.mark.parametrize("cap", [0, -3, 2.5, True, "7"])
+def test_build_federated_dataset_bad_caps(cap):
+    x, y = torch.zeros(10, 2), torch.zeros(10, dtype=torch.long)
+    with pytest.raises(ValueError, match=re.escape(
+            f"max_val_per_client must be a positive integer or None, got {cap!r}")):
+        build_federated_dataset("t", x, y, [torch.arange(10)], num_classes=2, generator=gen(),
+                                max_val_per_client=cap)
 
 
 def test_build_federated_dataset_errors():

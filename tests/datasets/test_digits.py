@@ -62,7 +62,7 @@ def test_digits_bad_partition():
 
 # ------------------------------------------------------------------ registry
 def test_registry_names_and_load():
-    assert {"fl60", "digits", "fashion-mnist", "cifar10", "cifar100"} <= set(DATASETS)
+    assert {"fl60", "digits", "fashion-mnist", "mnist", "cifar10", "cifar100"} <= set(DATASETS)
     a = load_dataset("Digits", num_clients=4, partition="iid", seed=2)
     b = digits(num_clients=4, partition="iid", seed=2)
     assert torch.equal(a.splits["train"].x, b.splits["train"].x)
@@ -70,8 +70,8 @@ def test_registry_names_and_load():
 
 
 def test_registry_unknown_and_duplicate(monkeypatch):
-    with pytest.raises(ValueError, match=r"unknown dataset 'mnist'; known datasets: \[.*'digits'"):
-        load_dataset("mnist")
+    with pytest.raises(ValueError, match=r"unknown dataset 'emnist'; known datasets: \[.*'digits'"):
+        load_dataset("emnist")
     monkeypatch.setattr(registry, "DATASETS", dict(DATASETS))
 
     @register_dataset("toy_set")

@@ -1,5 +1,4 @@
 import pickle
-import struct
 
 import numpy as np
 import pytest
@@ -11,30 +10,12 @@ from pyg_fedgraph.datasets.registry import load_dataset
 
 def test_missing_torchvision_names_the_extra(monkeypatch, tmp_path):
     monkeypatch.setattr(vision, "WITH_TORCHVISION", False)
-    for fn in (vision.fashion_mnist, vision.cifar10, vision.cifar100):
+    for fn in (vision.cifar10, vision.cifar100):
         with pytest.raises(ImportError, match=r"pip install 'pyg-fedgraph\[vision\]'"):
             fn(tmp_path)
 
 
-# ------------------------------------------------------------------ tiny files in the real formats
-def write_idx(path, array):
-    # IDX ("Pascal Vincent") format: magic 0x0000 08 <ndim>, big-endian dims, uint8 data.
-    header = struct.pack(">BBBB", 0, 0, 0x08, array.ndim)
-    header += b"".join(struct.pack(">I", d) for d in array.shape)
-    path.write_bytes(header + array.astype(np.uint8).tobytes())
-
-
-def write_fashion_mnist(root, per_class_train=4, per_class_test=2):
-    raw = root / "FashionMNIST" / "raw"
-    raw.mkdir(parents=True)
-    for prefix, per_class in (("train", per_class_train), ("t10k", per_class_test)):
-        labels = np.repeat(np.arange(10), per_class)
-        # Every pixel of an image equals 20 * its label: alignment is checkable.
-        images = np.broadcast_to((20 * labels)[:, None, None], (labels.size, 28, 28))
-        write_idx(raw / f"{prefix}-images-idx3-ubyte", np.ascontiguousarray(images))
-        write_idx(raw / f"{prefix}-labels-idx1-ubyte", labels)
-
-
+# ------------------------------------------------------------------ tiny files in the real format
 def cifar_batch(labels, key, scale=10):
     # Rows are (3, 32, 32) flattened, channel-major; channel c of an image
     # equals scale * label + c, so a wrong axis order would show.
@@ -80,25 +61,6 @@ def no_md5(monkeypatch):
     monkeypatch.setattr(cifar, "check_integrity", lambda *args, **kwargs: True)
 
 
-def test_fashion_mnist(tmp_path):
-    pytest.importorskip("torchvision")
-    write_fashion_mnist(tmp_path)
-    ds = vision.fashion_mnist(tmp_path, num_clients=5, partition="pathological",
-                              classes_per_client=2, seed=0)
-    assert ds.name == "fashion-mnist" and ds.num_classes == 10 and ds.num_clients == 5
-    assert ds.input_shape == (1, 28, 28)
-    # Train and test files are pooled: 10 x (4 + 2) = 60 samples dealt.
-    assert sum(int(ds.num_samples(s).sum()) for s in ("train", "val", "test")) == 60
-    for s in ("train", "val", "test"):
-        x, y = flat_split(ds, s)
-        assert x.dtype == torch.float32
-        assert torch.allclose(x, (20 * y).float().view(-1, 1, 1, 1).expand_as(x) / 255)
-    for i in range(5):
-        ys = torch.cat([sp.y[i, :sp.counts[i]] for sp in ds.splits.values()])
-        assert ys.unique().numel() == 2
-    assert ds.client_labels.shape == (5,)
-
-
 def test_cifar10(tmp_path, no_md5):
     write_cifar10(tmp_path)
     ds = vision.cifar10(tmp_path, num_clients=3, partition="iid", seed=1)
@@ -124,7 +86,20 @@ def test_cifar100(tmp_path, no_md5):
     assert torch.allclose(x.mean(dim=(2, 3)), expected)
 
 
-def test_missing_files_raise(tmp_path):
-    pytest.importorskip("torchvision")
-    with pytest.raises(RuntimeError, match="not found"):
-        vision.fashion_mnist(tmp_path / "empty")
+def test_cifar_options_without_torchvision(monkeypatch):
+    # The torchvision reader stubbed: 10 classes x 6 images, pixel value = 10 * label.
+    y = torch.arange(10).repeat_interleave(6)
+    x = (10 * y).to(torch.uint8).view(-1, 1, 1, 1).expand(60, 3, 32, 32).contiguous()
+    monkeypatch.setattr(vision, "_load", lambda kind, root, download: (x, y))
+    ds = vision.cifar10("unused", num_clients=10, pairing="fixed", max_train_per_client=3,
+                        max_test_per_client=1, seed=0)
+    assert ds.defaults is vision.IMAGE_DEFAULTS and ds.defaults.model == "cnn"
+    classes = [sorted(torch.cat([sp.y[i, :sp.counts[i]] for sp in ds.splits.values()])
+                      .unique().tolist()) for i in range(10)]
+    assert classes == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9]] * 2
+    # 2 classes x 3 images per client, split 4 / 1 / 1 (7:1:2 of 6), then capped.
+    assert ds.num_samples("train").tolist() == [3] * 10
+    assert ds.num_samples("val").tolist() == [1] * 10
+    assert ds.num_samples("test").tolist() == [1] * 10
+    xs, ys = flat_split(ds, "train")
+    assert torch.equal(xs[:, :, 0, 0], (10 * ys).float().view(-1, 1).expand(-1, 3) / 255)

@@ -1,0 +1,60 @@
+import pytest
+import torch
+
+from pyg_fedgraph.data import DatasetDefaults
+from pyg_fedgraph.data.partition import build_federated_dataset
+from pyg_fedgraph.experiment import ExperimentConfig, build_simulator
+from pyg_fedgraph.models.cnn import SimpleCNN
+from pyg_fedgraph.models.mlp import MLP
+from pyg_fedgraph.train import LocalConfig
+
+DEFAULTS = DatasetDefaults("cnn", {"channels": (4, 8, 8)},
+                           {"lr": 0.2, "momentum": 0.5, "batch_size": 7, "steps": 3}, rounds=4)
+
+
+def images(name, defaults):
+    # 3 clients of 8x8 grey images, 2 classes.
+    x = torch.rand(60, 1, 8, 8, generator=torch.Generator().manual_seed(0))
+    y = torch.arange(60) % 2
+    parts = [torch.arange(0, 20), torch.arange(20, 40), torch.arange(40, 60)]
+    return build_federated_dataset(name, x, y, parts, num_classes=2,
+                                   generator=torch.Generator().manual_seed(0), defaults=defaults)
+
+
+def simulator(ds, **cfg):
+    return build_simulator(ExperimentConfig(dataset=ds.name, strategy="fedavg", **cfg),
+                           dataset=ds, progress=False)
+
+
+def test_a_custom_named_dataset_carries_and_applies_its_defaults():
+    ds = images("my-own-images", DEFAULTS)
+    assert ds.defaults is DEFAULTS and ds.subset(torch.tensor([0, 2])).defaults is DEFAULTS
+    sim = simulator(ds)
+    assert isinstance(sim.trainer.model, SimpleCNN) and sim.trainer.model.channels == (4, 8, 8)
+    assert sim.trainer.config == LocalConfig(lr=0.2, momentum=0.5, batch_size=7, steps=3)
+    assert sim.rounds == 4
+    # The settings of the run still win over the dataset's.
+    sim = simulator(ds, rounds=2, overrides={"lr": 0.05, "model.channels": [2, 2, 2]})
+    assert sim.trainer.model.channels == (2, 2, 2) and sim.trainer.config.lr == 0.05
+    assert sim.trainer.config.steps == 3 and sim.rounds == 2
+    assert DEFAULTS.local["lr"] == 0.2 and DEFAULTS.model_kwargs == {"channels": (4, 8, 8)}
+
+
+def test_asking_for_epochs_drops_a_default_step_count():
+    sim = simulator(images("my-own-images", DEFAULTS), overrides={"epochs": 1})
+    assert sim.trainer.config.epochs == 1 and sim.trainer.config.steps is None
+    sim = simulator(images("my-own-images", DEFAULTS), overrides={"epochs": 1, "steps": 5})
+    assert sim.trainer.config.steps == 5
+
+
+def test_a_dataset_without_defaults_falls_back_to_the_table_by_name():
+    sim = simulator(images("my-own-images", None))
+    assert isinstance(sim.trainer.model, MLP) and sim.trainer.model.hidden_channels == 16
+    assert sim.rounds == 30
+    sim = simulator(images("digits", None))
+    assert sim.trainer.model.hidden_channels == 64 and sim.trainer.config.lr == 0.05
+
+
+def test_dataset_defaults_check_rounds():
+    with pytest.raises(ValueError, match="at least one round, got rounds=0"):
+        DatasetDefaults("cnn", rounds=0)
