@@ -242,3 +242,20 @@ def test_client_order_errors():
     with pytest.raises(ValueError, match="groups has 4 entries"):
         client_order(torch.rand(3, 3), torch.arange(4))
 
+
+def test_cli_comparison_title_names_dataset_partition_and_strategies(tmp_path, monkeypatch):
+    from pyg_fedgraph.cli import main
+    titles = []
+    original = viz.plot_learning_curves
+
+    def spy(histories, title=None):
+        titles.append(title)
+        return original(histories, title=title)
+    monkeypatch.setattr(viz, "plot_learning_curves", spy)
+    code = main(["run", "--dataset", "digits", "--partition", "group", "--clients", "5",
+                 "--strategy", "local,fedavg", "--rounds", "1", "--quiet", "--out",
+                 str(tmp_path), "--set", "epochs=1"])
+    assert code == 0
+    assert titles[-1] == "digits, group partition, 5 clients: local vs fedavg"
+    assert (tmp_path / "learning_curves.png").is_file()
+    assert (tmp_path / "comparison.json").is_file()
