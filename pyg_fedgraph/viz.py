@@ -220,9 +220,11 @@ def block_weights(weight: Tensor, blocks: Tensor, num_blocks: int | None = None
     """
     blocks = blocks.long()
     b = int(blocks.max()) + 1 if num_blocks is None else num_blocks
-    w = weight.detach().cpu().double()
+    w = weight.detach().cpu()
+    w = w if w.is_floating_point() else w.double()
+    # In the matrix's own dtype first: no (N, N) copy of a large float32 matrix.
     cols = torch.zeros(w.size(0), b, dtype=w.dtype).index_add_(1, blocks, w)
-    sums = torch.zeros(b, b, dtype=w.dtype).index_add_(0, blocks, cols)
+    sums = torch.zeros(b, b, dtype=torch.double).index_add_(0, blocks, cols.double())
     return sums, torch.bincount(blocks, minlength=b)
 
 
@@ -403,7 +405,7 @@ def plot_collaboration_network(weight: Tensor, prior_edge_index: Tensor | None =
     from matplotlib.collections import LineCollection
     from matplotlib.lines import Line2D
     plt = _plt()
-    w = weight.detach().cpu().double()
+    w = weight.detach().cpu()
     n = w.size(0)
     if groups is not None and groups.numel() != n:
         raise ValueError(f"groups has {groups.numel()} entries but the matrix has {n} clients")
@@ -443,7 +445,8 @@ def plot_collaboration_network(weight: Tensor, prior_edge_index: Tensor | None =
                  + f"\n{n} clients shown as {num} {co.unit}")
     else:
         num = n
-        edge_index, edge_weight = _undirected_top_k(w, top_k, torch.full((n,), 1.0 / n))
+        edge_index, edge_weight = _undirected_top_k(w.double(), top_k,
+                                                    torch.full((n,), 1.0 / n))
         sizes = torch.full((n,), 160.0 if n <= 60 else 40.0)
         node_class, class_names = None, []
         if groups is not None:
