@@ -163,7 +163,10 @@ def _run(args: argparse.Namespace) -> int:
         import matplotlib.pyplot as plt
 
         from pyg_fedgraph.viz import plot_learning_curves
-        fig = plot_learning_curves(histories, title=f"{args.dataset}")
+        partition = dataset.info.get("partition")
+        fig = plot_learning_curves(
+            histories, title=f"{args.dataset}" + (f", {partition} partition" if partition else "")
+            + f", {dataset.num_clients} clients: " + " vs ".join(names))
         fig.savefig(out_root / "learning_curves.png", dpi=120)
         plt.close(fig)
         (out_root / "comparison.json").write_text(json.dumps(rows, indent=2, default=str))

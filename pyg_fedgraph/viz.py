@@ -1,10 +1,22 @@
-"""Pictures of runs: learning curves and collaboration graphs (matplotlib).
+r"""Pictures of runs: learning curves and collaboration graphs (matplotlib).
 
 Functions return a :class:`matplotlib.figure.Figure`; saving is the caller's choice.
+
+Every collaboration matrix :math:`W` :math:`(N, N)` reads the same way: row
+:math:`i` = weights client :math:`i` gives, that is client :math:`i` aggregates
+:math:`\sum_j W_{ij} \theta_j`; column :math:`j` is the client whose model is used.
+
+Large federations stay readable and quick: above ``max_clients`` clients the
+matrix is shown as block means and the network as one node per block, where the
+blocks are the known groups or, without groups, clusters of the matrix itself
+(:func:`client_order`). Nothing loops over clients or cells in Python.
 """
 from __future__ import annotations
 
+import math
+import textwrap
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -13,8 +25,21 @@ from torch import Tensor
 if TYPE_CHECKING:
     from pyg_fedgraph.engine.history import History
 
-__all__ = ["plot_learning_curves", "plot_collaboration_matrix", "plot_collaboration_network",
-           "plot_layer_graphs"]
+__all__ = ["ClientOrder", "client_order", "block_weights", "plot_learning_curves",
+           "plot_collaboration_matrix", "plot_collaboration_network", "plot_layer_graphs"]
+
+#: Axis labels shared by every heatmap of a collaboration matrix.
+ROW_LABEL = "client i (aggregates; row i = weights client i gives)"
+COLUMN_LABEL = "client j (whose model is used)"
+
+# Above this many clients the pictures aggregate clients into blocks.
+MAX_CLIENTS = 250
+# At most this many blocks when aggregating (groups beyond it are merged in runs).
+MAX_BLOCKS = 100
+# Hierarchical clustering needs all pairwise distances; above this, k-means.
+_MAX_HIERARCHICAL = 2000
+# Columns of the random projection that sketches the rows before clustering.
+_SKETCH_DIM = 64
 
 
 def _plt():
@@ -24,9 +49,189 @@ def _plt():
     return plt
 
 
+@dataclass(frozen=True)
+class ClientOrder:
+    r"""An order of the clients for drawing, and the blocks it puts together.
+
+    Attributes:
+        order (torch.Tensor): permutation :math:`(N)`; position :math:`p`
+            shows client ``order[p]``.
+        blocks (torch.Tensor): block of each client :math:`(N)`, numbered
+            :math:`0, \dots, B - 1` in drawing order, so ``blocks[order]`` is
+            non-decreasing.
+        names (list of str): one name per block (``"group 3"``, ``"cluster 2"``).
+        kind (str): ``"group"`` (blocks are the given groups), ``"group run"``
+            (runs of consecutive groups, when there are too many groups) or
+            ``"cluster"`` (found from the matrix).
+        description (str): one sentence saying how the clients are ordered.
+    """
+    order: Tensor
+    blocks: Tensor
+    names: list[str]
+    kind: str
+    description: str
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self.names)
+
+    @property
+    def unit(self) -> str:
+        r"""What a block is, in the plural (``"groups"`` ...)."""
+        return {"group": "groups", "group run": "runs of consecutive groups"}.get(
+            self.kind, "clusters")
+
+
+def _relabel_in_order(labels: Tensor, order: Tensor) -> Tensor:
+    r"""Renumbers ``labels`` :math:`(N)` by first appearance along ``order``."""
+    seq = labels[order]
+    first = torch.ones_like(seq, dtype=torch.bool)
+    first[1:] = seq[1:] != seq[:-1]
+    rank = torch.cumsum(first.long(), 0) - 1  # contiguous runs along order
+    out = torch.empty_like(rank)
+    out[order] = rank
+    return out
+
+
+def _chunks(n: int, num_chunks: int) -> Tensor:
+    r"""Chunk index of each of ``n`` positions split into ``num_chunks`` runs."""
+    return torch.arange(n) * num_chunks // max(n, 1)
+
+
+def _row_features(weight: Tensor, dim: int, seed: int) -> Tensor:
+    r"""Two-step collaboration profiles of the clients: the rows of
+    :math:`S^2`, where :math:`S` is :math:`(W + W^\top)/2` without its diagonal,
+    unit-normalized. Two steps let clients of one cluster that share few direct
+    partners (sparse rows) still look alike. Above ``dim`` clients the rows are
+    sketched as :math:`S (S R)` with a Gaussian :math:`R` of ``dim`` columns
+    (distances kept up to a small factor), so no :math:`(N, N)` temporary is
+    built."""
+    n = weight.size(0)
+    w = weight.double() if n <= dim else weight.float()
+    diag = w.diagonal().unsqueeze(1)
+
+    def apply_s(x: Tensor) -> Tensor:
+        return (w @ x + w.t() @ x) / 2 - diag * x
+
+    if n <= dim:
+        r = torch.eye(n, dtype=w.dtype)
+    else:
+        gen = torch.Generator().manual_seed(seed)
+        r = torch.randn(n, dim, generator=gen, dtype=w.dtype) / math.sqrt(dim)
+    x = apply_s(apply_s(r))
+    return (x / x.norm(dim=1, keepdim=True).clamp_min(1e-12)).double()
+
+
+def client_order(weight: Tensor, groups: Tensor | None = None, max_blocks: int = MAX_BLOCKS,
+                 seed: int = 0) -> ClientOrder:
+    r"""Orders clients so that the collaboration matrix shows blocks.
+
+    With ``groups`` the clients are sorted by group (stable) and the blocks are
+    the groups. Without groups the matrix orders itself: the rows of
+    :math:`(W + W^\top)/2` without its diagonal (what each client gives and
+    receives), unit-normalized, are clustered; up to 2,000 clients by average-
+    linkage hierarchical clustering (the order is the dendrogram's leaf order,
+    the blocks its cut into at most ``max_blocks`` clusters), above that by
+    k-means into ``max_blocks`` clusters of a 64-column random projection of
+    the rows, the clusters in the leaf order of their centres.
+
+    Args:
+        weight (torch.Tensor): collaboration matrix :math:`(N, N)`.
+        groups (torch.Tensor, optional): a group label per client :math:`(N)`.
+        max_blocks (int, optional): most blocks; more groups than this are
+            merged into runs of consecutive groups. (default: :obj:`100`)
+        seed (int, optional): seed of the projection and of k-means.
+            (default: :obj:`0`)
+    """
+    if weight.dim() != 2 or weight.size(0) != weight.size(1):
+        raise ValueError(f"weight must be square (N, N), got {tuple(weight.shape)}")
+    n = weight.size(0)
+    if groups is not None:
+        groups = groups.detach().cpu().reshape(-1)
+        if groups.numel() != n:
+            raise ValueError(f"groups has {groups.numel()} entries but the matrix has {n} "
+                             f"clients")
+        order = torch.argsort(groups, stable=True)
+        values, blocks = torch.unique(groups, return_inverse=True)
+        if values.numel() <= max_blocks:
+            return ClientOrder(order, blocks, [f"group {v}" for v in values.tolist()], "group",
+                               f"clients ordered by group ({values.numel()} groups)")
+        # Too many groups to show one by one: runs of consecutive groups.
+        run = _chunks(values.numel(), max_blocks)
+        first = torch.ones_like(run, dtype=torch.bool)
+        first[1:] = run[1:] != run[:-1]
+        last = torch.ones_like(first)
+        last[:-1] = first[1:]
+        names = [f"groups {a}-{b}" for a, b in zip(values[first].tolist(),
+                                                  values[last].tolist(), strict=True)]
+        return ClientOrder(order, run[blocks], names, "group run",
+                           f"clients ordered by group ({values.numel()} groups, shown in "
+                           f"{len(names)} runs of consecutive groups)")
+    if n <= 2:
+        return ClientOrder(torch.arange(n), torch.arange(n), [f"client {i}" for i in range(n)],
+                           "cluster", "clients in index order")
+    import numpy as np
+    from scipy.cluster.hierarchy import fcluster, leaves_list, linkage
+
+    x = _row_features(weight.detach().cpu(), _SKETCH_DIM, seed).numpy()
+    if n <= _MAX_HIERARCHICAL:
+        tree = linkage(x, method="average", metric="euclidean")
+        order = torch.from_numpy(leaves_list(tree).astype(np.int64))
+        flat = torch.from_numpy(fcluster(tree, t=min(max_blocks, n), criterion="maxclust")
+                                .astype(np.int64))
+        how = "hierarchical clustering"
+    else:
+        from sklearn.cluster import KMeans
+
+        # k-means++ seeding (scipy's kmeans2 takes ~10 s for it at 10,000 clients).
+        km = KMeans(n_clusters=max_blocks, n_init=1, random_state=seed).fit(x)
+        centres, labels = km.cluster_centers_, km.labels_
+        used = np.unique(labels)
+        rank = np.empty(max_blocks, dtype=np.int64)
+        rank[used[leaves_list(linkage(centres[used], method="average"))]] = np.arange(used.size)
+        flat = torch.from_numpy(rank[labels])
+        order = torch.argsort(flat, stable=True)
+        how = "k-means clustering"
+    blocks = _relabel_in_order(flat, order)
+    num = int(blocks.max()) + 1
+    return ClientOrder(order, blocks, [f"cluster {b}" for b in range(num)], "cluster",
+                       f"no groups known: clients ordered by {how} of the matrix "
+                       f"(two-step collaboration profiles)")
+
+
+def block_weights(weight: Tensor, blocks: Tensor, num_blocks: int | None = None
+                  ) -> tuple[Tensor, Tensor]:
+    r"""Sums of a collaboration matrix over blocks of clients.
+
+    .. math::
+        S_{gh} = \sum_{i \in g} \sum_{j \in h} W_{ij}
+
+    The block mean is :math:`S_{gh} / (n_g n_h)`; the average share of its
+    weight a client of :math:`g` gives to :math:`h` is :math:`S_{gh} / n_g`.
+
+    Args:
+        weight (torch.Tensor): :math:`(N, N)`.
+        blocks (torch.Tensor): block of each client in :math:`\{0, \dots, B-1\}`
+            :math:`(N)`.
+        num_blocks (int, optional): :math:`B` (default: ``blocks.max() + 1``).
+
+    Returns:
+        ``(S, counts)`` of shapes :math:`(B, B)` and :math:`(B)`.
+    """
+    blocks = blocks.long()
+    b = int(blocks.max()) + 1 if num_blocks is None else num_blocks
+    w = weight.detach().cpu()
+    w = w if w.is_floating_point() else w.double()
+    # In the matrix's own dtype first: no (N, N) copy of a large float32 matrix.
+    cols = torch.zeros(w.size(0), b, dtype=w.dtype).index_add_(1, blocks, w)
+    sums = torch.zeros(b, b, dtype=torch.double).index_add_(0, blocks, cols.double())
+    return sums, torch.bincount(blocks, minlength=b)
+
+
 def plot_learning_curves(histories: Mapping[str, History], title: str | None = None):
     r"""Mean validation and test metric per round, one line per run."""
     plt = _plt()
+    from matplotlib.ticker import MaxNLocator
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
     metric = None
     for name, h in histories.items():
@@ -35,6 +240,7 @@ def plot_learning_curves(histories: Mapping[str, History], title: str | None = N
             ax.plot(h.rounds, h.mean(split), label=name, marker="." if len(h) < 40 else None)
     for ax, split in zip(axes, ("validation", "test"), strict=True):
         ax.set_xlabel("round")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_title(f"{split} {metric} (mean over clients)")
         ax.grid(alpha=0.3)
     axes[0].set_ylabel(metric or "")
@@ -45,74 +251,275 @@ def plot_learning_curves(histories: Mapping[str, History], title: str | None = N
     return fig
 
 
+def _with_round(title: str, after_round: int | None) -> str:
+    return title if after_round is None else f"{title} after round {after_round}"
+
+
+def _thinned(n: int, most: int) -> range:
+    return range(0, n, max(1, math.ceil(n / most)))
+
+
 def plot_collaboration_matrix(weight: Tensor, groups: Tensor | None = None,
-                              title: str = "collaboration graph"):
-    r"""Heatmap of a collaboration matrix :math:`(N, N)` (row :math:`i` =
-    weights client :math:`i` gives), clients ordered by ``groups`` if given."""
+                              title: str = "collaboration matrix",
+                              after_round: int | None = None, max_clients: int = MAX_CLIENTS,
+                              order: ClientOrder | None = None):
+    r"""Heatmap of a collaboration matrix :math:`(N, N)`: row :math:`i` =
+    weights client :math:`i` gives, column :math:`j` = the client whose model
+    is used.
+
+    Clients are ordered so that collaborating clients form blocks
+    (:func:`client_order`): by ``groups`` when given, with lines between
+    groups, else by a clustering of the matrix; the figure says which. Above
+    ``max_clients`` clients each pixel is a block mean
+    :math:`S_{gh} / (n_g n_h)` (see :func:`block_weights`) over groups or
+    clusters.
+
+    Args:
+        weight (torch.Tensor): :math:`(N, N)`.
+        groups (torch.Tensor, optional): group of each client :math:`(N)`.
+        title (str, optional): title; ``after_round`` is appended.
+        after_round (int, optional): the round after which ``weight`` was taken.
+        max_clients (int, optional): most clients drawn one by one.
+            (default: :obj:`250`)
+        order (ClientOrder, optional): a precomputed :func:`client_order`
+            (``groups`` is then ignored).
+    """
     plt = _plt()
     w = weight.detach().cpu().float()
-    order = torch.arange(w.size(0)) if groups is None else torch.argsort(groups, stable=True)
-    w = w[order][:, order]
-    fig, ax = plt.subplots(figsize=(4.8, 4.2))
-    im = ax.imshow(w.numpy(), cmap="viridis", vmin=0.0)
-    fig.colorbar(im, ax=ax, fraction=0.046)
-    ticks = order.tolist() if w.size(0) <= 30 else None
-    if ticks is not None:
-        ax.set_xticks(range(len(ticks)), ticks, fontsize=6)
-        ax.set_yticks(range(len(ticks)), ticks, fontsize=6)
-    ax.set_xlabel("client j (gives)")
-    ax.set_ylabel("client i (receives)")
-    ax.set_title(title)
-    fig.tight_layout()
+    n = w.size(0)
+    co = order if order is not None else client_order(w, groups)
+    aggregate = n > max_clients
+    if aggregate:
+        sums, counts = block_weights(w, co.blocks, co.num_blocks)
+        image = (sums / (counts.unsqueeze(1) * counts.unsqueeze(0)).clamp_min(1)).float()
+        labels = co.names
+        cbar = "mean weight a client of row block gives\na client of column block"
+        note = (f"{co.description}; {n} clients shown as block means over "
+                f"{co.num_blocks} {co.unit}")
+    else:
+        image = w[co.order][:, co.order]
+        labels = [str(c) for c in co.order.tolist()]
+        cbar = r"weight $W_{ij}$ client i gives client j"
+        note = co.description
+    size = image.size(0)
+    fig, ax = plt.subplots(figsize=(6.2, 5.6))
+    im = ax.imshow(image.numpy(), cmap="viridis", vmin=0.0, interpolation="nearest")
+    fig.colorbar(im, ax=ax, fraction=0.046, pad=0.03).set_label(cbar)
+    ticks = list(_thinned(size, 30 if not aggregate else 25))
+    font = 7 if len(ticks) <= 20 else 6
+    ax.set_xticks(ticks, [labels[t] for t in ticks], fontsize=font,
+                  rotation=90 if aggregate else 0)
+    ax.set_yticks(ticks, [labels[t] for t in ticks], fontsize=font)
+    if not aggregate and co.kind == "group" and 1 < co.num_blocks < size:
+        # Lines between groups, group names along the top.
+        seq = co.blocks[co.order]
+        edges = (torch.nonzero(seq[1:] != seq[:-1]).flatten() + 0.5).tolist()
+        for e in edges:
+            ax.axhline(e, color="white", lw=0.8)
+            ax.axvline(e, color="white", lw=0.8)
+        starts = [-0.5, *edges]
+        ends = [*edges, size - 0.5]
+        if co.num_blocks <= 30:
+            top = ax.secondary_xaxis("top")
+            top.set_xticks([(a + b) / 2 for a, b in zip(starts, ends, strict=True)],
+                           co.names, fontsize=7)
+            top.tick_params(length=0)
+    ax.set_xlabel("column block (" + COLUMN_LABEL + ")" if aggregate else COLUMN_LABEL)
+    ax.set_ylabel("row block (" + ROW_LABEL + ")" if aggregate else ROW_LABEL,
+                  fontsize=8 if aggregate else None)
+    ax.set_title(_with_round(title, after_round))
+    note = textwrap.fill(note, 95)
+    fig.text(0.01, 0.01, note, fontsize=8, color="dimgrey")
+    fig.tight_layout(rect=(0, 0.03 * (note.count("\n") + 1), 1, 1))
     return fig
+
+
+def _undirected_top_k(weight: Tensor, top_k: int, floor: Tensor) -> tuple[Tensor, Tensor]:
+    r"""Edges :math:`\{i, j\}` where :math:`j` is among row :math:`i`'s
+    ``top_k`` largest off-diagonal weights and :math:`W_{ij} >` ``floor[j]``;
+    each undirected edge keeps the larger of its two weights. Returns
+    ``(edge_index (2, E), edge_weight (E))``."""
+    w = weight.clone()
+    n = w.size(0)
+    w.fill_diagonal_(-math.inf)
+    k = min(top_k, max(n - 1, 0))
+    if k == 0:
+        return torch.empty(2, 0, dtype=torch.long), torch.empty(0)
+    vals, idx = w.topk(k, dim=1)
+    src = torch.arange(n).unsqueeze(1).expand(n, k)
+    keep = vals > floor[idx]
+    i, j, v = src[keep], idx[keep], vals[keep]
+    key = torch.minimum(i, j) * n + torch.maximum(i, j)
+    uniq, inv = torch.unique(key, return_inverse=True)
+    best = torch.full((uniq.numel(),), -math.inf, dtype=v.dtype).scatter_reduce(
+        0, inv, v, reduce="amax")
+    return torch.stack([uniq // n, uniq % n]), best
+
+
+def _palette(num: int):
+    import matplotlib
+    name = "tab10" if num <= 10 else "tab20" if num <= 20 else "turbo"
+    cmap = matplotlib.colormaps[name]
+    if name == "turbo":
+        return [cmap(x) for x in torch.linspace(0.05, 0.95, num).tolist()]
+    return [cmap(i) for i in range(num)]
 
 
 def plot_collaboration_network(weight: Tensor, prior_edge_index: Tensor | None = None,
                                groups: Tensor | None = None, top_k: int = 3,
-                               title: str = "collaboration graph", seed: int = 0):
-    r"""The collaboration matrix as a network: each client's ``top_k`` largest
-    off-diagonal weights above the uniform share :math:`1/N` as edges, width
-    proportional to the weight, nodes coloured by ``groups``; the prior client
-    graph (if any) in grey beneath. Nodes are placed by a spring layout of the
-    weighted collaboration graph, so clients that collaborate sit together."""
+                               title: str = "collaboration graph", seed: int = 0,
+                               after_round: int | None = None, max_nodes: int = MAX_CLIENTS,
+                               order: ClientOrder | None = None):
+    r"""The collaboration matrix as a network.
+
+    An edge joins clients :math:`i` and :math:`j` when :math:`j` is among the
+    ``top_k`` largest off-diagonal weights client :math:`i` gives and the
+    weight exceeds the uniform share :math:`1/N`; its width is proportional to
+    the larger of :math:`W_{ij}, W_{ji}`. Nodes are coloured by ``groups``
+    (legend), and placed by a spring layout of the weighted graph, so
+    collaborating clients sit together; the layout is stretched to fill the
+    axes. The prior client graph (if any) is drawn light, thin and beneath.
+
+    Above ``max_nodes`` clients each node is a block of clients (the groups or
+    clusters of :func:`client_order`), sized by its number of clients; an edge
+    :math:`g - h` then shows the average share :math:`S_{gh} / n_g` of its
+    weight a client of :math:`g` gives to :math:`h` (top ``top_k`` per block,
+    above the uniform share :math:`n_h / N`), and a prior edge's opacity is the
+    density of prior edges between the two blocks. The title says so.
+
+    Args:
+        weight (torch.Tensor): :math:`(N, N)`, row :math:`i` = weights client
+            :math:`i` gives.
+        prior_edge_index (torch.Tensor, optional): prior client graph
+            :math:`(2, E)`.
+        groups (torch.Tensor, optional): group of each client :math:`(N)`.
+        top_k (int, optional): edges kept per client. (default: :obj:`3`)
+        title (str, optional): title; ``after_round`` is appended.
+        seed (int, optional): seed of the layout. (default: :obj:`0`)
+        after_round (int, optional): the round after which ``weight`` was taken.
+        max_nodes (int, optional): most nodes drawn. (default: :obj:`250`)
+        order (ClientOrder, optional): precomputed blocks for large :math:`N`.
+    """
     import networkx as nx
+    import numpy as np
+    from matplotlib.collections import LineCollection
+    from matplotlib.lines import Line2D
     plt = _plt()
-    w = weight.detach().cpu().float().clone()
+    w = weight.detach().cpu()
     n = w.size(0)
-    w.fill_diagonal_(0.0)
-    g = nx.Graph()
-    g.add_nodes_from(range(n))
-    k = min(top_k, max(n - 1, 0))
-    if k:
-        vals, idx = w.topk(k, dim=1)
-        for i in range(n):
-            for v, j in zip(vals[i].tolist(), idx[i].tolist(), strict=True):
-                if v > 1.0 / n:
-                    old = g.get_edge_data(i, j, {"weight": 0.0})["weight"]
-                    g.add_edge(i, j, weight=max(old, v))
-    prior = nx.Graph()
-    prior.add_nodes_from(range(n))
-    if prior_edge_index is not None:
-        prior.add_edges_from(tuple(e) for e in prior_edge_index.t().tolist() if e[0] != e[1])
-    layout_graph = nx.Graph(g)
-    layout_graph.add_edges_from((u, v, {"weight": 0.1 / n}) for u, v in prior.edges()
-                                if not g.has_edge(u, v))
-    pos = nx.spring_layout(layout_graph, seed=seed, weight="weight")
-    fig, ax = plt.subplots(figsize=(5.5, 5))
-    if prior.number_of_edges():
-        nx.draw_networkx_edges(prior, pos, ax=ax, edge_color="lightgrey", width=0.8)
-    weights = [d["weight"] for _, _, d in g.edges(data=True)]
-    top = max(weights) if weights else 1.0
-    nx.draw_networkx_edges(g, pos, ax=ax, width=[0.5 + 4.0 * x / top for x in weights],
-                           edge_color="tab:blue", alpha=0.7)
-    color = ({"node_color": groups.tolist(), "cmap": "tab10"} if groups is not None
-             else {"node_color": "tab:orange"})
-    nx.draw_networkx_nodes(g, pos, ax=ax, node_size=120 if n <= 60 else 40, **color)
-    if n <= 30:
-        nx.draw_networkx_labels(g, pos, ax=ax, font_size=7)
-    ax.set_title(title + (" (grey: prior graph)" if prior.number_of_edges() else ""))
+    if groups is not None and groups.numel() != n:
+        raise ValueError(f"groups has {groups.numel()} entries but the matrix has {n} clients")
+    prior = None
+    if prior_edge_index is not None and prior_edge_index.numel():
+        prior = prior_edge_index.detach().cpu().long()
+        prior = prior[:, prior[0] != prior[1]]
+        # One segment per undirected pair (both directions are usually stored).
+        key = torch.unique(torch.minimum(prior[0], prior[1]) * n
+                           + torch.maximum(prior[0], prior[1]))
+        prior = torch.stack([key // n, key % n])
+    aggregate = n > max_nodes
+    if aggregate:
+        co = order if order is not None else client_order(w, groups)
+        sums, counts = block_weights(w, co.blocks, co.num_blocks)
+        share = sums / counts.unsqueeze(1).clamp_min(1)
+        edge_index, edge_weight = _undirected_top_k(share, top_k, counts.double() / n)
+        num = co.num_blocks
+        sizes = 30.0 + 270.0 * counts.double() / counts.max()
+        node_class = torch.arange(num) if co.kind != "cluster" else None
+        class_names = co.names
+        if prior is not None:
+            b = co.blocks
+            dense = torch.zeros(num * num, dtype=torch.double).index_add_(
+                0, b[prior[0]] * num + b[prior[1]], torch.ones(prior.size(1), dtype=torch.double))
+            pairs = (counts.unsqueeze(1) * counts.unsqueeze(0)).double()
+            pairs = pairs - torch.diag(counts.double())  # ordered pairs without self loops
+            density = (dense.view(num, num) / pairs.clamp_min(1)).triu(1)
+            density = torch.maximum(density, density.t().triu(1))
+            pi = density.nonzero().t()
+            prior_alpha = density[pi[0], pi[1]]
+            prior = pi
+        node_text = "node: a block of clients, size by number of clients"
+        edge_text = (f"edge: block's top-{top_k} average shares of weight above uniform, "
+                     "width by share")
+        title = (_with_round(title, after_round)
+                 + f"\n{n} clients shown as {num} {co.unit}")
+    else:
+        num = n
+        edge_index, edge_weight = _undirected_top_k(w.double(), top_k,
+                                                    torch.full((n,), 1.0 / n))
+        sizes = torch.full((n,), 160.0 if n <= 60 else 40.0)
+        node_class, class_names = None, []
+        if groups is not None:
+            values, node_class = torch.unique(groups.detach().cpu(), return_inverse=True)
+            class_names = [f"group {v}" for v in values.tolist()]
+        if prior is not None:
+            prior_alpha = torch.ones(prior.size(1))
+        node_text = "node: a client"
+        edge_text = (f"edge i-j: j among client i's top-{top_k} weights above 1/N, "
+                     r"width by weight")
+        title = _with_round(title, after_round)
+
+    # Layout: learned edges pull hardest, prior edges a little, and a faint pull
+    # between all pairs keeps separate components from drifting to the corners.
+    top = float(edge_weight.max()) if edge_weight.numel() else 1.0
+    adj = np.full((num, num), 0.2 / max(num, 1))
+    if prior is not None:
+        adj[prior[0].numpy(), prior[1].numpy()] += 0.1 * prior_alpha.double().numpy()
+    adj[edge_index[0].numpy(), edge_index[1].numpy()] += edge_weight.numpy() / top
+    adj = np.maximum(adj, adj.T)
+    np.fill_diagonal(adj, 0.0)
+    pos = nx.spring_layout(nx.from_numpy_array(adj), seed=seed, weight="weight")
+    xy = np.array([pos[i] for i in range(num)]) if num else np.zeros((0, 2))
+    if num > 1:  # stretch each axis to [-1, 1] so the drawing fills the canvas
+        lo, hi = xy.min(0), xy.max(0)
+        xy = 2 * (xy - lo) / np.where(hi > lo, hi - lo, 1.0) - 1
+
+    fig, ax = plt.subplots(figsize=(8.4, 6.0))
+    handles = []
+    if prior is not None and prior.size(1):
+        alpha = (0.15 + 0.45 * prior_alpha.float() / prior_alpha.max()).numpy()
+        colors = np.zeros((prior.size(1), 4))
+        colors[:, :3] = 0.55
+        colors[:, 3] = alpha if aggregate else min(0.3, 20.0 / math.sqrt(prior.size(1)))
+        ax.add_collection(LineCollection(xy[prior.t().numpy()], colors=colors,
+                                         linewidths=0.5, zorder=1))
+        handles.append(Line2D([], [], color="0.55", lw=0.5,
+                              label="prior graph (dataset)" + (", opacity by density"
+                                                               if aggregate else "")))
+    if edge_index.size(1):
+        widths = 0.4 + 2.6 * edge_weight.numpy() / top
+        ax.add_collection(LineCollection(xy[edge_index.t().numpy()], colors="tab:blue",
+                                         linewidths=widths, alpha=0.7, zorder=2))
+    handles.append(Line2D([], [], color="tab:blue", lw=2.5, label=edge_text))
+    palette = _palette(len(class_names)) if node_class is not None else []
+    colors = ([palette[c] for c in node_class.tolist()] if node_class is not None
+              else ["tab:orange"] * num)
+    ax.scatter(xy[:, 0], xy[:, 1], s=sizes.numpy(), c=colors, edgecolors="white",
+               linewidths=0.6, zorder=3)
+    if node_class is None or aggregate:
+        handles.append(Line2D([], [], ls="", marker="o", label=node_text,
+                              color="tab:orange" if node_class is None else "grey"))
+    if node_class is not None and len(class_names) <= 20:
+        handles += [Line2D([], [], ls="", marker="o", color=palette[c], label=name)
+                    for c, name in enumerate(class_names)]
+    elif node_class is not None:
+        handles.append(Line2D([], [], ls="", marker="o", color=palette[0],
+                              label=f"node colour: {len(class_names)} "
+                                    + (co.unit if aggregate else "groups")))
+    if num <= 30:
+        names = class_names if aggregate else [str(i) for i in range(num)]
+        for i in range(num):
+            ax.annotate(names[i], xy[i], fontsize=7, ha="center", va="center", zorder=4)
+    ax.set_xlim(-1.08, 1.08)
+    ax.set_ylim(-1.08, 1.08)
+    if not edge_index.size(1):
+        title += "\n(no edges: no off-diagonal weight above the uniform share)"
+    ax.set_title(title)
     ax.axis("off")
-    fig.tight_layout()
+    fig.legend(handles=handles, loc="lower center", ncol=2 if len(handles) > 3 else 1,
+               fontsize=7, frameon=False)
+    rows = math.ceil(len(handles) / (2 if len(handles) > 3 else 1))
+    fig.tight_layout(rect=(0, 0.035 * rows + 0.01, 1, 1))
     return fig
 
 
@@ -156,8 +563,10 @@ def plot_layer_graphs(alphas: Tensor, layer_names: list | None = None,
         ax.set_title(str(names[layer]), fontsize=8)
         ax.set_xticks([])
         ax.set_yticks([])
-    axes[0][0].set_ylabel("client i (receives)")
+        ax.set_xlabel("client j", fontsize=7)
+    axes[0][0].set_ylabel("client i (row = weights it gives)", fontsize=7)
     if im is not None:
-        fig.colorbar(im, ax=list(axes[0]), fraction=0.02)
-    fig.suptitle(title)
+        fig.colorbar(im, ax=list(axes[0]), fraction=0.02).set_label(
+            r"weight $\alpha^{(l)}_{ij}$ client i gives client j", fontsize=7)
+    fig.suptitle(title + (" (clients ordered by group)" if groups is not None else ""))
     return fig

@@ -5,8 +5,11 @@ import torch
 
 matplotlib.use("Agg")
 
+import pyg_fedgraph.viz as viz  # noqa: E402
 from pyg_fedgraph.engine.history import History, RoundRecord  # noqa: E402
 from pyg_fedgraph.viz import (  # noqa: E402
+    block_weights,
+    client_order,
     plot_collaboration_matrix,
     plot_collaboration_network,
     plot_layer_graphs,
@@ -25,6 +28,29 @@ def _images(fig):
     return [im for ax in fig.axes for im in ax.get_images()]
 
 
+def _colorbar_label(fig):
+    # The colour bar is the axes without images next to the heatmap.
+    labels = [ax.get_ylabel() for ax in fig.axes if not ax.get_images()]
+    return " ".join(labels)
+
+
+def _legend_labels(fig):
+    return [t.get_text() for legend in fig.legends for t in legend.get_texts()]
+
+
+def _hidden_blocks(num_blocks: int, size: int, seed: int = 0):
+    r"""A row-stochastic matrix whose clients form ``num_blocks`` blocks of
+    ``size`` (weight 0.9 spread inside the block, 0.1 outside), in interleaved
+    index order: client i belongs to block i % num_blocks."""
+    n = num_blocks * size
+    block = torch.arange(n) % num_blocks
+    same = (block.unsqueeze(0) == block.unsqueeze(1)).double()
+    gen = torch.Generator().manual_seed(seed)
+    noise = 1.0 + 0.1 * torch.rand(n, n, generator=gen, dtype=torch.double)
+    w = noise * (0.9 * same / size + 0.1 * (1 - same) / (n - size))
+    return w / w.sum(dim=1, keepdim=True), block
+
+
 def test_learning_curves_one_line_per_run_and_split():
     from pyg_fedgraph.viz import plot_learning_curves
     fig = plot_learning_curves({"a": _history(0.0), "b": _history(0.05)}, title="t")
@@ -33,34 +59,153 @@ def test_learning_curves_one_line_per_run_and_split():
         assert len(ax.get_lines()) == 2
     y = fig.axes[1].get_lines()[1].get_ydata()
     np.testing.assert_allclose(y, [0.15, 0.25, 0.35], atol=1e-6)
+    # rounds are whole numbers on the x axis
+    ticks = fig.axes[0].get_xticks()
+    np.testing.assert_array_equal(ticks, np.round(ticks))
 
 
 def test_collaboration_matrix_orders_clients_by_group():
     w = torch.rand(6, 6)
     groups = torch.tensor([2, 0, 1, 0, 2, 1])
-    fig = plot_collaboration_matrix(w, groups)
+    fig = plot_collaboration_matrix(w, groups, title="pfedgraph: collaboration matrix",
+                                    after_round=7)
     images = _images(fig)
     assert len(images) == 1
     order = torch.tensor([1, 3, 2, 5, 0, 4])  # stable sort by group
     np.testing.assert_allclose(np.asarray(images[0].get_array()), w[order][:, order].numpy())
-    # without groups the matrix is shown as is
-    plain = _images(plot_collaboration_matrix(w))[0]
-    np.testing.assert_allclose(np.asarray(plain.get_array()), w.numpy())
+    ax = images[0].axes
+    assert ax.get_title() == "pfedgraph: collaboration matrix after round 7"
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["1", "3", "2", "5", "0", "4"]
+    # one wording: row i = weights client i gives, column j = the model used
+    assert "row i = weights client i gives" in ax.get_ylabel()
+    assert "whose model is used" in ax.get_xlabel()
+    assert "client i gives client j" in _colorbar_label(fig)
+    # white lines between the three groups, group names on top
+    assert len(ax.get_lines()) == 4
+    assert "ordered by group" in " ".join(t.get_text() for t in fig.texts)
 
 
-def test_collaboration_network_draws_top_k_edges():
+def test_collaboration_matrix_without_groups_orders_by_clustering():
+    w, block = _hidden_blocks(2, 4)
+    fig = plot_collaboration_matrix(w.float())
+    co = client_order(w)
+    assert co.kind == "cluster"
+    # the clustering puts each hidden block in one run of the order
+    first = set(co.order[:4].tolist())
+    assert first in ({0, 2, 4, 6}, {1, 3, 5, 7})
+    image = np.asarray(_images(fig)[0].get_array())
+    np.testing.assert_allclose(image, w.float()[co.order][:, co.order].numpy())
+    assert "no groups known" in " ".join(t.get_text() for t in fig.texts)
+
+
+def test_collaboration_matrix_thins_tick_labels_at_large_n():
+    w = torch.rand(120, 120)
+    ax = _images(plot_collaboration_matrix(w, torch.arange(120) // 30))[0].axes
+    assert 10 <= len(ax.get_xticks()) <= 30
+
+
+def test_block_weights_by_hand():
+    w = torch.arange(16, dtype=torch.float).view(4, 4)
+    blocks = torch.tensor([1, 0, 1, 0])
+    sums, counts = block_weights(w, blocks)
+    assert counts.tolist() == [2, 2]
+    # S_00 = W[1,1] + W[1,3] + W[3,1] + W[3,3]; S_01 = W[1,0] + W[1,2] + W[3,0] + W[3,2]
+    expected = torch.tensor([[5 + 7 + 13 + 15, 4 + 6 + 12 + 14],
+                             [1 + 3 + 9 + 11, 0 + 2 + 8 + 10]], dtype=torch.double)
+    torch.testing.assert_close(sums, expected)
+
+
+def test_large_matrix_is_drawn_as_block_means_of_groups():
+    torch.manual_seed(0)
+    w = torch.rand(12, 12)
+    groups = torch.tensor([3, 1, 2, 0] * 3)  # four groups of three clients
+    fig = plot_collaboration_matrix(w, groups, max_clients=5)
+    image = np.asarray(_images(fig)[0].get_array())
+    assert image.shape == (4, 4)
+    members = [torch.nonzero(groups == g).flatten() for g in range(4)]
+    expected = torch.tensor([[float(w[a][:, b].mean()) for b in members] for a in members])
+    np.testing.assert_allclose(image, expected.numpy(), rtol=1e-5)
+    ax = _images(fig)[0].axes
+    assert [t.get_text() for t in ax.get_yticklabels()] == [f"group {g}" for g in range(4)]
+    assert "mean weight" in _colorbar_label(fig)
+    assert "12 clients shown as block means over 4 groups" in fig.texts[0].get_text()
+
+
+def test_large_matrix_without_groups_is_drawn_as_block_means_of_clusters(monkeypatch):
+    w, block = _hidden_blocks(4, 10)
+    # The k-means path (above 2,000 clients by default) on a small matrix.
+    monkeypatch.setattr(viz, "_MAX_HIERARCHICAL", 10)
+    co = client_order(w, max_blocks=4)
+    assert co.num_blocks == 4 and co.kind == "cluster"
+    # each cluster is one hidden block, and the order keeps clusters contiguous
+    pairs = torch.stack([co.blocks, block]).unique(dim=1)
+    assert pairs.size(1) == 4
+    assert bool((co.blocks[co.order].diff() >= 0).all())
+    fig = plot_collaboration_matrix(w, max_clients=20, order=co)
+    image = np.asarray(_images(fig)[0].get_array())
+    assert image.shape == (4, 4)
+    # a block of 10 gives 0.9 in total to itself: 0.09 on average per client pair
+    np.testing.assert_allclose(np.diag(image), 0.09, rtol=0.1)
+
+
+def test_many_groups_are_merged_into_runs():
+    co = client_order(torch.rand(30, 30), torch.arange(30) // 2, max_blocks=5)
+    assert co.num_blocks == 5 and co.kind == "group run"
+    assert co.names[0] == "groups 0-2"
+    assert bool((co.blocks[co.order].diff() >= 0).all())
+
+
+def test_collaboration_network_draws_top_k_edges_with_legend():
     n = 5
     w = torch.full((n, n), 0.01)
     w[0, 1] = w[1, 0] = 0.9
     w[2, 3] = 0.8
     prior = torch.tensor([[0, 4], [4, 0]])
-    fig = plot_collaboration_network(w, prior_edge_index=prior, groups=torch.arange(n), top_k=1)
+    fig = plot_collaboration_network(w, prior_edge_index=prior, groups=torch.tensor(
+        [0, 0, 1, 1, 2]), top_k=1, title="g", after_round=3)
     assert len(fig.axes) == 1
-    assert "prior" in fig.axes[0].get_title()
+    assert fig.axes[0].get_title() == "g after round 3"
     # only two weights exceed 1/N: edges {0,1} and {2,3} in blue, one prior edge in grey
     collections = fig.axes[0].collections
     segs = sum(len(c.get_segments()) for c in collections if hasattr(c, "get_segments"))
     assert segs == 3
+    labels = _legend_labels(fig)
+    assert {"group 0", "group 1", "group 2"} <= set(labels)
+    assert any("prior graph" in t for t in labels)
+    assert any("top-1 weights above 1/N" in t and "width by weight" in t for t in labels)
+    # the prior graph is drawn beneath the learned edges
+    lines = [c for c in collections if hasattr(c, "get_segments")]
+    assert lines[0].get_zorder() < lines[1].get_zorder()
+
+
+def test_collaboration_network_fills_the_canvas():
+    w, _ = _hidden_blocks(2, 5)
+    fig = plot_collaboration_network(w)
+    nodes = [c for c in fig.axes[0].collections if not hasattr(c, "get_segments")][0]
+    xy = nodes.get_offsets()
+    np.testing.assert_allclose(xy.min(0), [-1, -1])
+    np.testing.assert_allclose(xy.max(0), [1, 1])
+
+
+def test_large_network_is_drawn_as_blocks():
+    w, block = _hidden_blocks(3, 10)
+    prior = torch.tensor([[0, 3, 1], [3, 0, 2]])
+    fig = plot_collaboration_network(w, prior_edge_index=prior, groups=block, max_nodes=10)
+    ax = fig.axes[0]
+    nodes = [c for c in ax.collections if not hasattr(c, "get_segments")][0]
+    assert len(nodes.get_offsets()) == 3
+    assert "30 clients shown as 3 groups" in ax.get_title()
+    # one prior segment: only blocks 1 and 2 are linked (0 - 3 is inside block 0)
+    prior_lines = [c for c in ax.collections if hasattr(c, "get_segments")][0]
+    assert len(prior_lines.get_segments()) == 1
+    labels = _legend_labels(fig)
+    assert any("block of clients" in t for t in labels)
+    assert {"group 0", "group 1", "group 2"} <= set(labels)
+
+
+def test_network_without_edges_says_so():
+    fig = plot_collaboration_network(torch.eye(4))
+    assert "no edges" in fig.axes[0].get_title()
 
 
 def test_layer_graphs_one_heatmap_per_layer_ordered_by_group():
@@ -79,6 +224,7 @@ def test_layer_graphs_one_heatmap_per_layer_ordered_by_group():
     assert titles == ["conv1", "conv2", "fc"]
     # one shared colour scale
     assert {im.get_clim() for im in images} == {(0.0, float(alphas.max()))}
+    assert "client i gives client j" in _colorbar_label(fig)
 
 
 def test_layer_graphs_errors():
@@ -88,3 +234,28 @@ def test_layer_graphs_errors():
         plot_layer_graphs(torch.rand(2, 3, 3), ["only one"])
     with pytest.raises(ValueError, match="groups"):
         plot_layer_graphs(torch.rand(2, 3, 3), groups=torch.arange(4))
+
+
+def test_client_order_errors():
+    with pytest.raises(ValueError, match=r"square"):
+        client_order(torch.rand(3, 4))
+    with pytest.raises(ValueError, match="groups has 4 entries"):
+        client_order(torch.rand(3, 3), torch.arange(4))
+
+
+def test_cli_comparison_title_names_dataset_partition_and_strategies(tmp_path, monkeypatch):
+    from pyg_fedgraph.cli import main
+    titles = []
+    original = viz.plot_learning_curves
+
+    def spy(histories, title=None):
+        titles.append(title)
+        return original(histories, title=title)
+    monkeypatch.setattr(viz, "plot_learning_curves", spy)
+    code = main(["run", "--dataset", "digits", "--partition", "group", "--clients", "5",
+                 "--strategy", "local,fedavg", "--rounds", "1", "--quiet", "--out",
+                 str(tmp_path), "--set", "epochs=1"])
+    assert code == 0
+    assert titles[-1] == "digits, group partition, 5 clients: local vs fedavg"
+    assert (tmp_path / "learning_curves.png").is_file()
+    assert (tmp_path / "comparison.json").is_file()

@@ -8,11 +8,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from pyg_fedgraph.engine.history import History
 
-__all__ = ["write_run", "write_csv", "format_table"]
+__all__ = ["write_run", "write_collaboration", "top_k_weights", "write_csv", "format_table"]
 
 
 def _clean(value: Any) -> Any:
@@ -31,15 +32,79 @@ def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
         w.writerows(rows)
 
 
+#: Largest federation whose full matrix is also written as ``collaboration.csv``.
+FULL_CSV_MAX_CLIENTS = 200
+#: Weights per client in ``collaboration_topk.csv``.
+TOP_K = 10
+
+
+def top_k_weights(weight: Tensor, k: int = TOP_K) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    r"""The ``k`` largest weights of each row of a collaboration matrix
+    :math:`(N, N)` (row :math:`i` = weights client :math:`i` gives, the
+    client's own weight included), largest first, zero weights left out.
+
+    Returns:
+        ``(client, rank, neighbour, weight)``, each :math:`(E)` with
+        :math:`E \le N k`; ``rank`` counts from 1.
+    """
+    k = min(k, weight.size(1))
+    vals, idx = weight.topk(k, dim=1)
+    n = weight.size(0)
+    client = torch.arange(n).unsqueeze(1).expand(n, k)
+    rank = torch.arange(1, k + 1).unsqueeze(0).expand(n, k)
+    keep = vals > 0
+    return client[keep], rank[keep], idx[keep], vals[keep]
+
+
+def write_collaboration(out: Path, weight: Tensor, top_k: int = TOP_K,
+                        full_csv_max_clients: int = FULL_CSV_MAX_CLIENTS) -> list[str]:
+    r"""Writes a collaboration matrix :math:`W` :math:`(N, N)` (row :math:`i` =
+    weights client :math:`i` gives) into ``out``:
+
+    * ``collaboration.npz``: ``weight`` as float32, compressed; read it back
+      with ``numpy.load(path, allow_pickle=False)["weight"]``;
+    * ``collaboration_topk.csv``: ``client, rank, neighbour, weight``, the
+      ``top_k`` largest weights of each row (see :func:`top_k_weights`),
+      :math:`N k` rows at most whatever :math:`N`;
+    * ``collaboration.csv``: the full matrix (header ``c0, c1, ...``, one line
+      per row), only up to ``full_csv_max_clients`` clients, so small runs open
+      in a spreadsheet and large ones do not spend minutes writing text.
+
+    Returns the names of the files written."""
+    import numpy as np
+
+    w = weight.detach().cpu()
+    n = w.size(0)
+    names = ["collaboration.npz", "collaboration_topk.csv"]
+    np.savez_compressed(out / names[0], weight=w.float().numpy())
+    client, rank, neighbour, value = top_k_weights(w, top_k)
+    # Shortest text that reads back to the same number in the matrix's dtype.
+    table = np.stack([client.numpy().astype(str), rank.numpy().astype(str),
+                      neighbour.numpy().astype(str), value.numpy().astype(str)], axis=1)
+    np.savetxt(out / names[1], table, fmt="%s", delimiter=",",
+               header="client,rank,neighbour,weight", comments="")
+    if n <= full_csv_max_clients:
+        names.append("collaboration.csv")
+        np.savetxt(out / names[2], w.numpy().astype(str), fmt="%s", delimiter=",",
+                   header=",".join(f"c{j}" for j in range(n)), comments="")
+    return names
+
+
 def write_run(out: Path, history: History, config: Mapping[str, Any],
               summary: Mapping[str, Any], plots: bool = True,
               collaboration: Tensor | None = None, groups: Tensor | None = None,
-              prior_edge_index: Tensor | None = None) -> None:
+              prior_edge_index: Tensor | None = None,
+              collaboration_round: int | None = None) -> None:
     r"""Writes ``config.json``, ``history.csv``, ``clients.csv``,
     ``summary.json`` and ``learning_curve.png`` into ``out``; with a
-    ``collaboration`` matrix :math:`(N, N)` also ``collaboration.csv``,
-    ``collaboration_matrix.png`` (clients ordered by ``groups``) and
-    ``collaboration_graph.png``."""
+    ``collaboration`` matrix :math:`(N, N)` (row :math:`i` = weights client
+    :math:`i` gives) also the files of :func:`write_collaboration`
+    (``collaboration.npz``, ``collaboration_topk.csv``, and
+    ``collaboration.csv`` for small :math:`N`), ``collaboration_matrix.png``
+    and ``collaboration_graph.png`` (see :mod:`pyg_fedgraph.viz`: clients
+    ordered by ``groups`` or by a clustering of the matrix, aggregated into
+    blocks for large :math:`N`). ``collaboration_round`` (default:
+    ``summary["rounds"]``) is the round the pictures say the matrix is from."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(dict(config), indent=2, default=str))
     write_csv(out / "history.csv", history.round_rows())
@@ -56,18 +121,26 @@ def write_run(out: Path, history: History, config: Mapping[str, Any],
         plt.close(fig)
     if collaboration is not None:
         w = collaboration.detach().cpu()
-        write_csv(out / "collaboration.csv",
-                  [{f"c{j}": float(w[i, j]) for j in range(w.size(1))} for i in range(w.size(0))])
+        write_collaboration(out, w)
         if plots:
             import matplotlib.pyplot as plt
 
-            from pyg_fedgraph.viz import plot_collaboration_matrix, plot_collaboration_network
+            from pyg_fedgraph.viz import (
+                client_order,
+                plot_collaboration_matrix,
+                plot_collaboration_network,
+            )
             name = summary.get("strategy", "run")
-            fig = plot_collaboration_matrix(w, groups, title=f"{name}: collaboration matrix")
+            after = collaboration_round if collaboration_round is not None else summary.get(
+                "rounds")
+            order = client_order(w, groups)  # one clustering for both pictures
+            fig = plot_collaboration_matrix(w, groups, title=f"{name}: collaboration matrix",
+                                            after_round=after, order=order)
             fig.savefig(out / "collaboration_matrix.png", dpi=120)
             plt.close(fig)
             fig = plot_collaboration_network(w, prior_edge_index, groups,
-                                             title=f"{name}: collaboration graph")
+                                             title=f"{name}: collaboration graph",
+                                             after_round=after, order=order)
             fig.savefig(out / "collaboration_graph.png", dpi=120)
             plt.close(fig)
 
