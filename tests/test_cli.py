@@ -66,7 +66,7 @@ def test_bad_set_value_and_syntax_exit_2(tmp_path, capsys):
     code = main(["run", "--dataset", "fl60", "--strategy", "fedavg", "--rounds", "1",
                  "--out", str(tmp_path), "--quiet", "--set", "lr=-1"])
     assert code == 2
-    assert "lr must be positive" in capsys.readouterr().err
+    assert "lr must be > 0" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exc:  # argparse rejects a --set without '='
         main(["run", "--set", "lr"])
     assert exc.value.code == 2

@@ -34,8 +34,7 @@ def _client_params(graph_or_x: Any) -> Tensor:
 
 def check_similarity_options(similarity: Any, similarity_scale: Any) -> None:
     r"""Raises if ``similarity`` is not a bool or ``similarity_scale`` is not
-    positive (shared by :class:`ClientGAT` and the strategy that builds it
-    later)."""
+    positive."""
     if not isinstance(similarity, bool):
         raise TypeError(f"similarity must be a bool, got {similarity!r}")
     if not similarity_scale > 0:

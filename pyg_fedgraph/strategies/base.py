@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import copy
+import functools
+import inspect
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -11,8 +14,9 @@ from torch import Tensor, nn
 from pyg_fedgraph.data.federated_dataset import Task
 from pyg_fedgraph.data.federation import ClientTable, FederationGraph
 from pyg_fedgraph.data.layout import ParamLayout
+from pyg_fedgraph.hparams import HParam, schema
 from pyg_fedgraph.nn.functional import sample_shares
-from pyg_fedgraph.train.engine import LocalConfig
+from pyg_fedgraph.train.engine import LOCAL_SCHEMA, LocalConfig
 from pyg_fedgraph.train.jobs import FineTune, TrainPlan
 from pyg_fedgraph.train.objective import Objective, objective_for
 
@@ -136,6 +140,14 @@ class Strategy(nn.Module):
     """
     name: ClassVar[str] = ""
     needs_prior_graph: ClassVar[bool] = False
+    #: Local-training keys (``"lr"`` ...) its default search space also tunes.
+    search_local: ClassVar[tuple[str, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is not None and not getattr(init, "_checks_hparams", False):
+            cls.__init__ = _checked_init(init)  # type: ignore[method-assign]
 
     def __init__(self) -> None:
         super().__init__()
@@ -154,25 +166,36 @@ class Strategy(nn.Module):
         return 1.0
 
     @classmethod
+    def hparam_schema(cls) -> dict[str, HParam]:
+        r"""The constructor's declared hyper-parameters
+        (:func:`~pyg_fedgraph.hparams.schema`): what ``--set``, config files
+        and search spaces accept for this strategy."""
+        return schema(cls)
+
+    @classmethod
     def search_space(cls, trial: optuna.trial.Trial) -> dict[str, Any]:
-        r"""The hyper-parameters an Optuna study tunes (:mod:`pyg_fedgraph.tune`),
-        sampled from ``trial`` over the paper's grid: a dict from ``--set``
-        keys to values, each drawn with ``trial.suggest_*`` under the same
-        name. Keys are usually constructor keyword arguments; local-training
-        keys (``lr``, ``epochs`` ...) are routed to the clients' SGD, as with
-        the CLI's ``--set`` (see :meth:`local_search_space`). Users fix
-        entries with ``--set`` and replace them with ``--param``.
-        The default tunes nothing."""
-        return {}
+        r"""The hyper-parameters an Optuna study tunes (:mod:`pyg_fedgraph.tune`):
+        every constructor argument declared with a
+        :class:`~pyg_fedgraph.hparams.Search` (the paper's grid), plus the
+        local-training keys of :attr:`search_local`, each drawn from ``trial``
+        under its own name (users fix entries with ``--set`` and replace
+        them with ``--param``)."""
+        out = {name: LOCAL_SCHEMA[name].search.suggest(trial, name,  # type: ignore[union-attr]
+                                                       LOCAL_SCHEMA[name].is_integer)
+               for name in cls.search_local}
+        for name, hp in cls.hparam_schema().items():
+            if hp.search is not None:
+                out[name] = hp.search.suggest(trial, name, hp.is_integer)
+        return out
 
     @staticmethod
     def local_search_space(trial: optuna.trial.Trial) -> dict[str, Any]:
-        r"""The local SGD learning rate ``lr``, log-uniform over
-        :math:`[10^{-3}, 10^{-1}]`, the range of Panacea's grid
-        :math:`\{0.001, 0.003, 0.01, 0.03, 0.1\}` for the target networks
-        (Sec. IV-A). Strategies without server hyper-parameters return it as
-        their :meth:`search_space`; ``tune_local=True`` adds it to any."""
-        return {"lr": trial.suggest_float("lr", 1e-3, 1e-1, log=True)}
+        r"""The local SGD learning rate ``lr`` where
+        :class:`~pyg_fedgraph.train.LocalConfig` declares it searched
+        (``tune_local=True`` adds it to any strategy's space)."""
+        hp = LOCAL_SCHEMA["lr"]
+        assert hp.search is not None
+        return {"lr": hp.search.suggest(trial, "lr", hp.is_integer)}
 
     def configure_train(self, rnd: int, clients: Tensor) -> TrainPlan:
         raise NotImplementedError
@@ -204,26 +227,49 @@ class Strategy(nn.Module):
         return ", ".join(f"{k}={v}" for k, v in self.hparams().items())
 
     def hparams(self) -> dict[str, Any]:
-        r"""The constructor's hyper-parameters (for configs and summaries)."""
-        return {}
+        r"""The constructor's hyper-parameters and their values (for configs
+        and summaries), read from the attributes of the same names."""
+        return {name: getattr(self, name) for name in self.hparam_schema()}
 
 
 class ServerOptimizerState:
     r"""Mixin for strategies that learn on the server: saves the optimizer
-    :attr:`optimizer` (created in :meth:`Strategy.setup`) in the strategy's
-    ``state_dict()`` through PyTorch's extra-state hooks. List it before
-    :class:`Strategy` in the bases: ``class FedAGHN(ServerOptimizerState, Strategy)``."""
-    optimizer: torch.optim.Optimizer | None = None
+    :attr:`server_optimizer` (created in :meth:`Strategy.setup`) in the
+    strategy's ``state_dict()`` through PyTorch's extra-state hooks. List it
+    before :class:`Strategy` in the bases:
+    ``class FedAGHN(ServerOptimizerState, Strategy)``."""
+    server_optimizer: torch.optim.Optimizer | None = None
 
     def get_extra_state(self) -> dict[str, Any]:
-        return {} if self.optimizer is None else {"optimizer": self.optimizer.state_dict()}
+        if self.server_optimizer is None:
+            return {}
+        return {"optimizer": self.server_optimizer.state_dict()}
 
     def set_extra_state(self, state: dict[str, Any]) -> None:
         if not state:
             return
-        if self.optimizer is None:
+        if self.server_optimizer is None:
             raise RuntimeError(f"{type(self).__name__}.setup() must be called before "
                                f"load_state_dict()")
         # Optimizer.load_state_dict keeps the given momentum tensors: copy them so
         # that the source strategy and this one never share (and step) a buffer.
-        self.optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))
+        self.server_optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))
+
+
+def _checked_init(init: Callable[..., None]) -> Callable[..., None]:
+    r"""``init`` preceded by the check of its arguments against its declared
+    hyper-parameters (:func:`~pyg_fedgraph.hparams.schema`): one checker for
+    every strategy, so constructors hold only the checks that relate
+    several arguments."""
+    signature = inspect.signature(init)
+    hps = schema(init)
+
+    @functools.wraps(init)
+    def checked(self: Any, *args: Any, **kwargs: Any) -> None:
+        bound = signature.bind(self, *args, **kwargs)
+        values = {k: hps[k].check(v) if k in hps else v
+                  for k, v in bound.arguments.items() if k != "self"}
+        init(self, **values)
+
+    checked._checks_hparams = True  # type: ignore[attr-defined]
+    return checked

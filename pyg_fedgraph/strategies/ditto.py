@@ -3,21 +3,19 @@ from __future__ import annotations
 
 import logging
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Annotated
 
 import torch
 from torch import Tensor
 
 from pyg_fedgraph.data.federation import FederationGraph
+from pyg_fedgraph.hparams import Range, Search
 from pyg_fedgraph.strategies.base import FederationContext, TrainPlan
 from pyg_fedgraph.strategies.fedavg import FedAvg
-from pyg_fedgraph.strategies.fedprox import _check_nonnegative, proximal_term
+from pyg_fedgraph.strategies.fedprox import proximal_term
 from pyg_fedgraph.strategies.registry import register_strategy
 from pyg_fedgraph.train.engine import Regularizer
 from pyg_fedgraph.train.jobs import PersonalTraining
-
-if TYPE_CHECKING:
-    import optuna
 
 __all__ = ["Ditto"]
 
@@ -65,19 +63,15 @@ class Ditto(FedAvg):
           :math:`(N, D)`.
     """
 
-    def __init__(self, lam: float = 1.0) -> None:
+    search_local = ()
+
+    def __init__(self, lam: Annotated[float, Range(ge=0.0),
+                                      Search(0.01, 10.0, log=True,
+                                             note="two decades around pFedGraph's 1")]
+                 = 1.0) -> None:
         super().__init__()
-        self.lam = _check_nonnegative("lam", lam)
+        self.lam = lam
         self.register_buffer("personal_params", torch.empty(0))
-
-    @classmethod
-    def search_space(cls, trial: optuna.trial.Trial) -> dict[str, Any]:
-        r""":math:`\lambda` log-uniform over :math:`[0.01, 10]`, two decades
-        around the value 1 of pFedGraph's baseline."""
-        return {"lam": trial.suggest_float("lam", 0.01, 10.0, log=True)}
-
-    def hparams(self) -> dict[str, Any]:
-        return {"lam": self.lam}
 
     def setup(self, ctx: FederationContext) -> None:
         super().setup(ctx)

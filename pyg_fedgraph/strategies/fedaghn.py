@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Annotated
 
 import torch
 from torch import Tensor
 
 from pyg_fedgraph.data.federation import FederationGraph
+from pyg_fedgraph.hparams import Range, Search
 from pyg_fedgraph.nn.aghn_conv import AGHNConv
 from pyg_fedgraph.strategies.base import (
     FederationContext,
@@ -16,9 +17,6 @@ from pyg_fedgraph.strategies.base import (
     TrainPlan,
 )
 from pyg_fedgraph.strategies.registry import register_strategy
-
-if TYPE_CHECKING:
-    import optuna
 
 __all__ = ["FedAGHN"]
 
@@ -89,6 +87,12 @@ class FedAGHN(ServerOptimizerState, Strategy):
       were not sampled get a zero gradient; with ``hn_momentum > 0`` they
       still move by their momentum, as embeddings do in pFedHN.
 
+    Studies search the paper's grids (Sec. 5.5): the initial sharpness
+    :math:`p` over :math:`[1, 20]` (grid :math:`\{1, 5, 10, 20\}`), the
+    initial self weight :math:`q` over :math:`[0.01, 0.3]` (around the
+    average weight :math:`1/N`), and the hypernetwork learning rate around
+    the paper's 0.005, all log-uniform.
+
     Args:
         sharpness (float, optional): initial :math:`p` of every client and
             layer (the code's ``beta``); the paper tunes it on a grid such as
@@ -115,43 +119,27 @@ class FedAGHN(ServerOptimizerState, Strategy):
           collaboration weights ``alpha`` :math:`(L, N, N)`.
     """
 
-    def __init__(self, sharpness: float = 5.0, self_weight: float = 0.1, hn_lr: float = 0.005,
-                 hn_momentum: float = 0.0, self_weight_min: float = 0.0) -> None:
+    def __init__(self,
+                 sharpness: Annotated[float, Search(1.0, 20.0, log=True)] = 5.0,
+                 self_weight: Annotated[float, Search(0.01, 0.3, log=True)] = 0.1,
+                 hn_lr: Annotated[float, Range(gt=0.0), Search(1e-3, 5e-2, log=True)] = 0.005,
+                 hn_momentum: Annotated[float, Range(ge=0.0, lt=1.0)] = 0.0,
+                 self_weight_min: float = 0.0) -> None:
         super().__init__()
-        if not hn_lr > 0:
-            raise ValueError(f"hn_lr must be positive, got {hn_lr}")
-        if not 0.0 <= hn_momentum < 1.0:
-            raise ValueError(f"hn_momentum must be in [0, 1), got {hn_momentum}")
         if self_weight < self_weight_min:
             raise ValueError(f"self_weight={self_weight} lies below self_weight_min="
                              f"{self_weight_min}; raise self_weight or lower the threshold")
-        self.sharpness = float(sharpness)
-        self.self_weight = float(self_weight)
-        self.hn_lr = float(hn_lr)
-        self.hn_momentum = float(hn_momentum)
-        self.self_weight_min = float(self_weight_min)
+        self.sharpness = sharpness
+        self.self_weight = self_weight
+        self.hn_lr = hn_lr
+        self.hn_momentum = hn_momentum
+        self.self_weight_min = self_weight_min
         self.conv: AGHNConv | None = None
-        self.optimizer: torch.optim.SGD | None = None
+        self.server_optimizer: torch.optim.SGD | None = None
         self.register_buffer("last_delta", torch.empty(0))
         self.register_buffer("alpha", torch.empty(0))
         # Round whose weights ``alpha`` holds (0: none computed yet).
         self.register_buffer("alpha_round", torch.zeros((), dtype=torch.long))
-
-    @classmethod
-    def search_space(cls, trial: optuna.trial.Trial) -> dict[str, Any]:
-        r"""The paper's grids (Sec. 5.5): initial sharpness :math:`p` over
-        :math:`[1, 20]` (grid :math:`\{1, 5, 10, 20\}`), initial self weight
-        :math:`q` over :math:`[0.01, 0.3]` (around the average weight
-        :math:`1/N`, 0.05 for 20 clients), and the hypernetwork learning rate
-        around the paper's 0.005, all log-uniform."""
-        return {"sharpness": trial.suggest_float("sharpness", 1.0, 20.0, log=True),
-                "self_weight": trial.suggest_float("self_weight", 0.01, 0.3, log=True),
-                "hn_lr": trial.suggest_float("hn_lr", 1e-3, 5e-2, log=True)}
-
-    def hparams(self) -> dict[str, Any]:
-        return {"sharpness": self.sharpness, "self_weight": self.self_weight,
-                "hn_lr": self.hn_lr, "hn_momentum": self.hn_momentum,
-                "self_weight_min": self.self_weight_min}
 
     def setup(self, ctx: FederationContext) -> None:
         super().setup(ctx)
@@ -160,7 +148,7 @@ class FedAGHN(ServerOptimizerState, Strategy):
         self.conv = AGHNConv(n, layout.num_layers, sharpness=self.sharpness,
                              self_weight=self.self_weight,
                              self_weight_min=self.self_weight_min).to(init.device)
-        self.optimizer = torch.optim.SGD(self.conv.parameters(), lr=self.hn_lr,
+        self.server_optimizer = torch.optim.SGD(self.conv.parameters(), lr=self.hn_lr,
                                          momentum=self.hn_momentum)
         self.last_delta = init.new_zeros(n, init.numel())
         self.alpha = init.new_zeros(layout.num_layers, n, n)
@@ -190,9 +178,9 @@ class FedAGHN(ServerOptimizerState, Strategy):
             grads = torch.autograd.grad(theta_tilde[ids],
                                         [self.conv.sharpness, self.conv.self_weight],
                                         grad_outputs=-delta)
-            self.optimizer.zero_grad(set_to_none=True)
+            self.server_optimizer.zero_grad(set_to_none=True)
             self.conv.sharpness.grad, self.conv.self_weight.grad = grads
-            self.optimizer.step()
+            self.server_optimizer.step()
             self.conv.clamp_self_weight_()
             log.debug("round %d: mean sharpness %.4f, mean self weight %.4f", rnd,
                       float(self.conv.sharpness.detach().mean()),

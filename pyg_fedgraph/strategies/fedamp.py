@@ -2,21 +2,18 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Annotated
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from pyg_fedgraph.data.federation import FederationGraph
+from pyg_fedgraph.hparams import Range, Search
 from pyg_fedgraph.nn.aggregation import GraphAggregation
 from pyg_fedgraph.strategies.base import FederationContext, Strategy, TrainPlan
-from pyg_fedgraph.strategies.fedprox import _check_nonnegative
 from pyg_fedgraph.strategies.registry import register_strategy
 from pyg_fedgraph.train.engine import Regularizer
-
-if TYPE_CHECKING:
-    import optuna
 
 __all__ = ["FedAMP", "heur_fedamp_weights"]
 
@@ -104,6 +101,10 @@ class FedAMP(Strategy):
     * Held-out clients never train and have no model to compare: they are
       evaluated with the initial model.
 
+    Studies search :math:`\lambda`, :math:`\sigma` and the self weight
+    around pFedGraph's baseline values (appendix C.1.4); ``alpha_k`` only
+    rescales :math:`\lambda` and is not tuned.
+
     Args:
         lam (float, optional): :math:`\lambda` (pFedGraph appendix C.1.4: 1)
             (default: :obj:`1.0`)
@@ -123,39 +124,23 @@ class FedAMP(Strategy):
           ``has_cloud`` :math:`(N)`, weights ``weights`` :math:`(N, N)`.
     """
 
-    def __init__(self, lam: float = 1.0, alpha_k: float = 1.0, sigma: float = 10.0,
-                 self_weight: float = 0.3, centered: bool = True) -> None:
+    def __init__(self,
+                 lam: Annotated[float, Range(ge=0.0), Search(0.1, 10.0, log=True)] = 1.0,
+                 alpha_k: Annotated[float, Range(gt=0.0)] = 1.0,
+                 sigma: Annotated[float, Range(ge=0.0), Search(1.0, 100.0, log=True)] = 10.0,
+                 self_weight: Annotated[float, Range(ge=0.0, le=1.0), Search(0.1, 0.9)] = 0.3,
+                 centered: bool = True) -> None:
         super().__init__()
-        self.lam = _check_nonnegative("lam", lam)
-        if not alpha_k > 0:
-            raise ValueError(f"alpha_k must be positive, got {alpha_k}")
-        self.alpha_k = float(alpha_k)
-        self.sigma = _check_nonnegative("sigma", sigma)
-        if not 0.0 <= self_weight <= 1.0:
-            raise ValueError(f"self_weight must be in [0, 1], got {self_weight}")
-        self.self_weight = float(self_weight)
-        if not isinstance(centered, bool):
-            raise TypeError(f"centered must be a bool, got {type(centered).__name__}")
+        self.lam = lam
+        self.alpha_k = alpha_k
+        self.sigma = sigma
+        self.self_weight = self_weight
         self.centered = centered
         self.aggregation = GraphAggregation()
         self.register_buffer("init_params", torch.empty(0))
         self.register_buffer("cloud_params", torch.empty(0))
         self.register_buffer("has_cloud", torch.empty(0, dtype=torch.bool))
         self.register_buffer("weights", torch.empty(0))
-
-    @classmethod
-    def search_space(cls, trial: optuna.trial.Trial) -> dict[str, Any]:
-        r"""Log-uniform around pFedGraph's baseline values (appendix C.1.4):
-        :math:`\lambda \in [0.1, 10]` (1), :math:`\sigma \in [1, 100]` (10),
-        and the self weight uniform over :math:`[0.1, 0.9]` (0.3).
-        ``alpha_k`` only rescales :math:`\lambda` and is not tuned."""
-        return {"lam": trial.suggest_float("lam", 0.1, 10.0, log=True),
-                "sigma": trial.suggest_float("sigma", 1.0, 100.0, log=True),
-                "self_weight": trial.suggest_float("self_weight", 0.1, 0.9)}
-
-    def hparams(self) -> dict[str, Any]:
-        return {"lam": self.lam, "alpha_k": self.alpha_k, "sigma": self.sigma,
-                "self_weight": self.self_weight, "centered": self.centered}
 
     def setup(self, ctx: FederationContext) -> None:
         super().setup(ctx)

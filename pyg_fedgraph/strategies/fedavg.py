@@ -1,19 +1,17 @@
 """Local training, FedAvg and FedAvg with local fine-tuning."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Annotated
 
 import torch
 from torch import Tensor
 
 from pyg_fedgraph.data.federation import FederationGraph
+from pyg_fedgraph.hparams import Range
 from pyg_fedgraph.nn.functional import sample_shares
 from pyg_fedgraph.strategies.base import FederationContext, Strategy, TrainPlan
 from pyg_fedgraph.strategies.registry import register_strategy
 from pyg_fedgraph.train.jobs import FineTune
-
-if TYPE_CHECKING:
-    import optuna
 
 __all__ = ["Local", "FedAvg", "FedAvgFT", "weighted_average"]
 
@@ -37,10 +35,8 @@ class Local(Strategy):
     data (all five papers report it).
     """
 
-    @classmethod
-    def search_space(cls, trial: optuna.trial.Trial) -> dict[str, Any]:
-        # No server hyper-parameter: tune the local learning rate.
-        return cls.local_search_space(trial)
+    # No server hyper-parameter: studies tune the local learning rate.
+    search_local = ("lr",)
 
     def configure_train(self, rnd: int, clients: Tensor) -> TrainPlan:
         return TrainPlan(params=None)
@@ -69,10 +65,8 @@ class FedAvg(Strategy):
         super().__init__()
         self.register_buffer("global_params", torch.empty(0))
 
-    @classmethod
-    def search_space(cls, trial: optuna.trial.Trial) -> dict[str, Any]:
-        # No server hyper-parameter: tune the local learning rate (FedAvg-FT too).
-        return cls.local_search_space(trial)
+    # No server hyper-parameter: studies tune the local learning rate (FedAvg-FT too).
+    search_local = ("lr",)
 
     def setup(self, ctx: FederationContext) -> None:
         super().setup(ctx)
@@ -104,12 +98,9 @@ class FedAvgFT(FedAvg):
             uses the run's local epochs (default: ``None``).
     """
 
-    def __init__(self, finetune_epochs: int | None = None) -> None:
+    def __init__(self, finetune_epochs: Annotated[int | None, Range(ge=0)] = None) -> None:
         super().__init__()
         self.finetune_epochs = finetune_epochs
-
-    def hparams(self) -> dict[str, Any]:
-        return {"finetune_epochs": self.finetune_epochs}
 
     def finetune_job(self) -> FineTune | None:
         return FineTune(self.finetune_epochs)

@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Annotated, Literal
 
 import torch
 from torch import Tensor
 
 from pyg_fedgraph.data.federation import FederationGraph
+from pyg_fedgraph.hparams import Range, Search
 from pyg_fedgraph.nn.cluster_propagation import (
     ClusterGraphPropagation,
     client_clusters,
@@ -19,15 +20,11 @@ from pyg_fedgraph.strategies.registry import register_strategy
 from pyg_fedgraph.utils.clustering import kmeans
 from pyg_fedgraph.utils.seeds import make_generator
 
-if TYPE_CHECKING:
-    import optuna
-
 __all__ = ["FedCEDAR"]
 
 log = logging.getLogger(__name__)
 
 EvaluateName = Literal["distributed", "local"]
-_EVALUATE = ("distributed", "local")
 
 
 
@@ -111,6 +108,9 @@ class FedCEDAR(Strategy):
     (the simulator's ``sample_fraction=0.3``), :math:`K = 5`, :math:`P = 2`,
     100 rounds, batch 16, 5 local epochs, learning rate 0.01.
 
+    Studies search the paper's sensitivity grid (Sec. 4.5): :math:`K \in
+    \{3, \ldots, 7\}` clusters and :math:`P \in \{1, \ldots, 5\}` steps.
+
     Args:
         num_clusters (int, optional): clusters :math:`K` (default: :obj:`5`,
             paper Sec. 4.1).
@@ -130,16 +130,12 @@ class FedCEDAR(Strategy):
           ``cluster_of`` :math:`(N,)` (:math:`-1` = not sampled last round).
     """
 
-    def __init__(self, num_clusters: int = 5, num_steps: int = 2, num_init: int = 10,
+    def __init__(self,
+                 num_clusters: Annotated[int, Range(ge=1), Search(3, 7)] = 5,
+                 num_steps: Annotated[int, Range(ge=0), Search(1, 5)] = 2,
+                 num_init: Annotated[int, Range(ge=1)] = 10,
                  evaluate: EvaluateName = "distributed") -> None:
         super().__init__()
-        if isinstance(num_clusters, bool) or not isinstance(num_clusters, int) \
-                or num_clusters < 1:
-            raise ValueError(f"num_clusters must be a positive int, got {num_clusters!r}")
-        if isinstance(num_init, bool) or not isinstance(num_init, int) or num_init < 1:
-            raise ValueError(f"num_init must be a positive int, got {num_init!r}")
-        if evaluate not in _EVALUATE:
-            raise ValueError(f"evaluate must be one of {_EVALUATE}, got {evaluate!r}")
         self.num_clusters = num_clusters
         self.num_steps = num_steps
         self.num_init = num_init
@@ -153,17 +149,6 @@ class FedCEDAR(Strategy):
     def default_sample_fraction(self, num_clients: int) -> float:
         # Paper Sec. 4.1: 30% of the clients upload each round.
         return 0.3
-
-    @classmethod
-    def search_space(cls, trial: optuna.trial.Trial) -> dict[str, Any]:
-        r"""The paper's sensitivity grid (Sec. 4.5): :math:`K \in \{3, \ldots, 7\}`
-        clusters and :math:`P \in \{1, \ldots, 5\}` propagation steps."""
-        return {"num_clusters": trial.suggest_int("num_clusters", 3, 7),
-                "num_steps": trial.suggest_int("num_steps", 1, 5)}
-
-    def hparams(self) -> dict[str, Any]:
-        return {"num_clusters": self.num_clusters, "num_steps": self.num_steps,
-                "num_init": self.num_init, "evaluate": self.evaluate}
 
     def setup(self, ctx: FederationContext) -> None:
         super().setup(ctx)

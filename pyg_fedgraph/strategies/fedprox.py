@@ -2,20 +2,21 @@
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Annotated
 
 from torch import Tensor
 
+from pyg_fedgraph.hparams import Range, Search
 from pyg_fedgraph.strategies.base import TrainPlan
 from pyg_fedgraph.strategies.fedavg import FedAvg
 from pyg_fedgraph.strategies.registry import register_strategy
 from pyg_fedgraph.train.engine import Regularizer
 from pyg_fedgraph.train.jobs import FineTune
 
-if TYPE_CHECKING:
-    import optuna
-
 __all__ = ["FedProx", "FedProxFT", "proximal_term"]
+
+#: FedProx's proximal coefficient; its paper's grid is {0.001, 0.01, 0.1, 1}.
+Mu = Annotated[float, Range(ge=0.0), Search(1e-3, 1.0, log=True)]
 
 
 def proximal_term(theta: Tensor, reference: Tensor, coefficient: float) -> Tensor:
@@ -28,13 +29,6 @@ def proximal_term(theta: Tensor, reference: Tensor, coefficient: float) -> Tenso
         coefficient (float): :math:`c`.
     """
     return 0.5 * coefficient * (theta - reference).pow(2).sum()
-
-
-def _check_nonnegative(name: str, value: float) -> float:
-    value = float(value)
-    if not value >= 0.0:
-        raise ValueError(f"{name} must be >= 0, got {value}")
-    return value
 
 
 @register_strategy("fedprox")
@@ -66,18 +60,11 @@ class FedProx(FedAvg):
         - **state:** ``global_params`` :math:`(D)`.
     """
 
-    def __init__(self, mu: float = 0.01) -> None:
+    search_local = ()
+
+    def __init__(self, mu: Mu = 0.01) -> None:
         super().__init__()
-        self.mu = _check_nonnegative("mu", mu)
-
-    @classmethod
-    def search_space(cls, trial: optuna.trial.Trial) -> dict[str, Any]:
-        r""":math:`\mu` log-uniform over :math:`[0.001, 1]`, the FedProx
-        paper's grid :math:`\{0.001, 0.01, 0.1, 1\}` (FedProx-FT too)."""
-        return {"mu": trial.suggest_float("mu", 1e-3, 1.0, log=True)}
-
-    def hparams(self) -> dict[str, Any]:
-        return {"mu": self.mu}
+        self.mu = mu
 
     def configure_train(self, rnd: int, clients: Tensor) -> TrainPlan:
         plan = super().configure_train(rnd, clients)
@@ -102,14 +89,10 @@ class FedProxFT(FedProx):
             uses the run's local epochs (default: ``None``).
     """
 
-    def __init__(self, mu: float = 0.01, finetune_epochs: int | None = None) -> None:
+    def __init__(self, mu: Mu = 0.01,
+                 finetune_epochs: Annotated[int | None, Range(ge=0)] = None) -> None:
         super().__init__(mu=mu)
-        if finetune_epochs is not None and finetune_epochs < 0:
-            raise ValueError(f"finetune_epochs must be >= 0 or None, got {finetune_epochs}")
         self.finetune_epochs = finetune_epochs
-
-    def hparams(self) -> dict[str, Any]:
-        return {"mu": self.mu, "finetune_epochs": self.finetune_epochs}
 
     def finetune_job(self) -> FineTune | None:
         return FineTune(self.finetune_epochs)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Annotated, Literal
 
 import torch
 from torch import Tensor
@@ -11,6 +11,7 @@ from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.utils import negative_sampling, to_dense_adj
 
 from pyg_fedgraph.data.federation import FederationGraph
+from pyg_fedgraph.hparams import Range, Search
 from pyg_fedgraph.nn.hypernetwork import GCNHypernetwork, hypernetwork_update
 from pyg_fedgraph.strategies.base import (
     FederationContext,
@@ -22,14 +23,15 @@ from pyg_fedgraph.strategies.registry import register_strategy
 from pyg_fedgraph.train.engine import LocalConfig
 from pyg_fedgraph.utils.seeds import derive_seed
 
-if TYPE_CHECKING:
-    import optuna
-
 __all__ = ["Panacea", "PFedHN"]
 
 log = logging.getLogger(__name__)
 
-_OPTIMIZERS = ("sgd", "adam")
+OptimizerName = Literal["sgd", "adam"]
+Positive = Annotated[int, Range(ge=1)]
+NonNegative = Annotated[float, Range(ge=0.0)]
+#: Hypernetwork learning rate; Panacea's grid {0.001, ..., 0.1} (Sec. IV-A).
+HypernetworkLR = Annotated[float, Range(gt=0.0), Search(1e-3, 1e-1, log=True)]
 
 
 @register_strategy("panacea")
@@ -131,92 +133,54 @@ class Panacea(ServerOptimizerState, Strategy):
 
     Shapes:
         - **state:** the hypernetwork (client embeddings :math:`(N, 100)`,
-          held-out mask :math:`(N)`, encoder, head, generator), its optimizer
-          and the negative-sampling seed stream.
+          held-out mask :math:`(N)`, encoder, head, generator) and its
+          optimizer (negative sampling draws from the stream
+          ``(seed, "negative-sampling", round, step)``: no state).
         - **output:** generated models :math:`(S, D)`.
     """
     needs_prior_graph = True
+    # Studies search lambda_d, hn_lr and embedding_dim (the paper's grids,
+    # Sec. IV-A) and the local learning rate.
+    search_local = ("lr",)
 
-    def __init__(self, embedding_dim: int | None = 100, hidden_channels: int = 100,
-                 num_gnn_layers: int = 3, num_mlp_layers: int = 3,
-                 encoder: Literal["gcn", "mlp"] = "gcn", graph_generator: bool = True,
-                 lambda_d: float = 0.1, hn_lr: float = 1e-3,
-                 optimizer: Literal["sgd", "adam"] = "adam", hn_weight_decay: float = 0.0,
-                 server_steps: int = 10, local_steps: int | None = None,
-                 max_grad_norm: float | None = None, chunk_size: int | None = None,
+    def __init__(self,
+                 embedding_dim: Annotated[int | None, Range(ge=1),
+                                          Search(choices=(25, 50, 100))] = 100,
+                 hidden_channels: Positive = 100, num_gnn_layers: Positive = 3,
+                 num_mlp_layers: Positive = 3, encoder: Literal["gcn", "mlp"] = "gcn",
+                 graph_generator: bool = True,
+                 lambda_d: Annotated[float, Range(ge=0.0), Search(1e-3, 1.0, log=True)] = 0.1,
+                 hn_lr: HypernetworkLR = 1e-3, optimizer: OptimizerName = "adam",
+                 hn_weight_decay: NonNegative = 0.0, server_steps: Positive = 10,
+                 local_steps: Annotated[int | None, Range(ge=1)] = None,
+                 max_grad_norm: Annotated[float | None, Range(gt=0.0)] = None,
+                 chunk_size: Annotated[int | None, Range(ge=1)] = None,
                  client_reduction: Literal["mean", "sum"] = "mean") -> None:
         super().__init__()
-        if client_reduction not in ("mean", "sum"):
-            raise ValueError(f"client_reduction must be 'mean' or 'sum', got "
-                             f"{client_reduction!r}")
-        if embedding_dim is not None and (not isinstance(embedding_dim, int)
-                                          or embedding_dim < 1):
-            raise ValueError(f"embedding_dim must be a positive integer or None, got "
-                             f"{embedding_dim!r}")
-        if encoder not in ("gcn", "mlp"):
-            raise ValueError(f"encoder must be 'gcn' or 'mlp', got {encoder!r}")
-        if not isinstance(graph_generator, bool):
-            raise TypeError(f"graph_generator must be a bool, got {graph_generator!r}")
-        if optimizer not in _OPTIMIZERS:
-            raise ValueError(f"optimizer must be one of {_OPTIMIZERS}, got {optimizer!r}")
-        if not hn_lr > 0:
-            raise ValueError(f"hn_lr must be positive, got {hn_lr}")
-        if lambda_d < 0:
-            raise ValueError(f"lambda_d must be >= 0, got {lambda_d}")
-        if hn_weight_decay < 0:
-            raise ValueError(f"hn_weight_decay must be >= 0, got {hn_weight_decay}")
-        if not isinstance(server_steps, int) or server_steps < 1:
-            raise ValueError(f"server_steps must be a positive integer, got {server_steps!r}")
-        if local_steps is not None and (not isinstance(local_steps, int) or local_steps < 1):
-            raise ValueError(f"local_steps must be a positive integer or None, got "
-                             f"{local_steps!r}")
-        if max_grad_norm is not None and not max_grad_norm > 0:
-            raise ValueError(f"max_grad_norm must be positive or None, got {max_grad_norm}")
         self.embedding_dim = embedding_dim
         self.hidden_channels = hidden_channels
         self.num_gnn_layers = num_gnn_layers
         self.num_mlp_layers = num_mlp_layers
         self.encoder = encoder
         self.graph_generator = graph_generator
-        self.lambda_d = float(lambda_d)
-        self.hn_lr = float(hn_lr)
-        self.optimizer_name = optimizer
-        self.hn_weight_decay = float(hn_weight_decay)
+        self.lambda_d = lambda_d
+        self.hn_lr = hn_lr
+        self.optimizer = optimizer
+        self.hn_weight_decay = hn_weight_decay
         self.server_steps = server_steps
         self.local_steps = local_steps
-        self.max_grad_norm = None if max_grad_norm is None else float(max_grad_norm)
+        self.max_grad_norm = max_grad_norm
         self.chunk_size = chunk_size
         self.client_reduction = client_reduction
         # The GCN encoder and the graph generator read the prior graph.
         self.needs_prior_graph = encoder == "gcn" or graph_generator  # type: ignore[misc]
         self.hypernetwork: GCNHypernetwork | None = None
-        self.optimizer: torch.optim.Optimizer | None = None
+        self.server_optimizer: torch.optim.Optimizer | None = None
         self._local: LocalConfig | None = None
 
     def default_sample_fraction(self, num_clients: int) -> float:
         # The paper selects 5 clients at random each round (experimental setup).
         return min(1.0, 5.0 / num_clients)
-
-    @classmethod
-    def search_space(cls, trial: optuna.trial.Trial) -> dict[str, Any]:
-        r"""The paper's grids (Sec. IV-A), log-uniform over their ranges:
-        :math:`\lambda_d \in [0.001, 1]`, hypernetwork and target-network
-        (local ``lr``) learning rates in :math:`[0.001, 0.1]`; and the
-        embedding size among :math:`\{25, 50, 100\}` (paper: 100)."""
-        return {"lambda_d": trial.suggest_float("lambda_d", 1e-3, 1.0, log=True),
-                "hn_lr": trial.suggest_float("hn_lr", 1e-3, 1e-1, log=True),
-                "embedding_dim": trial.suggest_categorical("embedding_dim", [25, 50, 100]),
-                **cls.local_search_space(trial)}
-
-    def hparams(self) -> dict[str, Any]:
-        return {"embedding_dim": self.embedding_dim, "hidden_channels": self.hidden_channels,
-                "num_gnn_layers": self.num_gnn_layers, "num_mlp_layers": self.num_mlp_layers,
-                "encoder": self.encoder, "graph_generator": self.graph_generator,
-                "lambda_d": self.lambda_d, "hn_lr": self.hn_lr,
-                "optimizer": self.optimizer_name, "hn_weight_decay": self.hn_weight_decay,
-                "server_steps": self.server_steps, "local_steps": self.local_steps,
-                "max_grad_norm": self.max_grad_norm, "chunk_size": self.chunk_size,
-                "client_reduction": self.client_reduction}
 
     def setup(self, ctx: FederationContext) -> None:
         super().setup(ctx)
@@ -238,7 +202,7 @@ class Panacea(ServerOptimizerState, Strategy):
                 chunk_size=self.chunk_size).to(ctx.init_params.device)
         if ctx.held_out.numel() > 0:
             self.hypernetwork.set_held_out(ctx.held_out)
-        self.optimizer = self._make_optimizer(self.hypernetwork)
+        self.server_optimizer = self._make_optimizer(self.hypernetwork)
         self._local = None
         if self.local_steps is not None:
             self._local = replace(ctx.local, steps=self.local_steps)
@@ -248,7 +212,7 @@ class Panacea(ServerOptimizerState, Strategy):
         weights = [p for n, p in hn.named_parameters() if n != "embedding"]
         groups = [{"params": weights, "weight_decay": self.hn_weight_decay},
                   {"params": [hn.embedding], "weight_decay": 0.0}]
-        if self.optimizer_name == "sgd":
+        if self.optimizer == "sgd":
             return torch.optim.SGD(groups, lr=self.hn_lr, momentum=0.9)
         return torch.optim.Adam(groups, lr=self.hn_lr)
 
@@ -281,7 +245,7 @@ class Panacea(ServerOptimizerState, Strategy):
             if target is None:
                 # theta_t^(0) + delta_t: the first step is exactly the -delta rule.
                 target = theta.detach() + delta
-            hypernetwork_update(hn, self.optimizer, theta, scale * (target - theta.detach()),
+            hypernetwork_update(hn, self.server_optimizer, theta, scale * (target - theta.detach()),
                                 extra_loss=extra, max_grad_norm=self.max_grad_norm)
         log.debug("round %d: %d clients, mean |delta| %.4f", rnd, graph.num_clients,
                   float(graph.delta.norm(dim=1).mean()))
@@ -391,11 +355,16 @@ class PFedHN(Panacea):
     """
     needs_prior_graph = False
 
-    def __init__(self, embedding_dim: int | None = None, hidden_channels: int = 100,
-                 num_gnn_layers: int = 4, num_mlp_layers: int = 1, hn_lr: float = 1e-2,
-                 optimizer: Literal["sgd", "adam"] = "sgd", hn_weight_decay: float = 1e-3,
-                 server_steps: int = 1, local_steps: int | None = None,
-                 max_grad_norm: float | None = 50.0, chunk_size: int | None = None,
+    def __init__(self,
+                 embedding_dim: Annotated[int | None, Range(ge=1),
+                                          Search(choices=(8, 16, 32, 64))] = None,
+                 hidden_channels: Positive = 100, num_gnn_layers: Positive = 4,
+                 num_mlp_layers: Positive = 1, hn_lr: HypernetworkLR = 1e-2,
+                 optimizer: OptimizerName = "sgd", hn_weight_decay: NonNegative = 1e-3,
+                 server_steps: Positive = 1,
+                 local_steps: Annotated[int | None, Range(ge=1)] = None,
+                 max_grad_norm: Annotated[float | None, Range(gt=0.0)] = 50.0,
+                 chunk_size: Annotated[int | None, Range(ge=1)] = None,
                  client_reduction: Literal["mean", "sum"] = "sum") -> None:
         super().__init__(embedding_dim=embedding_dim, hidden_channels=hidden_channels,
                          num_gnn_layers=num_gnn_layers, num_mlp_layers=num_mlp_layers,
@@ -405,18 +374,3 @@ class PFedHN(Panacea):
                          max_grad_norm=max_grad_norm, chunk_size=chunk_size,
                          client_reduction=client_reduction)
 
-    @classmethod
-    def search_space(cls, trial: optuna.trial.Trial) -> dict[str, Any]:
-        r"""As Panacea's grids without :math:`\lambda_d`: hypernetwork and
-        local learning rates log-uniform over :math:`[0.001, 0.1]` (pFedHN:
-        0.01), embedding size among :math:`\{8, 16, 32, 64\}` (pFedHN's
-        :math:`1 + \lfloor N/4 \rfloor` is 16 for 60 clients)."""
-        return {"hn_lr": trial.suggest_float("hn_lr", 1e-3, 1e-1, log=True),
-                "embedding_dim": trial.suggest_categorical("embedding_dim", [8, 16, 32, 64]),
-                **cls.local_search_space(trial)}
-
-    def hparams(self) -> dict[str, Any]:
-        out = super().hparams()
-        for key in ("encoder", "graph_generator", "lambda_d"):
-            out.pop(key)
-        return out

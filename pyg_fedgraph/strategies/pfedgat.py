@@ -3,17 +3,17 @@ from __future__ import annotations
 
 import copy
 import logging
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import torch
 from torch import Tensor
 
 from pyg_fedgraph.data.federation import FederationGraph
+from pyg_fedgraph.hparams import Range
 from pyg_fedgraph.nn.client_gat import (
     AllocationLogits,
     ClientGAT,
     allocation_backward,
-    check_similarity_options,
 )
 from pyg_fedgraph.strategies.base import (
     FederationContext,
@@ -28,9 +28,7 @@ __all__ = ["PFedGAT"]
 
 log = logging.getLogger(__name__)
 
-FEEDBACK_MODES = ("gradient", "delta")
-OPTIMIZERS = ("sgd", "adam")
-EVALUATE_MODES = ("personalized", "trained")
+Positive = Annotated[int, Range(ge=1)]
 
 
 @register_strategy("pfedgat")
@@ -172,41 +170,28 @@ class PFedGAT(ServerOptimizerState, Strategy):
           vectors) or the logits :math:`(N, N)`; optimizer state.
     """
 
-    def __init__(self, hidden_channels: int = 16, heads: int = 8, negative_slope: float = 0.2,
-                 gat_lr: float = 0.01, optimizer: Literal["sgd", "adam"] = "sgd",
+    def __init__(self, hidden_channels: Positive = 16, heads: Positive = 8,
+                 negative_slope: float = 0.2, gat_lr: Annotated[float, Range(gt=0.0)] = 0.01,
+                 optimizer: Literal["sgd", "adam"] = "sgd",
                  feedback: Literal["gradient", "delta"] = "gradient", use_gat: bool = True,
-                 similarity: bool = True, similarity_scale: float = 20.0,
-                 server_steps: int = 1,
+                 similarity: bool = True,
+                 similarity_scale: Annotated[float, Range(gt=0.0)] = 20.0,
+                 server_steps: Positive = 1,
                  evaluate: Literal["personalized", "trained"] = "personalized") -> None:
         super().__init__()
-        for name, value in (("hidden_channels", hidden_channels), ("heads", heads),
-                            ("server_steps", server_steps)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if not gat_lr > 0:
-            raise ValueError(f"gat_lr must be positive, got {gat_lr}")
-        if feedback not in FEEDBACK_MODES:
-            raise ValueError(f"feedback must be one of {FEEDBACK_MODES}, got {feedback!r}")
-        if optimizer not in OPTIMIZERS:
-            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
-        if evaluate not in EVALUATE_MODES:
-            raise ValueError(f"evaluate must be one of {EVALUATE_MODES}, got {evaluate!r}")
-        if not isinstance(use_gat, bool):
-            raise TypeError(f"use_gat must be a bool, got {use_gat!r}")
-        check_similarity_options(similarity, similarity_scale)
         self.hidden_channels = hidden_channels
         self.heads = heads
-        self.negative_slope = float(negative_slope)
-        self.gat_lr = float(gat_lr)
-        self.optimizer_name = optimizer
+        self.negative_slope = negative_slope
+        self.gat_lr = gat_lr
+        self.optimizer = optimizer
         self.feedback = feedback
         self.use_gat = use_gat
         self.similarity = similarity
-        self.similarity_scale = float(similarity_scale)
+        self.similarity_scale = similarity_scale
         self.server_steps = server_steps
         self.evaluate = evaluate
         self.server: ClientGAT | AllocationLogits | None = None
-        self.optimizer: torch.optim.Optimizer | None = None
+        self.server_optimizer: torch.optim.Optimizer | None = None
 
     @property
     def num_clients(self) -> int:
@@ -219,14 +204,6 @@ class PFedGAT(ServerOptimizerState, Strategy):
         engine's client table :math:`(N, D)`."""
         return self._require_setup().table.params
 
-    def hparams(self) -> dict[str, Any]:
-        return {"hidden_channels": self.hidden_channels, "heads": self.heads,
-                "negative_slope": self.negative_slope, "gat_lr": self.gat_lr,
-                "optimizer": self.optimizer_name, "feedback": self.feedback,
-                "use_gat": self.use_gat, "similarity": self.similarity,
-                "similarity_scale": self.similarity_scale, "server_steps": self.server_steps,
-                "evaluate": self.evaluate}
-
     def setup(self, ctx: FederationContext) -> None:
         super().setup(ctx)
         init = ctx.init_params.detach()
@@ -238,7 +215,7 @@ class PFedGAT(ServerOptimizerState, Strategy):
         else:
             self.server = AllocationLogits(ctx.num_clients)
         self.server = self.server.to(device=init.device, dtype=init.dtype)
-        self.optimizer = self._make_optimizer()
+        self.server_optimizer = self._make_optimizer()
 
     # ------------------------------------------------------------- rounds
     def configure_train(self, rnd: int, clients: Tensor) -> TrainPlan:
@@ -270,10 +247,10 @@ class PFedGAT(ServerOptimizerState, Strategy):
             log.debug("round %d: all clients hold the same model, no server step", rnd)
         else:
             for _ in range(self.server_steps):
-                self.optimizer.zero_grad(set_to_none=True)
+                self.server_optimizer.zero_grad(set_to_none=True)
                 theta_tilde, _ = self.server(self.theta)
                 allocation_backward(theta_tilde[ids], feedback, mode=self.feedback)
-                self.optimizer.step()
+                self.server_optimizer.step()
 
     def personalized_params(self, clients: Tensor) -> Tensor | None:
         r"""The personalized models :math:`\tilde{\theta}_i` (eq. 8) of
@@ -338,16 +315,16 @@ class PFedGAT(ServerOptimizerState, Strategy):
             self._grow_logits(num_new)
 
     def _grow_logits(self, num_new: int) -> None:
-        assert isinstance(self.server, AllocationLogits) and self.optimizer is not None
-        old_state = self.optimizer.state_dict()
+        assert isinstance(self.server, AllocationLogits) and self.server_optimizer is not None
+        old_state = self.server_optimizer.state_dict()
         self.server.add_clients(num_new)
-        self.optimizer = self._make_optimizer()
-        self.optimizer.load_state_dict(_pad_state(old_state, self.server.logits.size(0)))
+        self.server_optimizer = self._make_optimizer()
+        self.server_optimizer.load_state_dict(_pad_state(old_state, self.server.logits.size(0)))
 
     # ------------------------------------------------------------ helpers
     def _make_optimizer(self) -> torch.optim.Optimizer:
         params = [p for p in self.server.parameters() if p.requires_grad]
-        if self.optimizer_name == "adam":
+        if self.optimizer == "adam":
             return torch.optim.Adam(params, lr=self.gat_lr)
         return torch.optim.SGD(params, lr=self.gat_lr)
 

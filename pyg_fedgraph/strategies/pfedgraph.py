@@ -2,14 +2,14 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Annotated, Literal
 
 import torch
 from torch import Tensor
 
 from pyg_fedgraph.data.federation import FederationGraph
+from pyg_fedgraph.hparams import Range, Search
 from pyg_fedgraph.nn.aggregation import GraphAggregation, dense_to_edges
 from pyg_fedgraph.nn.collaboration_qp import (
     DEFAULT_ALPHA_PER_CLIENT,
@@ -22,17 +22,12 @@ from pyg_fedgraph.strategies.base import FederationContext, Strategy, TrainPlan
 from pyg_fedgraph.strategies.registry import register_strategy
 from pyg_fedgraph.train.engine import Regularizer
 
-if TYPE_CHECKING:
-    import optuna
-
 __all__ = ["PFedGraph", "cosine_regularizer"]
 
 log = logging.getLogger(__name__)
 
 SolverName = Literal["projection", "cvxpy"]
 EvaluateName = Literal["local", "aggregated"]
-_SOLVERS = ("projection", "cvxpy")
-_EVALUATE = ("local", "aggregated")
 
 # Guards the cosine against a zero vector (a model whose parameters are all zero).
 _EPS = 1e-12
@@ -154,6 +149,11 @@ class PFedGraph(Strategy):
     rounds, 200 local iterations, SGD lr 0.01 momentum 0.9 weight decay 1e-5,
     batch 64.
 
+    Studies search :math:`\lambda` log-uniformly over :math:`[0.001, 1]`,
+    the paper's sensitivity grid (Sec. 4.6, Fig. 4b). :math:`\alpha` is not
+    searched: its scale grows with :math:`N`, and the paper finds it
+    insensitive around the default :math:`0.08 N`.
+
     Args:
         alpha (float, optional): similarity weight :math:`\alpha` of the QP;
             :obj:`None` uses :math:`0.08 N` with :math:`N` the number of
@@ -189,34 +189,18 @@ class PFedGraph(Strategy):
           :math:`(N, D)`.
     """
 
-    def __init__(self, alpha: float | None = None, lam: float = 0.01,
-                 threshold: float | None = 0.9,
-                 layers: str | Sequence[str] | None = None,
+    def __init__(self, alpha: Annotated[float | None, Range(ge=0.0)] = None,
+                 lam: Annotated[float, Range(ge=0.0), Search(1e-3, 1.0, log=True)] = 0.01,
+                 threshold: Annotated[float | None, Range(ge=-1.0, le=1.0)] = 0.9,
+                 layers: str | list[str] | None = None,
                  normalized_aggregate: bool = True, solver: SolverName = "projection",
                  evaluate: EvaluateName = "local") -> None:
         super().__init__()
-        if isinstance(lam, bool) or not isinstance(lam, (int, float)) \
-                or not 0.0 <= float(lam) < float("inf"):
-            raise ValueError(f"lam must be a finite float >= 0 (paper: 0.01), got {lam!r}")
-        if threshold is not None and (isinstance(threshold, bool)
-                                      or not isinstance(threshold, (int, float))
-                                      or not -1.0 <= float(threshold) <= 1.0):
-            raise ValueError(f"threshold must be a cosine in [-1, 1] or None, got {threshold!r}")
-        if layers is not None:
-            names = [layers] if isinstance(layers, str) else layers
-            if not isinstance(names, (list, tuple)) or not names \
-                    or not all(isinstance(n, str) and n for n in names):
-                raise TypeError(f"layers must be a module-name substring, a non-empty list of "
-                                f"them, or None for all layers; got {layers!r}")
-            layers = layers if isinstance(layers, str) else list(layers)
-        if not isinstance(normalized_aggregate, bool):
-            raise TypeError(f"normalized_aggregate must be a bool, got {normalized_aggregate!r}")
-        if solver not in _SOLVERS:
-            raise ValueError(f"solver must be one of {_SOLVERS}, got {solver!r}")
-        if evaluate not in _EVALUATE:
-            raise ValueError(f"evaluate must be one of {_EVALUATE}, got {evaluate!r}")
-        self.lam = float(lam)
-        self.threshold = None if threshold is None else float(threshold)
+        if isinstance(layers, list) and not (layers and all(layers)):
+            raise ValueError(f"layers must be a module-name substring, a non-empty list of "
+                             f"them, or None for all layers; got {layers!r}")
+        self.lam = lam
+        self.threshold = threshold
         self.layers = layers
         self.normalized_aggregate = normalized_aggregate
         self.solver = solver
@@ -229,20 +213,6 @@ class PFedGraph(Strategy):
         self.register_buffer("similarity_mask", None, persistent=False)
         self._graph_cache: tuple[int, Tensor, Tensor] | None = None
         self._aggregate_cache: tuple[int, Tensor, Tensor | None] | None = None
-
-    @classmethod
-    def search_space(cls, trial: optuna.trial.Trial) -> dict[str, Any]:
-        r""":math:`\lambda` log-uniform over :math:`[0.001, 1]`, the paper's
-        sensitivity grid :math:`\{0.001, 0.01, 0.1, 1\}` (Sec. 4.6, Fig. 4b).
-        :math:`\alpha` is not tuned: its scale grows with :math:`N`, unknown
-        here, and the paper finds it insensitive around the default
-        :math:`0.08 N`."""
-        return {"lam": trial.suggest_float("lam", 1e-3, 1.0, log=True)}
-
-    def hparams(self) -> dict[str, Any]:
-        return {"alpha": self.alpha, "lam": self.lam, "threshold": self.threshold,
-                "layers": self.layers, "normalized_aggregate": self.normalized_aggregate,
-                "solver": self.solver, "evaluate": self.evaluate}
 
     def setup(self, ctx: FederationContext) -> None:
         super().setup(ctx)

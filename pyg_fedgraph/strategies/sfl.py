@@ -3,20 +3,18 @@ from __future__ import annotations
 
 import logging
 from functools import partial
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Annotated, Literal
 
 import torch
 from torch import Tensor
 from torch_geometric.utils import add_remaining_self_loops
 
 from pyg_fedgraph.data.federation import FederationGraph
+from pyg_fedgraph.hparams import Range, Search
 from pyg_fedgraph.nn.khop import KHopPropagation
 from pyg_fedgraph.strategies.base import FederationContext, Strategy, TrainPlan
 from pyg_fedgraph.strategies.registry import register_strategy
 from pyg_fedgraph.train.engine import Regularizer
-
-if TYPE_CHECKING:
-    import optuna
 
 __all__ = ["SFL", "sfl_penalty"]
 
@@ -25,8 +23,6 @@ log = logging.getLogger(__name__)
 NormalizationName = Literal["sym", "row"]
 StartName = Literal["propagated", "local", "global"]
 MissingGraphName = Literal["complete", "error"]
-_STARTS = ("propagated", "local", "global")
-_MISSING = ("complete", "error")
 
 
 def sfl_penalty(theta: Tensor, personalized: Tensor, *global_model: Tensor, lam: float,
@@ -131,6 +127,10 @@ class SFL(Strategy):
     coefficient in ``federated.py``), all clients per round
     (``--client_frac 1``).
 
+    The paper gives no grid: studies search :math:`\lambda` log-uniformly
+    over :math:`[0.01, 1]` around the authors' 0.3, and :math:`K \in
+    \{1, \ldots, 4\}` around their 3.
+
     Args:
         num_hops (int, optional): propagation hops :math:`K`; :obj:`0` means
             :math:`U = V` (default: :obj:`3`).
@@ -156,25 +156,17 @@ class SFL(Strategy):
         - **derived:** structure-aware models :math:`U` :math:`(N, D)`.
     """
 
-    def __init__(self, num_hops: int = 3, lam: float = 0.3,
+    def __init__(self, num_hops: Annotated[int, Range(ge=0), Search(1, 4)] = 3,
+                 lam: Annotated[float, Range(ge=0.0), Search(0.01, 1.0, log=True)] = 0.3,
                  normalization: NormalizationName = "sym", start: StartName = "propagated",
-                 global_lam: float = 0.0, missing_graph: MissingGraphName = "complete") -> None:
+                 global_lam: Annotated[float, Range(ge=0.0)] = 0.0,
+                 missing_graph: MissingGraphName = "complete") -> None:
         super().__init__()
-        if isinstance(num_hops, bool) or not isinstance(num_hops, int) or num_hops < 0:
-            raise ValueError(f"num_hops must be a non-negative int, got {num_hops!r}")
-        if not lam >= 0:
-            raise ValueError(f"lam must be >= 0, got {lam!r}")
-        if not global_lam >= 0:
-            raise ValueError(f"global_lam must be >= 0, got {global_lam!r}")
-        if start not in _STARTS:
-            raise ValueError(f"start must be one of {_STARTS}, got {start!r}")
-        if missing_graph not in _MISSING:
-            raise ValueError(f"missing_graph must be one of {_MISSING}, got {missing_graph!r}")
         self.num_hops = num_hops
-        self.lam = float(lam)
+        self.lam = lam
         self.normalization = normalization
         self.start = start
-        self.global_lam = float(global_lam)
+        self.global_lam = global_lam
         self.missing_graph = missing_graph
         self.propagation = KHopPropagation(num_hops, normalization)
         self._cache: tuple[int, Tensor] | None = None
@@ -182,19 +174,6 @@ class SFL(Strategy):
         self.register_buffer("graph_edge_index", torch.empty(2, 0, dtype=torch.long),
                              persistent=False)
         self.register_buffer("graph_edge_weight", torch.empty(0), persistent=False)
-
-    @classmethod
-    def search_space(cls, trial: optuna.trial.Trial) -> dict[str, Any]:
-        r"""The paper gives no grid: :math:`\lambda` log-uniform over
-        :math:`[0.01, 1]` around the authors' 0.3, and :math:`K \in
-        \{1, \ldots, 4\}` hops around their 3."""
-        return {"lam": trial.suggest_float("lam", 0.01, 1.0, log=True),
-                "num_hops": trial.suggest_int("num_hops", 1, 4)}
-
-    def hparams(self) -> dict[str, Any]:
-        return {"num_hops": self.num_hops, "lam": self.lam,
-                "normalization": self.normalization, "start": self.start,
-                "global_lam": self.global_lam, "missing_graph": self.missing_graph}
 
     def setup(self, ctx: FederationContext) -> None:
         super().setup(ctx)

@@ -14,6 +14,7 @@ import copy
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Annotated
 
 import torch
 from torch import Tensor, nn
@@ -21,10 +22,12 @@ from torch.func import functional_call, grad_and_value, vmap
 
 from pyg_fedgraph.data.federated_dataset import FederatedDataset
 from pyg_fedgraph.data.layout import ParamLayout
+from pyg_fedgraph.hparams import Range, Search, schema
 from pyg_fedgraph.train.objective import Objective
 from pyg_fedgraph.train.rules import SGD, LocalProblem, LocalRule
 
-__all__ = ["LocalConfig", "Regularizer", "TrainResult", "ClientTrainer", "batch_schedule"]
+__all__ = ["LocalConfig", "LOCAL_SCHEMA", "Regularizer", "TrainResult", "ClientTrainer",
+           "batch_schedule"]
 
 log = logging.getLogger(__name__)
 
@@ -43,22 +46,24 @@ class LocalConfig:
         steps (int, optional): a fixed number of local steps per client, each
             on a fresh random mini-batch (default: ``None``).
     """
-    lr: float = 0.01
-    momentum: float = 0.0
-    weight_decay: float = 0.0
-    batch_size: int = 64
-    epochs: int | None = 5
-    steps: int | None = None
+    lr: Annotated[float, Range(gt=0.0),
+                  Search(1e-3, 1e-1, log=True,
+                         note="Panacea's grid {0.001, ..., 0.1} (Sec. IV-A)")] = 0.01
+    momentum: Annotated[float, Range(ge=0.0, lt=1.0)] = 0.0
+    weight_decay: Annotated[float, Range(ge=0.0)] = 0.0
+    batch_size: Annotated[int, Range(ge=1)] = 64
+    epochs: Annotated[int | None, Range(ge=0)] = 5
+    steps: Annotated[int | None, Range(ge=0)] = None
 
     def __post_init__(self) -> None:
-        if self.lr <= 0:
-            raise ValueError(f"lr must be positive, got {self.lr}")
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
-        if self.steps is None and (self.epochs is None or self.epochs < 0):
+        for name, hp in LOCAL_SCHEMA.items():
+            setattr(self, name, hp.check(getattr(self, name)))
+        if self.steps is None and self.epochs is None:
             raise ValueError("set epochs >= 0 or steps >= 0")
-        if self.steps is not None and self.steps < 0:
-            raise ValueError(f"steps must be >= 0, got {self.steps}")
+
+
+#: The declared hyper-parameters of :class:`LocalConfig`.
+LOCAL_SCHEMA = schema(LocalConfig)
 
 
 class Regularizer:

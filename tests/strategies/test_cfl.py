@@ -75,11 +75,11 @@ def test_registered_hparams_and_defaults():
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    ({"eps1": -1.0}, "eps1 and eps2 must be >= 0"),
-    ({"eps2": float("nan")}, "eps1 and eps2 must be >= 0"),
-    ({"min_cluster_size": 1}, "min_cluster_size must be an int >= 2"),
-    ({"warmup_rounds": -1}, "warmup_rounds must be a non-negative int"),
-    ({"linkage": "ward"}, "linkage must be one of"),
+    ({"eps1": -1.0}, "eps1 must be >= 0, got -1.0"),
+    ({"eps2": float("nan")}, "eps2: expected a finite number, got nan"),
+    ({"min_cluster_size": 1}, "min_cluster_size must be >= 2, got 1"),
+    ({"warmup_rounds": -1}, "warmup_rounds must be >= 0, got -1"),
+    ({"linkage": "ward"}, "linkage: expected one of 'complete', 'single', got 'ward'"),
 ])
 def test_bad_options(kwargs, match):
     with pytest.raises(ValueError, match=match):

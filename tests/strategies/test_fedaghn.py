@@ -53,7 +53,7 @@ def test_registered_and_hparams():
 
 
 def test_constructor_errors():
-    with pytest.raises(ValueError, match="hn_lr must be positive"):
+    with pytest.raises(ValueError, match="hn_lr must be > 0"):
         FedAGHN(hn_lr=0.0)
     with pytest.raises(ValueError, match="hn_momentum"):
         FedAGHN(hn_momentum=1.0)

@@ -57,11 +57,11 @@ def test_registered_and_hparams():
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    ({"num_clusters": 0}, "num_clusters must be a positive int"),
-    ({"num_clusters": 2.0}, "num_clusters must be a positive int"),
-    ({"num_steps": -1}, "num_steps must be a non-negative int"),
-    ({"num_init": 0}, "num_init must be a positive int"),
-    ({"evaluate": "after"}, "evaluate must be one of"),
+    ({"num_clusters": 0}, "num_clusters must be >= 1, got 0"),
+    ({"num_clusters": 2.0}, "num_clusters: expected an int >= 1, got 2.0"),
+    ({"num_steps": -1}, "num_steps must be >= 0, got -1"),
+    ({"num_init": 0}, "num_init must be >= 1, got 0"),
+    ({"evaluate": "after"}, "evaluate: expected one of 'distributed', 'local'"),
 ])
 def test_bad_options(kwargs, match):
     with pytest.raises(ValueError, match=match):

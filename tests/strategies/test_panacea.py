@@ -79,15 +79,15 @@ def test_registered_and_hparams():
 
 
 def test_constructor_errors():
-    with pytest.raises(ValueError, match="encoder must be"):
+    with pytest.raises(ValueError, match="encoder: expected one of 'gcn', 'mlp'"):
         Panacea(encoder="gat")
-    with pytest.raises(ValueError, match="optimizer must be one of"):
+    with pytest.raises(ValueError, match="optimizer: expected one of 'sgd', 'adam'"):
         Panacea(optimizer="rmsprop")
     with pytest.raises(ValueError, match="server_steps"):
         Panacea(server_steps=0)
     with pytest.raises(ValueError, match="local_steps"):
         Panacea(local_steps=0)
-    with pytest.raises(ValueError, match="hn_lr must be positive"):
+    with pytest.raises(ValueError, match="hn_lr must be > 0"):
         Panacea(hn_lr=0.0)
     with pytest.raises(ValueError, match="lambda_d"):
         Panacea(lambda_d=-1.0)
@@ -133,7 +133,7 @@ def test_first_server_step_is_the_negative_delta_rule():
     strategy.aggregate_train(1, graph)
     # By hand: one SGD step along -(dtheta/dpsi)^T delta, averaged over the 2 clients.
     theta = ref.hypernetwork(RING, clients=clients)
-    hypernetwork_update(ref.hypernetwork, ref.optimizer, theta, graph.delta / 2)
+    hypernetwork_update(ref.hypernetwork, ref.server_optimizer, theta, graph.delta / 2)
     for a, b in zip(strategy.hypernetwork.parameters(), ref.hypernetwork.parameters(), strict=True):
         assert torch.allclose(a, b, atol=1e-6)
     # "sum" averages nothing: twice the step for two clients.
@@ -177,7 +177,7 @@ def test_mse_steps_do_not_overshoot():
     ref.setup(_context())
     for _ in range(60):
         theta = ref.hypernetwork(RING, clients=clients)
-        hypernetwork_update(ref.hypernetwork, ref.optimizer, theta, graph.delta)
+        hypernetwork_update(ref.hypernetwork, ref.server_optimizer, theta, graph.delta)
     gap_rule = (ref.personalized_params(clients) - graph.x).norm()
     assert not bool(gap_rule < graph.delta.norm())  # diverged (or NaN)
 
@@ -208,11 +208,11 @@ def test_pfedhn_defaults_follow_the_paper():
     strategy.setup(_context())
     # pFedHN's code: embedding size 1 + N/4, SGD lr 0.01, momentum 0.9, wd 1e-3.
     assert strategy.hypernetwork.embedding.shape == (5, 1 + 5 // 4)
-    group = strategy.optimizer.param_groups[0]
-    assert isinstance(strategy.optimizer, torch.optim.SGD)
+    group = strategy.server_optimizer.param_groups[0]
+    assert isinstance(strategy.server_optimizer, torch.optim.SGD)
     assert (group["lr"], group["momentum"], group["weight_decay"]) == (0.01, 0.9, 1e-3)
     # Embeddings are never decayed (held-out rows must stay put).
-    assert strategy.optimizer.param_groups[1]["weight_decay"] == 0.0
+    assert strategy.server_optimizer.param_groups[1]["weight_decay"] == 0.0
 
 
 def test_held_out_embeddings_never_train():

@@ -97,13 +97,13 @@ def test_registered_and_hparams():
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    ({"feedback": "loss"}, "feedback must be one of"),
-    ({"optimizer": "rmsprop"}, "optimizer must be one of"),
-    ({"gat_lr": 0.0}, "gat_lr must be positive"),
-    ({"server_steps": 0}, "server_steps must be a positive int"),
-    ({"hidden_channels": 2.5}, "hidden_channels must be a positive int"),
-    ({"evaluate": "local"}, "evaluate must be one of"),
-    ({"similarity_scale": -1.0}, "similarity_scale must be positive"),
+    ({"feedback": "loss"}, "feedback: expected one of 'gradient', 'delta'"),
+    ({"optimizer": "rmsprop"}, "optimizer: expected one of 'sgd', 'adam'"),
+    ({"gat_lr": 0.0}, "gat_lr must be > 0, got 0.0"),
+    ({"server_steps": 0}, "server_steps must be >= 1, got 0"),
+    ({"hidden_channels": 2.5}, "hidden_channels: expected an int >= 1, got 2.5"),
+    ({"evaluate": "local"}, "evaluate: expected one of 'personalized', 'trained'"),
+    ({"similarity_scale": -1.0}, "similarity_scale must be > 0"),
 ])
 def test_invalid_options(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -292,7 +292,7 @@ def test_add_clients(use_gat):
         assert (logits[4:] == 0).all() and (logits[:, 4:] == 0).all()
         torch.testing.assert_close(alloc[4:], torch.full((2, 6), 1 / 6))
         # Adam's moments are padded, not reset.
-        state = strategy.optimizer.state[strategy.server.logits]
+        state = strategy.server_optimizer.state[strategy.server.logits]
         assert state["exp_avg"].shape == (6, 6) and state["exp_avg"][:4, :4].abs().sum() > 0
         assert int(state["step"]) == 1
 

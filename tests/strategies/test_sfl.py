@@ -65,13 +65,13 @@ def test_registered_hparams_and_defaults():
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    ({"num_hops": -1}, "num_hops must be a non-negative int"),
-    ({"num_hops": 1.5}, "num_hops must be a non-negative int"),
+    ({"num_hops": -1}, "num_hops must be >= 0, got -1"),
+    ({"num_hops": 1.5}, "num_hops: expected an int >= 0, got 1.5"),
     ({"lam": -0.1}, "lam must be >= 0"),
     ({"global_lam": -1.0}, "global_lam must be >= 0"),
-    ({"normalization": "left"}, "normalization must be one of"),
-    ({"start": "zero"}, "start must be one of"),
-    ({"missing_graph": "knn"}, "missing_graph must be one of"),
+    ({"normalization": "left"}, "normalization: expected one of 'sym', 'row'"),
+    ({"start": "zero"}, "start: expected one of 'propagated', 'local', 'global'"),
+    ({"missing_graph": "knn"}, "missing_graph: expected one of 'complete', 'error'"),
 ])
 def test_bad_options(kwargs, match):
     with pytest.raises(ValueError, match=match):

@@ -124,7 +124,7 @@ def test_batch_schedule_empty_cases():
 
 
 def test_local_config_errors():
-    with pytest.raises(ValueError, match="lr must be positive, got 0"):
+    with pytest.raises(ValueError, match="lr must be > 0, got 0"):
         LocalConfig(lr=0)
     with pytest.raises(ValueError, match="batch_size must be >= 1, got 0"):
         LocalConfig(batch_size=0)
