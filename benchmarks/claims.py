@@ -255,8 +255,9 @@ def pfedgat_section(rounds: int, quick: bool) -> list[str]:
     return title + [f"Ours: digits, 10 clients, {rounds} rounds"
                     f"{', 1 local epoch' if quick else ''}, seed 0, the final allocation "
                     "matrix (`collaboration_graph()`), the strategy's defaults: GATConv "
-                    "with our similarity term (without it the GAT learns no structure "
-                    "here). Five seeds, the paper's GAT and test accuracy against Local: "
+                    "with our similarity and self terms (without them the GAT learns no "
+                    "structure here). Five seeds, the paper's GAT and test accuracy against "
+                    "Local: "
                     "`benchmarks/results/pfedgat_allocation.md`.", "", *rows, ""]
 
 

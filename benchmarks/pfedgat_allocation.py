@@ -5,10 +5,10 @@ For each seed and each split (IID, pathological: 2 classes per client), 10
 clients, the CLI's digits defaults (MLP, 30 rounds, 2 local epochs):
 
 * ``local``: Local training (the accuracy bar);
-* ``pfedgat``: the strategy's defaults (GATConv with the similarity term,
-  held-out gradient feedback, SGD at the paper's 0.01);
-* ``pfedgat-tau10``: ``similarity_scale=10`` instead of 20 (the similarity
-  term learned four times slower);
+* ``pfedgat``: the strategy's defaults (GATConv with the similarity and self
+  terms, held-out gradient feedback, SGD at the paper's 0.01);
+* ``pfedgat-tau40``: ``similarity_scale=40`` instead of 80 (the similarity
+  and self terms learned four times slower);
 * ``pfedgat-paper``: ``similarity=False``, the paper's GAT exactly;
 * ``pfedgat-logits``: ``use_gat=False, optimizer="adam", gat_lr=0.1``, the
   "without GAT" ablation (paper Table 4).
@@ -45,7 +45,7 @@ RESULTS = Path(__file__).resolve().parent / "results" / "pfedgat_allocation.md"
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "local": ("local", {}),
     "pfedgat": ("pfedgat", {}),
-    "pfedgat-tau10": ("pfedgat", {"similarity_scale": 10.0}),
+    "pfedgat-tau40": ("pfedgat", {"similarity_scale": 40.0}),
     "pfedgat-paper": ("pfedgat", {"similarity": False}),
     "pfedgat-logits": ("pfedgat", {"use_gat": False, "optimizer": "adam", "gat_lr": 0.1}),
 }

@@ -80,46 +80,77 @@ class ClientGAT(torch.nn.Module):
         e_{ij}^k &= \mathrm{LeakyReLU}\left(
             \mathbf{a}_{dst}^{k\top} \mathbf{W}^k h_i +
             \mathbf{a}_{src}^{k\top} \mathbf{W}^k h_j +
-            \beta_k\, s_{ij} \right), \qquad
+            \beta_k\, s_{ij}\, [i \neq j] + \gamma_k\, [i = j] \right), \qquad
         \alpha_{ij}^k = \frac{\exp(e_{ij}^k)}{\sum_{m=1}^N \exp(e_{im}^k)},
 
         A_{ij} &= \frac{1}{K} \sum_{k=1}^K \alpha_{ij}^k, \qquad
         \tilde{\theta}_i = \sum_{j=1}^N A_{ij}\, \theta_j .
 
-    The term :math:`\beta_k s_{ij}` is **our addition** (``similarity=True``,
-    the default); without it (``similarity=False``) this is exactly the
-    paper's GAT. :math:`s_{ij}` is the cosine similarity of the two clients'
-    deviations from the mean model (:func:`client_similarity`), passed to
-    GATConv as a one-dimensional edge feature :math:`\tau s_{ij}`
-    (``edge_dim=1``, :math:`\tau` = ``similarity_scale``) whose projection
-    is fixed to ones, so each head learns one coefficient
-    :math:`\beta_k = \tau \sum_c \mathbf{a}_{edge}^k[c]`
-    (:attr:`similarity_coefficients`), starting at 0: a fresh module scores
-    exactly like the paper's GAT. It is a function of the same node features
-    and needs nothing else from the clients.
+    The terms in :math:`\beta_k` and :math:`\gamma_k` are **our addition**
+    (``similarity=True``, the default); without them (``similarity=False``)
+    this is exactly the paper's GAT. :math:`s_{ij}` is the cosine similarity
+    of two clients' deviations from the mean model (:func:`client_similarity`);
+    :math:`\beta_k` (:attr:`similarity_coefficients`) says how strongly head
+    :math:`k` prefers a client's look-alikes among the *other* clients, and
+    :math:`\gamma_k` (:attr:`self_coefficients`) how strongly it prefers the
+    client itself, as FedAGHN's sharpness and self weight. Both are
+    :math:`\tau` (``similarity_scale``) times a learned parameter
+    (:obj:`similarity_weight`, :obj:`self_weight`), start at 0 (a fresh
+    module scores exactly like the paper's GAT), and enter GATConv as edge
+    features (``edge_dim=K``) whose projection and attention vector are
+    fixed so that feature :math:`k` is added to head :math:`k`'s score
+    unchanged. They are functions of the same node features and need
+    nothing else from the clients.
 
-    Why: GATConv's attention is "static" (Brody et al., GATv2). Within one
-    head :math:`e_{ij}^k` is monotone in :math:`\mathbf{a}_{src}^{k\top}
-    \mathbf{W}^k h_j` for every :math:`i`, so all clients rank the others in
-    the same order; a row can only sharpen or flatten a head (the LeakyReLU
-    kink), and the mean over heads has fixed weights :math:`1/K`. Client
-    :math:`i` preferring :math:`j` over :math:`j'` while client :math:`i'`
-    prefers :math:`j'` over :math:`j` cannot be expressed. Yet that is what
-    the feedback asks for. On digits with a pathological split (10 clients,
-    round 13, delta feedback), the descent direction of the allocation
-    logits averaged +0.16 on pairs
+    Why a similarity term: GATConv's attention is "static" (Brody et al.,
+    GATv2). Within one head :math:`e_{ij}^k` is monotone in
+    :math:`\mathbf{a}_{src}^{k\top} \mathbf{W}^k h_j` for every :math:`i`,
+    so all clients rank the others in the same order; a row can only sharpen
+    or flatten a head (the LeakyReLU kink), and the mean over heads has fixed
+    weights :math:`1/K`. Client :math:`i` preferring :math:`j` over
+    :math:`j'` while client :math:`i'` prefers :math:`j'` over :math:`j`
+    cannot be expressed. Yet that is what the feedback asks for. On digits
+    with a pathological split (10 clients, round 13, delta feedback), the
+    descent direction of the allocation logits averaged +0.16 on pairs
     sharing a class and -0.09 on the others, and +0.35 on the diagonal. It
-    followed :math:`s_{ij}` (+0.46 / -0.25 / 1), while its column means,
-    the only part static attention can follow, were noise of either sign.
-    Without the term the GAT learned nothing there: 0.28 of the weight on
+    followed :math:`s_{ij}` (+0.46 / -0.25 / 1), while its column means, the
+    only part static attention can follow, were noise of either sign.
+    Without the term the GAT learned nothing there (0.28 of the weight on
     clients sharing a class, which is chance, and 84.8% test accuracy
-    against 99.6% for Local (5 seeds). With it, 1.00 of the weight and 99.7%
-    (see :class:`~pyg_fedgraph.strategies.PFedGAT` and
-    ``benchmarks/pfedgat_allocation.py``). Because :math:`s_{ii} = 1` is the
-    largest similarity, a large :math:`\beta_k` favours the client itself
-    first and its look-alikes second. GATv2Conv with the same node
+    against 99.6% for Local over 5 seeds; see
+    :class:`~pyg_fedgraph.strategies.PFedGAT` and
+    ``benchmarks/pfedgat_allocation.py``). GATv2Conv with the same node
     features, which is dynamic but must find the similarity in :math:`D`
     dimensions, learned unstably in 30 rounds (0.27 to 0.39 of the weight).
+
+    Why the diagonal has its own coefficient: a single term
+    :math:`\beta_k s_{ij}` over all pairs, self included (:math:`s_{ii} = 1`,
+    the largest similarity), ties "prefer look-alikes" to "prefer yourself":
+    any :math:`\beta_k` that separates the groups puts more weight still on
+    the client itself, and a large step collapses every row onto its
+    diagonal, where the softmax saturates and the gradient vanishes. On
+    ``examples/client_gat_quickstart.py`` (8 clients in 2 groups, seed 0)
+    that form (with :math:`\tau = 20`), in float64, went from a sum of
+    held-out losses of 62.7 to 79.4 and from a mean self weight of 0.125 to
+    0.999 in one SGD step at the paper's learning rate 0.01; 30 rounds ended
+    at a held-out MSE of 7.03,
+    worse than FedAvg (5.51). With steps small enough to descend (0.001 or
+    0.0003) it stopped at a self weight of 0.37 and 0.65 of the off-diagonal
+    weight inside the group, MSE 4.87 against 4.45 for the in-group average.
+    With :math:`\gamma_k` separate: 0.85 inside the group, self weight 0.06,
+    MSE 4.47; on the pathological digits split, where Local is best, it
+    still keeps most weight on the client itself (0.89, see
+    :class:`~pyg_fedgraph.strategies.PFedGAT`). The old form's end-to-end
+    gradient agreed with finite differences (float64, relative error below
+    :math:`10^{-8}`, as ``tests/nn/test_client_gat.py`` checks for this
+    one): it failed by what it could express, not by a wrong gradient.
+
+    Learning speed: one SGD step with learning rate :math:`\eta` changes
+    :math:`\beta_k` by :math:`-\tau^2 \eta\, \partial L / \partial \beta_k`
+    (likewise :math:`\gamma_k`), whatever ``hidden_channels`` is; the
+    gradient scales with the loss, so a loss summed over many clients or in
+    large units (e.g. a squared error with noise variance 4) needs a smaller
+    :math:`\eta` or :math:`\tau`.
 
     :math:`A_{ij}` is the weight client :math:`i` gives to client :math:`j`;
     in PyG's convention that is the edge :math:`j \rightarrow i` (source
@@ -128,12 +159,12 @@ class ClientGAT(torch.nn.Module):
     :math:`K = 8` heads and slope 0.2 (Sec. 4.1).
 
     Training is end-to-end from client feedback (eq. 9-10): gradients reach
-    :math:`\mathbf{W}` and :math:`\mathbf{a}` only through :math:`A`; see
-    :func:`allocation_backward` for the two feedback modes. ``theta`` is
-    **not** detached: client uploads carry no gradient, so it is plain data in
-    the usual server loop, and a caller that builds ``theta`` with autograd
-    (e.g. from a hypernetwork) keeps that path. The GATConv's output bias
-    never influences :math:`A` and so receives no gradient.
+    :math:`\mathbf{W}`, :math:`\mathbf{a}` and the coefficients only through
+    :math:`A`; see :func:`allocation_backward` for the two feedback modes.
+    ``theta`` is **not** detached: client uploads carry no gradient, so it is
+    plain data in the usual server loop, and a caller that builds ``theta``
+    with autograd (e.g. from a hypernetwork) keeps that path. The GATConv's
+    output bias never influences :math:`A` and so receives no gradient.
 
     The GAT's weights do not depend on :math:`N`: clients may join or leave
     between calls (paper Sec. 5.3: 8 clients, then 2 join) without retraining;
@@ -155,14 +186,14 @@ class ClientGAT(torch.nn.Module):
         heads (int, optional): number of attention heads :math:`K`.
             (default: :obj:`8`)
         negative_slope (float, optional): LeakyReLU slope. (default: :obj:`0.2`)
-        similarity (bool, optional): add the similarity term
-            :math:`\beta_k s_{ij}` to the attention scores; ``False`` gives
-            the paper's GAT exactly. (default: :obj:`True`)
-        similarity_scale (float, optional): :math:`\tau`, the scale of the
-            edge feature. With SGD, one step changes :math:`\beta_k` by
-            :math:`C \tau^2` times the learning rate times its gradient, so
-            :math:`\tau` sets how fast the similarity term is learned
-            relative to the node-feature weights. (default: :obj:`20.0`)
+        similarity (bool, optional): add the terms in :math:`\beta_k` and
+            :math:`\gamma_k` to the attention scores; ``False`` gives the
+            paper's GAT exactly. (default: :obj:`True`)
+        similarity_scale (float, optional): :math:`\tau`; one SGD step
+            changes :math:`\beta_k` and :math:`\gamma_k` by :math:`\tau^2`
+            times the learning rate times their gradients, so :math:`\tau`
+            sets how fast these terms are learned relative to the
+            node-feature weights. (default: :obj:`80.0`)
 
     Shapes:
         - **input:** client parameters :math:`(|\mathcal{V}|, D)`, bare or as
@@ -173,7 +204,7 @@ class ClientGAT(torch.nn.Module):
 
     def __init__(self, in_channels: int, hidden_channels: int = 64, heads: int = 8,
                  negative_slope: float = 0.2, similarity: bool = True,
-                 similarity_scale: float = 20.0) -> None:
+                 similarity_scale: float = 80.0) -> None:
         super().__init__()
         for name, value in (("in_channels", in_channels), ("hidden_channels", hidden_channels),
                             ("heads", heads)):
@@ -188,34 +219,55 @@ class ClientGAT(torch.nn.Module):
         self.similarity_scale = float(similarity_scale)
         self.conv = GATConv(in_channels, hidden_channels, heads=heads, concat=False,
                             negative_slope=negative_slope, add_self_loops=False,
-                            edge_dim=1 if similarity else None)
+                            edge_dim=heads if similarity else None)
         if similarity:
-            # The edge projection is fixed to ones, so head k adds
-            # (sum_c att_edge[k, c]) * tau * s_ij to its score: one learnable
-            # similarity coefficient per head.
+            # GATConv's edge path is fixed (see reset_parameters): the learned
+            # part of the edge term lives in the two coefficient vectors.
             self.conv.lin_edge.weight.requires_grad_(False)
+            self.conv.att_edge.requires_grad_(False)
+            self.similarity_weight = Parameter(torch.empty(heads))
+            self.self_weight = Parameter(torch.empty(heads))
+        else:
+            self.register_parameter("similarity_weight", None)
+            self.register_parameter("self_weight", None)
         self.aggregation = GraphAggregation()
         self._edge_index: Tensor | None = None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         r"""Re-draws the GAT's weights (glorot, as PyG's GATConv); the
-        similarity coefficients :math:`\beta_k` start at zero, so a fresh
-        module scores exactly like the paper's GAT."""
+        coefficients :math:`\beta_k` and :math:`\gamma_k` start at zero, so a
+        fresh module scores exactly like the paper's GAT."""
         self.conv.reset_parameters()
         if self.similarity:
             with torch.no_grad():
-                self.conv.lin_edge.weight.fill_(1.0)
-                self.conv.att_edge.zero_()
+                # Edge feature k goes to the C channels of head k, each read
+                # with weight 1/C: head k's score gets feature k unchanged.
+                heads, channels = self.heads, self.hidden_channels
+                eye = torch.eye(heads, dtype=self.conv.lin_edge.weight.dtype,
+                                device=self.conv.lin_edge.weight.device)
+                self.conv.lin_edge.weight.copy_(eye.repeat_interleave(channels, dim=0))
+                self.conv.att_edge.fill_(1.0 / channels)
+                self.similarity_weight.zero_()
+                self.self_weight.zero_()
 
     @property
     def similarity_coefficients(self) -> Tensor | None:
-        r"""The per-head similarity coefficients :math:`\beta_k = \tau
-        \sum_c \mathbf{a}_{edge}^{k}[c]` :math:`(K,)` (``None`` with
-        ``similarity=False``); detached."""
+        r"""The per-head coefficients :math:`\beta_k = \tau \cdot`
+        ``similarity_weight[k]`` of the similarity to the other clients
+        :math:`(K,)` (``None`` with ``similarity=False``); detached."""
         if not self.similarity:
             return None
-        return self.similarity_scale * self.conv.att_edge.detach().sum(dim=-1).reshape(-1)
+        return self.similarity_scale * self.similarity_weight.detach()
+
+    @property
+    def self_coefficients(self) -> Tensor | None:
+        r"""The per-head self-loop coefficients :math:`\gamma_k = \tau \cdot`
+        ``self_weight[k]`` :math:`(K,)` (``None`` with ``similarity=False``);
+        detached."""
+        if not self.similarity:
+            return None
+        return self.similarity_scale * self.self_weight.detach()
 
     def full_edge_index(self, num_clients: int, device: torch.device | None = None) -> Tensor:
         r"""All :math:`N^2` edges :math:`j \rightarrow i`, ordered so that edge
@@ -229,16 +281,23 @@ class ClientGAT(torch.nn.Module):
             self._edge_index = ei
         return ei
 
+    def edge_scores(self, x: Tensor, edge_index: Tensor) -> Tensor:
+        r"""The added score of every edge and head, :math:`\beta_k s_{ij}` off
+        the diagonal and :math:`\gamma_k` on it :math:`(|\mathcal{E}|, K)`
+        (``similarity=True`` only)."""
+        src, dst = edge_index[0], edge_index[1]
+        is_self = (src == dst).unsqueeze(-1)
+        sim = client_similarity(x)[dst, src].unsqueeze(-1)
+        scores = torch.where(is_self, self.self_weight, sim * self.similarity_weight)
+        return self.similarity_scale * scores
+
     def allocation(self, graph_or_x: Any) -> Tensor:
         r"""Returns only the allocation matrix :math:`A` :math:`(N, N)`."""
         x = self._check(_client_params(graph_or_x))
         n = x.size(0)
         h = F.layer_norm(x, (x.size(1),))
         edge_index = self.full_edge_index(n, x.device)
-        edge_attr = None
-        if self.similarity:
-            sim = self.similarity_scale * client_similarity(x)
-            edge_attr = sim[edge_index[1], edge_index[0]].unsqueeze(-1)
+        edge_attr = self.edge_scores(x, edge_index) if self.similarity else None
         _, (edge_index, alpha) = self.conv(h, edge_index, edge_attr=edge_attr,
                                            return_attention_weights=True)
         src, dst = edge_index[0], edge_index[1]

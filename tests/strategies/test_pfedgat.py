@@ -43,11 +43,12 @@ def _simulator(strategy, rounds=3, seed=0):
                      local=LocalConfig(lr=0.2, batch_size=8, epochs=2), seed=seed)
 
 
-def _context(n=4, seed=0):
+def _context(n=4, seed=0, dtype=torch.float32):
     torch.manual_seed(seed)
-    model = torch.nn.Linear(3, 2)
+    model = torch.nn.Linear(3, 2).to(dtype)
     layout = ParamLayout.from_module(model)
-    return FederationContext(num_clients=n, layout=layout, init_params=layout.flatten(model),
+    return FederationContext(num_clients=n, layout=layout,
+                             init_params=layout.flatten(model).to(dtype),
                              num_samples=torch.ones(n, dtype=torch.long))
 
 
@@ -84,7 +85,7 @@ def test_registered_and_hparams():
     assert strategy.hparams() == {"hidden_channels": 4, "heads": 2, "negative_slope": 0.2,
                                   "gat_lr": 0.01, "optimizer": "sgd", "feedback": "gradient",
                                   "use_gat": True, "similarity": True,
-                                  "similarity_scale": 20.0, "server_steps": 1,
+                                  "similarity_scale": 80.0, "server_steps": 1,
                                   "evaluate": "personalized"}
     # The exact feedback is a client job of the plan; the delta feedback needs none.
     strategy.setup(_context())
@@ -153,7 +154,8 @@ def test_round_changes_gat_and_uses_only_sampled_feedback():
 
     for name, param in reference.named_parameters():
         if param.grad is None:  # GATConv's output bias never reaches A
-            assert name in ("conv.bias", "conv.lin_edge.weight")  # fixed edge projection
+            # GATConv's output bias never reaches A; its edge path is fixed.
+            assert name in ("conv.bias", "conv.lin_edge.weight", "conv.att_edge")
             continue
         assert param.grad.abs().sum() > 0, name
         torch.testing.assert_close(dict(strategy.server.named_parameters())[name],
@@ -180,6 +182,100 @@ def test_delta_feedback_is_negated_delta():
     aggregate(b, 2, graph_b)
     for name, value in _server_params(a).items():
         torch.testing.assert_close(value, _server_params(b)[name])
+
+
+def _held_out_split(n=4, samples=6, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, samples, 3, generator=gen, dtype=torch.float64)
+    return x, torch.randint(0, 2, (n, samples), generator=gen)
+
+
+def _held_out_losses(ctx, theta, split):
+    r"""Client i's mean held-out cross-entropy at row i of ``theta`` :math:`(N,)`."""
+    x, y = split
+    model = torch.nn.Linear(3, 2).double()
+    return torch.stack([  # reference: one client at a time
+        F.cross_entropy(functional_call(model, ctx.layout.unflatten(theta[i]), (x[i],)), y[i])
+        for i in range(theta.size(0))])
+
+
+def _held_out_gradients(ctx, theta, split):
+    leaf = theta.detach().clone().requires_grad_(True)
+    (grad,) = torch.autograd.grad(_held_out_losses(ctx, leaf, split).sum(), leaf)
+    return grad
+
+
+def _finite_differences(loss_fn, params, eps=1e-6):
+    grads = {}
+    for name, param in params.items():
+        grad = torch.zeros_like(param)
+        flat = param.data.view(-1)
+        for k in range(flat.numel()):
+            old = float(flat[k])
+            flat[k] = old + eps
+            plus = float(loss_fn())
+            flat[k] = old - eps
+            minus = float(loss_fn())
+            flat[k] = old
+            grad.view(-1)[k] = (plus - minus) / (2 * eps)
+        grads[name] = grad
+    return grads
+
+
+def _float64_round_two(feedback, gat_lr, eta=0.05):
+    r"""A float64 strategy after round 1, the finite-difference gradient of the
+    sum of held-out losses over its GAT's trained parameters at round 2, and
+    round 2's graph: ``feedback`` (gradient mode) or the delta of one local
+    step of size ``eta`` on the held-out loss (delta mode)."""
+    ctx = _context(dtype=torch.float64)
+    strategy = PFedGAT(hidden_channels=3, heads=2, gat_lr=gat_lr, feedback=feedback)
+    strategy.setup(ctx)
+    _fake_round(strategy, 1, torch.arange(4), seed=0)
+    split = _held_out_split()
+    theta = strategy.theta.clone()
+    params = {name: p for name, p in strategy.server.named_parameters()
+              if p.requires_grad and name != "conv.bias"}
+
+    def loss():
+        with torch.no_grad():
+            return _held_out_losses(ctx, strategy.server(theta)[0], split).sum()
+
+    grads = _finite_differences(loss, params)
+    clients = torch.arange(4)
+    start = strategy.configure_train(2, clients).params
+    held_out_grad = _held_out_gradients(ctx, start, split)
+    delta = -eta * held_out_grad
+    graph = FederationGraph(x=start + delta, delta=delta, client_id=clients)
+    graph.feedback = held_out_grad
+    return strategy, params, grads, loss, graph
+
+
+@pytest.mark.parametrize("feedback", ["gradient", "delta"])
+def test_server_step_matches_finite_differences(feedback):
+    # aggregate_train's SGD step is -gat_lr * dL/dpsi for L = sum_i L_i(theta_tilde_i),
+    # L_i on held-out data; with feedback="delta" and one local step of size
+    # eta on that same loss, delta_i = -eta g_i, so the step is eta times it.
+    lr, eta = 0.1, 0.05
+    strategy, params, grads, _, graph = _float64_round_two(feedback, lr, eta)
+    before = {name: p.detach().clone() for name, p in params.items()}
+    strategy.aggregate_train(2, graph)
+    scale = lr if feedback == "gradient" else lr * eta
+    for name, param in params.items():
+        assert grads[name].abs().max() > 1e-5, name
+        torch.testing.assert_close(before[name] - param.detach(), scale * grads[name],
+                                   atol=1e-9, rtol=1e-6)
+
+
+def test_small_server_step_decreases_held_out_loss():
+    # One step at a small gat_lr lowers the sum of held-out losses by
+    # gat_lr * |dL/dpsi|^2, the first-order prediction.
+    lr = 1e-3
+    strategy, _, grads, loss, graph = _float64_round_two("gradient", lr)
+    before = float(loss())
+    strategy.aggregate_train(2, graph)
+    predicted = lr * sum(float((g ** 2).sum()) for g in grads.values())
+    assert predicted > 1e-4 * before
+    assert before - float(loss()) == pytest.approx(predicted, rel=0.05)
 
 
 def test_gradient_feedback_requires_feedback_attribute():
@@ -233,7 +329,7 @@ def test_simulator_hook_gradient_equals_end_to_end_autograd():
         torch.testing.assert_close(after[name], before[name] - lr * param.grad,
                                    atol=1e-6, rtol=1e-5)
         moved += int(not torch.equal(after[name], before[name]))
-    assert moved == 4  # lin.weight, att_src, att_dst, att_edge
+    assert moved == 5  # lin.weight, att_src, att_dst, similarity_weight, self_weight
 
 
 def test_simulator_adds_feedback_only_when_asked():
