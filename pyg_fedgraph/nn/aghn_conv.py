@@ -10,6 +10,7 @@ from torch_geometric.nn.conv import MessagePassing
 from torch_geometric.utils import remove_self_loops, scatter, softmax
 
 from pyg_fedgraph.nn.aggregation import GraphAggregation
+from pyg_fedgraph.nn.functional import pairwise_cosine
 
 __all__ = ["AGHNConv"]
 
@@ -17,7 +18,6 @@ logger = logging.getLogger(__name__)
 
 # Deltas whose layer-l slice has a smaller norm than this count as zero: their
 # cosine with every other client is 0 (the authors' code would divide by zero).
-_NORM_EPS = 1e-12
 
 
 class AGHNConv(MessagePassing):
@@ -262,9 +262,7 @@ class AGHNConv(MessagePassing):
         bounds = layer_ptr.tolist()
         mats = []
         for layer in range(self.num_layers):
-            part = delta[:, bounds[layer]:bounds[layer + 1]]
-            unit = part / part.norm(dim=1, keepdim=True).clamp_min(_NORM_EPS)
-            mats.append(unit @ unit.t())
+            mats.append(pairwise_cosine(delta[:, bounds[layer]:bounds[layer + 1]]))
         return torch.stack(mats)
 
     def __repr__(self) -> str:

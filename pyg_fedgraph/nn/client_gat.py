@@ -11,6 +11,7 @@ from torch.nn import Parameter
 from torch_geometric.nn.conv import GATConv
 
 from pyg_fedgraph.nn.aggregation import GraphAggregation
+from pyg_fedgraph.nn.functional import pairwise_cosine
 
 __all__ = ["ClientGAT", "AllocationLogits", "allocation_backward", "client_similarity"]
 
@@ -59,8 +60,7 @@ def client_similarity(x: Tensor) -> Tensor:
         torch.Tensor: :math:`S` :math:`(N, N)`, symmetric, entries in
         :math:`[-1, 1]`.
     """
-    dev = F.normalize(x - x.mean(dim=0, keepdim=True), dim=1)
-    return dev @ dev.t()
+    return pairwise_cosine(x - x.mean(dim=0, keepdim=True))
 
 
 class ClientGAT(torch.nn.Module):

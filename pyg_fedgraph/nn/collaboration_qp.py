@@ -16,6 +16,8 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
+from pyg_fedgraph.nn.functional import pairwise_cosine
+
 __all__ = [
     "update_similarity",
     "project_simplex",
@@ -103,10 +105,8 @@ def update_similarity(delta: Tensor, *, mask: Tensor | None = None,
         bad = (~torch.isfinite(delta)).any(dim=1).nonzero().flatten().tolist()
         raise ValueError(f"delta holds NaN or Inf in the (selected) updates of clients {bad}")
 
-    norm = torch.linalg.vector_norm(delta, dim=1, keepdim=True)
-    # Zero rows stay zero after the division, so they get similarity 0 with the others.
-    unit = delta / norm.masked_fill(norm == 0, 1.0)
-    sim = (unit @ unit.t()).clamp(-1.0, 1.0)
+    # Zero rows get similarity 0 with the others (pairwise_cosine's epsilon rule).
+    sim = pairwise_cosine(delta).clamp(-1.0, 1.0)
     sim.fill_diagonal_(1.0)
     if threshold is not None:
         sim = sim.masked_fill(sim > threshold, 1.0)

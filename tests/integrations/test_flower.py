@@ -352,6 +352,24 @@ def test_every_strategy_on_flower_matches_the_simulator(name):
     assert gs.history.summary()["best_round"] == sim.summary()["best_round"]
 
 
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
+def test_a_checkpoint_kept_by_the_round_end_hook_restores_its_round(name):
+    # The hook keeps state_dict() after round 1 while the run goes on to round 3.
+    kept = {}
+    gs, _ = run_local(build_strategy(name, **PARITY_KWARGS[name]), fraction_train=1.0,
+                      on_round_end=lambda g, rnd: kept.setdefault(rnd, g.state_dict()))
+    assert sorted(kept) == [1, 2, 3] and kept[1]["engine"]["round"] == 1
+    data = tiny_dataset()
+    resumed = GraphStrategy.from_dataset(build_strategy(name, **PARITY_KWARGS[name]),
+                                         tiny_model(), data, local=LOCAL, fraction_train=1.0)
+    resumed.load_state_dict(kept[1])
+    resumed.start(LocalGrid(make_client_app(tiny_model(), data, local=LOCAL), NUM_CLIENTS,
+                            seed=7), num_rounds=2)
+    assert resumed.rounds_done == 3
+    assert torch.allclose(resumed.personalized_params(), gs.personalized_params(), atol=1e-6)
+    assert resumed.history == gs.history
+
+
 @pytest.mark.parametrize("batch_size", [3, 8])
 def test_mini_batches_agree_with_the_simulator(batch_size):
     # Each client draws its batches from (seed, "batches", round, client) wherever

@@ -101,8 +101,8 @@ class GraphStrategy(FlowerStrategy):
     their means over clients. The :class:`~flwr.app.ArrayRecord` returned
     after training holds every client's personalized model,
     ``"personalized-params"`` :math:`(N, D)`. :meth:`state_dict` is a snapshot
-    of everything needed to resume; ``on_round_end`` is called after every
-    aggregation, e.g. to save it.
+    of everything needed to resume; ``on_round_end`` is called at the end of
+    every round, e.g. to save it.
 
     Args:
         strategy (Strategy): the pyg_fedgraph server algorithm.
@@ -137,8 +137,10 @@ class GraphStrategy(FlowerStrategy):
         max_update_norm (float, optional): replies whose update
             :math:`\|\theta_i - \theta_i^{start}\|_2` exceeds it are dropped, as
             in the simulator; ``None`` disables the bound (default: ``1e6``).
-        on_round_end (callable, optional): ``fn(graph_strategy, rnd)`` after
-            each aggregation (default: ``None``).
+        on_round_end (callable, optional): ``fn(graph_strategy, rnd)`` at the
+            end of each round, after its aggregation and its evaluation (if
+            the round is evaluated), e.g. to keep :meth:`state_dict`
+            (default: ``None``).
     """
 
     def __init__(self, strategy: Strategy, model: nn.Module, num_clients: int, *,
@@ -467,8 +469,6 @@ class GraphStrategy(FlowerStrategy):
                                        if isinstance(v, (int, float))}
                                    for p in accepted.tolist()}
         self._pending = {}
-        if self.on_round_end is not None:
-            self.on_round_end(self, rnd)
         summary = MetricRecord({"num-clients": len(self.train_metrics[rnd]),
                                 "num-dropped": sum(1 for d in self.dropped
                                                    if d.round == rnd and d.stage == "train")})
@@ -527,8 +527,18 @@ class GraphStrategy(FlowerStrategy):
                            ) -> MetricRecord | None:
         r"""Keeps every client's validation and test metrics, records them in
         the engine's history (NaN for clients not evaluated) and returns their
-        means over clients."""
-        engine = self._require_engine()
+        means over clients. Flower calls it every round, evaluated or not: the
+        round ends here, with ``on_round_end``."""
+        out = self._aggregate_evaluate(replies)
+        if self.on_round_end is not None and self.is_setup:
+            self.on_round_end(self, self.rounds_done)
+        return out
+
+    def _aggregate_evaluate(self, replies: Iterable[Message]) -> MetricRecord | None:
+        replies = list(replies)
+        if self.engine is None or (not replies and not self._evaluating):
+            return None  # a round without evaluation
+        engine = self.engine
         rnd = engine.round
         expected = self._evaluating
         per_client: dict[int, dict[str, float]] = {}
