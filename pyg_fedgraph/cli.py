@@ -11,11 +11,12 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "parse_distribution", "run_command"]
 
 DEFAULT_COMPARISON = ("local", "fedavg", "fedavg-ft")
 # Mirrors pyg_fedgraph.attacks.ATTACKS (not imported here: the parser stays light).
@@ -121,6 +122,85 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--quiet", action="store_true", help="no progress bar")
     tune.add_argument("--log-level", default="WARNING")
     return p
+
+
+def parse_distribution(text: str) -> Any:
+    r"""Parses the CLI's ``--param NAME=SPEC`` specification.
+
+    ``LOW:HIGH`` is uniform (integers if both bounds are integers),
+    ``LOW:HIGH:log`` log-uniform, ``LOW:HIGH:STEP`` discretized, and a JSON
+    list ``[a, b, c]`` categorical.
+
+    Examples:
+        ``"0.5:2"`` -> ``FloatDistribution(0.5, 2.0)``;
+        ``"1e-3:1e-1:log"`` -> log-uniform float;
+        ``"3:7"`` -> ``IntDistribution(3, 7)``;
+        ``"[1, 2, 4, 8]"`` -> ``CategoricalDistribution((1, 2, 4, 8))``.
+    """
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+    text = text.strip()
+    if text.startswith("["):
+        try:
+            choices = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"categorical choices {text!r} are not a JSON list: {err}") from None
+        if not isinstance(choices, list) or not choices:
+            raise ValueError(f"categorical choices {text!r} must be a non-empty list")
+        return CategoricalDistribution(tuple(choices))
+    parts = text.split(":")
+    if len(parts) not in (2, 3):
+        raise ValueError(f"distribution {text!r}: expected LOW:HIGH, LOW:HIGH:log, "
+                         f"LOW:HIGH:STEP or a JSON list [a, b, ...]")
+    try:
+        bounds = [json.loads(p) for p in parts[:2]]
+    except json.JSONDecodeError:
+        raise ValueError(f"distribution {text!r}: bounds must be numbers") from None
+    if not all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in bounds):
+        raise ValueError(f"distribution {text!r}: bounds must be numbers")
+    low, high = bounds
+    if low > high:
+        raise ValueError(f"distribution {text!r}: low {low} exceeds high {high}")
+    integer = isinstance(low, int) and isinstance(high, int)
+    log_scale, step = False, None
+    if len(parts) == 3:
+        if parts[2].strip().lower() == "log":
+            log_scale = True
+        else:
+            try:
+                step = json.loads(parts[2])
+            except json.JSONDecodeError:
+                step = None
+            if not isinstance(step, (int, float)) or isinstance(step, bool) or step <= 0:
+                raise ValueError(f"distribution {text!r}: the third field must be 'log' or "
+                                 f"a positive step")
+            integer = integer and isinstance(step, int)
+    if log_scale and low <= 0:
+        raise ValueError(f"distribution {text!r}: a log scale needs low > 0")
+    if integer:
+        return IntDistribution(low, high, log=log_scale, step=step or 1)
+    return FloatDistribution(float(low), float(high), log=log_scale,
+                             step=None if step is None else float(step))
+
+
+def run_command(settings: Mapping[str, Any], overrides: Mapping[str, Any]) -> str:
+    r"""The ``pyg-fedgraph run`` command of a study's trial: its settings
+    (an :class:`~pyg_fedgraph.experiment.ExperimentConfig` as a dict) and its
+    ``--set`` keys. The flag syntax lives here, with the parser."""
+    from dataclasses import MISSING, fields
+
+    from pyg_fedgraph.experiment import ExperimentConfig
+
+    flags = [f"--dataset {settings['dataset']}", f"--strategy {settings['strategy']}",
+             f"--rounds {settings['rounds']}", f"--seed {settings['seed']}"]
+    for f in fields(ExperimentConfig):  # the other options of ``run`` are named after them
+        if f.name in ("dataset", "strategy", "rounds", "seed", "overrides"):
+            continue
+        default = f.default if f.default is not MISSING else None
+        if f.name in settings and settings[f.name] != default:
+            flags.append(f"--{f.name.replace('_', '-')} {settings[f.name]}")
+    flags += [f"--set {k}={json.dumps(v) if not isinstance(v, str) else v}"
+              for k, v in overrides.items()]
+    return "pyg-fedgraph run " + " ".join(flags)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -251,7 +331,7 @@ def _tune(args: argparse.Namespace) -> int:
     import optuna
 
     from pyg_fedgraph.experiment import ExperimentConfig, parse_value
-    from pyg_fedgraph.tune import default_study_name, parse_distribution, tune, write_study
+    from pyg_fedgraph.tune import default_study_name, tune, write_study
 
     if str(args.log_level).upper() not in ("INFO", "DEBUG"):
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # the progress bar says enough
@@ -269,7 +349,7 @@ def _tune(args: argparse.Namespace) -> int:
                  tune_local=args.tune_local, timeout=args.timeout,
                  show_progress_bar=not args.quiet)
     out: Path = args.out or Path("runs") / f"tune-{name}"
-    written = write_study(study, out)
+    written = write_study(study, out, run_command)
     summary = json.loads(written["best"].read_text())
     counts = ", ".join(f"{n} {state}" for state, n in sorted(summary["trials"].items()))
     print(f"study {name!r} in {args.storage}: {counts}")

@@ -22,7 +22,7 @@ from pyg_fedgraph.train import LocalConfig
 from pyg_fedgraph.utils.seeds import derive_seed, make_generator
 
 __all__ = ["ExperimentConfig", "DATASET_DEFAULTS", "build_dataset", "build_simulator",
-           "parse_value"]
+           "resolved_defaults", "parse_value"]
 
 log = logging.getLogger(__name__)
 
@@ -134,10 +134,11 @@ def build_dataset(cfg: ExperimentConfig, extra: dict[str, Any] | None = None
     return load_dataset(cfg.dataset, **{k: v for k, v in kwargs.items() if k in accepted})
 
 
-def _defaults(data: FederatedDataset, name: str) -> dict[str, Any]:
+def resolved_defaults(data: FederatedDataset, name: str) -> dict[str, Any]:
     r"""The dataset's own :class:`~pyg_fedgraph.data.DatasetDefaults`, else
-    the :data:`DATASET_DEFAULTS` entry of ``name``."""
-    own = getattr(data, "defaults", None)
+    the :data:`DATASET_DEFAULTS` entry of ``name``: ``model``,
+    ``model_kwargs``, ``local`` and ``rounds``."""
+    own = data.defaults
     if own is None:
         return DATASET_DEFAULTS.get(name.lower(), _FALLBACK)
     return {"model": own.model, "model_kwargs": dict(own.model_kwargs),
@@ -157,9 +158,11 @@ def build_simulator(cfg: ExperimentConfig, *, dataset: FederatedDataset | None =
         raise ValueError(f"unknown strategy {cfg.strategy!r}; known: {sorted(STRATEGIES)}")
     parts = _split_overrides(cfg)
     data = dataset if dataset is not None else build_dataset(cfg, parts["data"])
-    defaults = _defaults(data, cfg.dataset)
-    model_kwargs = {**defaults["model_kwargs"], **parts["model"]}
-    model_name = model_kwargs.pop("name", defaults["model"])
+    defaults = resolved_defaults(data, cfg.dataset)
+    model_name = parts["model"].pop("name", defaults["model"])
+    # The default model's arguments belong to it: another model starts from its own.
+    base = defaults["model_kwargs"] if model_name == defaults["model"] else {}
+    model_kwargs = {**base, **parts["model"]}
     outputs = data.num_classes if data.task == "classification" else int(
         data.splits["train"].y.shape[-1] if data.splits["train"].y.dim() > 2 else 1)
     torch.manual_seed(derive_seed(cfg.seed, "model-init"))
