@@ -67,10 +67,10 @@ class FedCEDAR(Strategy):
 
     The paper states only the k-means objective (Eq. 1). One k-means++ run
     often stops in a poor local minimum once the models have converged (on
-    the ``topology`` case study, single runs split one group and merged two
-    in about a third of the rounds, with a higher :math:`J` than the true
-    grouping), so the best of ``num_init`` restarts is kept, as scikit-learn's
-    ``KMeans(n_init=...)`` does.
+    the ``topology`` case study single runs split one group and merged two,
+    with a higher :math:`J` than the true grouping; see
+    ``benchmarks/results/claims.md``, section F), so the best of ``num_init``
+    restarts is kept, as scikit-learn's ``KMeans(n_init=...)`` does.
 
     The k-means seeding of round :math:`t` draws from the stream
     ``(ctx.seed, "kmeans", t)`` (:mod:`pyg_fedgraph.utils.seeds`), so a run
@@ -97,8 +97,8 @@ class FedCEDAR(Strategy):
     :meth:`cluster_graph_matrix`.
 
     **Note.** Models trained from one common initialization point in nearly
-    the same direction (on the digits case study the centres' cosines exceed
-    0.999), so :math:`R` is close to uniform and :math:`P = 2` steps move
+    the same direction (the centres' cosines come close to 1 on the digits
+    case study), so :math:`R` is close to uniform and :math:`P = 2` steps move
     every centre almost to the mean of the centres: the models distributed
     under Condition 1 and Condition 2 then differ little. This follows the
     paper's definition of the edge weights; inspect
