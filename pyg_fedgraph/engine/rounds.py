@@ -267,16 +267,16 @@ class RoundEngine:
         return rnd % self.eval_every == 0 or (self.rounds is not None and rnd == self.rounds)
 
     def configure_evaluate(self, clients: Tensor) -> EvaluatePlan:
-        r"""The models to evaluate for ``clients`` (``params=None``: their own
-        local models) and the strategy's fine-tuning."""
-        params = self.strategy.personalized_params(clients.to(torch.long))
-        if params is not None:
-            params = params.detach()
+        r"""The strategy's :class:`~pyg_fedgraph.train.jobs.EvaluatePlan` for
+        ``clients`` (``params=None``: their own local models), checked."""
+        plan = self.strategy.configure_evaluate(clients.to(torch.long))
+        if plan.params is not None:
             want = (clients.numel(), self.layout.num_params)
-            if tuple(params.shape) != want:
+            if tuple(plan.params.shape) != want:
                 raise ValueError(f"strategy {self._name!r} returned personalized parameters "
-                                 f"of shape {tuple(params.shape)}, expected {want}")
-        return EvaluatePlan(params=params, finetune=self.strategy.finetune_job())
+                                 f"of shape {tuple(plan.params.shape)}, expected {want}")
+            plan.params = plan.params.detach()
+        return plan
 
     def record(self, rnd: int, val: dict[str, Tensor], test: dict[str, Tensor], *,
                train_loss: float = math.nan, seconds: float = 0.0, num_sampled: int = 0,

@@ -2,6 +2,7 @@
 train in one batched computation, over the shared round engine."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
@@ -24,7 +25,13 @@ from pyg_fedgraph.engine.validation import (
 )
 from pyg_fedgraph.strategies.base import Strategy
 from pyg_fedgraph.train.engine import ClientTrainer, LocalConfig
-from pyg_fedgraph.train.jobs import ClientStart, FineTune, evaluate_clients, finetuned, run_plan
+from pyg_fedgraph.train.jobs import (
+    ClientStart,
+    EvaluatePlan,
+    evaluate_clients,
+    finetuned,
+    run_plan,
+)
 from pyg_fedgraph.train.objective import Objective
 from pyg_fedgraph.utils.seeds import make_generator
 
@@ -251,11 +258,12 @@ class Simulator:
         clients = sampled[rows]
         if clients.numel():
             result = run_plan(self.trainer, plan,
-                              ClientStart(clients, clients, start, self.local_buffers[clients]),
+                              ClientStart(clients, clients, start, self.local_buffers[clients],
+                                          self.local_params[clients]),
                               seed=self.seed, rnd=rnd, parallel=self.parallel)
-            uploaded = self._poison(rnd, clients, result.params, start)
-            update = engine.aggregate_train(rnd, clients, uploaded, start, result.outputs,
-                                            result.loss)
+            uploaded = self._poison(rnd, clients, result.params, result.start)
+            update = engine.aggregate_train(rnd, clients, uploaded, result.start,
+                                            result.outputs, result.loss)
             # Rejected clients keep their previous local model, like dropped ones.
             kept = update.accepted.nonzero().view(-1)
             self.local_params[clients[kept]] = result.params[kept]
@@ -295,26 +303,33 @@ class Simulator:
         return out
 
     # ------------------------------------------------------------- evaluate
-    def _evaluation_start(self) -> tuple[ClientStart, FineTune | None]:
+    def _evaluation_start(self) -> tuple[ClientStart, EvaluatePlan]:
         everyone = torch.arange(self.dataset.num_clients)
         plan = self.engine.configure_evaluate(everyone)
         params = self.local_params if plan.params is None else plan.params
-        return ClientStart(everyone, everyone, params, self.local_buffers), plan.finetune
+        return ClientStart(everyone, everyone, params, self.local_buffers,
+                           self.local_params), plan
 
     def personalized_models(self) -> tuple[Tensor, Tensor]:
         r"""Every client's model as it is evaluated now: flat parameters
-        :math:`(N, D)` and buffers, after the strategy's fine-tuning if any."""
-        start, finetune = self._evaluation_start()
-        params, buffers = finetuned(self.trainer, start, finetune, seed=self.seed,
+        :math:`(N, D)` and buffers, after the strategy's choice of model and
+        fine-tuning, if any."""
+        start, plan = self._evaluation_start()
+        if plan.start_job is not None:
+            params, _ = plan.start_job.prepare(self.trainer, start, seed=self.seed,
+                                               rnd=self.round, parallel=self.parallel)
+            start = dataclasses.replace(start, params=params)
+        params, buffers = finetuned(self.trainer, start, plan.finetune, seed=self.seed,
                                     rnd=self.round, parallel=self.parallel)
         return params.clone(), buffers.clone()
 
     def evaluate(self) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
         r"""Per-client validation and test metrics :math:`(N,)` of the
         personalized models (after the strategy's fine-tuning, if any)."""
-        start, finetune = self._evaluation_start()
-        metrics = evaluate_clients(self.trainer, start, finetune=finetune, seed=self.seed,
-                                   rnd=self.round, parallel=self.parallel)
+        start, plan = self._evaluation_start()
+        metrics = evaluate_clients(self.trainer, start, finetune=plan.finetune,
+                                   start_job=plan.start_job, seed=self.seed, rnd=self.round,
+                                   parallel=self.parallel)
         return metrics["val"], metrics["test"]
 
     def summary(self) -> dict:

@@ -17,7 +17,7 @@ from pyg_fedgraph.data.layout import ParamLayout
 from pyg_fedgraph.hparams import HParam, schema
 from pyg_fedgraph.nn.functional import sample_shares
 from pyg_fedgraph.train.engine import LOCAL_SCHEMA, LocalConfig
-from pyg_fedgraph.train.jobs import FineTune, TrainPlan
+from pyg_fedgraph.train.jobs import EvaluatePlan, FineTune, TrainPlan
 from pyg_fedgraph.train.objective import Objective, objective_for
 
 if TYPE_CHECKING:
@@ -212,6 +212,13 @@ class Strategy(nn.Module):
         r"""Local fine-tuning of :meth:`personalized_params` before every
         evaluation (FedAvg-FT), or ``None`` (the default)."""
         return None
+
+    def configure_evaluate(self, clients: Tensor) -> EvaluatePlan:
+        r"""What ``clients`` :math:`(S,)` are evaluated with: by default
+        :meth:`personalized_params` and :meth:`finetune_job`; a strategy whose
+        clients choose their model (IFCA) returns a plan with a start job."""
+        return EvaluatePlan(params=self.personalized_params(clients),
+                            finetune=self.finetune_job())
 
     def collaboration_graph(self) -> Tensor | None:
         r"""The latest client collaboration matrix :math:`(N, N)` if the

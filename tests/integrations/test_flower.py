@@ -330,6 +330,7 @@ PARITY_KWARGS = {
     "fedcedar": {"num_clusters": 2},
     "cfl": {"warmup_rounds": 1, "eps1": 10.0, "eps2": 0.0},  # splits after round 1
     "pfedgraph": {},
+    "ifca": {"num_clusters": 2},                  # a start job: clients choose their model
 }
 
 

@@ -188,14 +188,14 @@ class GraphClient:
         start = local if plan.params is None else plan.params[0]
         result = run_plan(trainer, plan,
                           ClientStart(_ONE, torch.tensor([pid]), start.unsqueeze(0),
-                                      buffers.unsqueeze(0)),
+                                      buffers.unsqueeze(0), local.unsqueeze(0)),
                           seed=int(config.get(P.SEED, self.seed)), rnd=rnd,
                           parallel=self.parallel)
         trained = result.params[0]
         layout = trainer.layout
         out = RecordDict({P.PARAMS: P.params_to_record(layout, trained)})
-        if plan.params is None:
-            out[P.DELTA] = P.params_to_record(layout, trained - start)
+        if not plan.sends_start:  # the server does not know where this client started
+            out[P.DELTA] = P.params_to_record(layout, trained - result.start[0])
         for name, value in result.outputs.items():
             out[P.output_key(name)] = P.tensor_to_record(layout, value[0].detach())
         self._save(context, trained, result.buffers[0])
@@ -220,8 +220,9 @@ class GraphClient:
         params = local if plan.params is None else plan.params[0]
         metrics = evaluate_clients(trainer, ClientStart(_ONE, torch.tensor([pid]),
                                                         params.unsqueeze(0),
-                                                        buffers.unsqueeze(0)),
-                                   finetune=plan.finetune,
+                                                        buffers.unsqueeze(0),
+                                                        local.unsqueeze(0)),
+                                   finetune=plan.finetune, start_job=plan.start_job,
                                    seed=int(config.get(P.SEED, self.seed)),
                                    rnd=int(config[P.ROUND]), parallel=self.parallel)
         record: dict[str, float] = {f"{split}-{name}": float(value[0])

@@ -39,7 +39,7 @@ from torch import Tensor
 
 from pyg_fedgraph.data.layout import ParamLayout
 from pyg_fedgraph.train.engine import LocalConfig, Regularizer
-from pyg_fedgraph.train.jobs import JOBS, ClientJob, EvaluatePlan, FineTune, TrainPlan
+from pyg_fedgraph.train.jobs import JOBS, EvaluatePlan, FineTune, Job, TrainPlan
 from pyg_fedgraph.train.rules import RULES, LocalRule
 
 __all__ = [
@@ -354,7 +354,7 @@ class _Encoder:
             return {"regularizer": {"name": spec.name, "kwargs": spec.kwargs}, "refs": path}
         if isinstance(value, LocalConfig):
             return {"local": local_config_to_dict(value, "")}
-        if isinstance(value, (LocalRule, ClientJob)):
+        if isinstance(value, (LocalRule, Job)):
             is_rule = isinstance(value, LocalRule)
             registry: Mapping[str, type] = RULES if is_rule else JOBS
             if registry.get(value.kind) is not type(value):

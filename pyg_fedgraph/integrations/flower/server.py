@@ -377,7 +377,7 @@ class GraphStrategy(FlowerStrategy):
             return []
         sampled = engine.sample(rnd, candidates)
         plan = engine.configure_train(rnd, sampled)
-        outputs = tuple(job.output for job in plan.jobs)
+        outputs = plan.outputs
         common = self._common_config(config, server_round, rnd)
         messages = []
         for row, pid in enumerate(sampled.tolist()):
@@ -387,7 +387,9 @@ class GraphStrategy(FlowerStrategy):
                                                           P.PLAN: text})})
             for key, record in records.items():
                 content[key] = record
-            start = None if plan.params is None else plan.params[row].clone()
+            # Without a known start (none sent, or a start job) the client sends its update.
+            start = plan.params[row].clone() if plan.sends_start and plan.params is not None \
+                else None
             self._pending[node] = _Pending(pid, start, outputs)
             messages.append(self._message(content, node, pid, MessageType.TRAIN))
         log.info("round %d: sent %d personalized plans", rnd, len(messages))
@@ -480,12 +482,13 @@ class GraphStrategy(FlowerStrategy):
         return next(iter(self._pending.values())).outputs if self._pending else ()
 
     def personalized_params(self) -> Tensor:
-        r"""Every partition's model as it would be evaluated now :math:`(N, D)`
-        (before any client-side fine-tuning; the clients' latest models when
-        the strategy evaluates local models)."""
+        r"""Every partition's personalized model :math:`(N, D)` (the
+        strategy's :meth:`~pyg_fedgraph.strategies.Strategy.personalized_params`;
+        the clients' latest models when it personalizes none), before any
+        client-side choice or fine-tuning at evaluation."""
         engine = self._require_engine()
-        plan = engine.configure_evaluate(torch.arange(self.num_clients))
-        return engine.table.params.clone() if plan.params is None else plan.params.clone()
+        params = self.strategy.personalized_params(torch.arange(self.num_clients))
+        return engine.table.params.clone() if params is None else params.detach().clone()
 
     def _personalized_record(self) -> ArrayRecord:
         return ArrayRecord({"personalized-params": Array(self.personalized_params().numpy())})
