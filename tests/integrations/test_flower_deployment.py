@@ -255,7 +255,9 @@ class Processes:
         for name, proc in self.started.items():
             state = "running" if proc.poll() is None else f"exit code {proc.returncode}"
             out.append(f"----- {name} (pid {proc.pid}, {state}), last {lines} lines:")
-            out.extend(self.log(name).splitlines()[-lines:])
+            # One line per HTTP request would hide what the SuperLink did.
+            text = [x for x in self.log(name).splitlines() if "[uvicorn.access]" not in x]
+            out.extend(text[-lines:])
         return "\n".join(out)
 
     def fail(self, message: str) -> None:
