@@ -32,7 +32,7 @@ def main(grid: Grid, context: Context) -> None:
                              local=local_config(cfg), evaluate_every=int(cfg["evaluate-every"]),
                              on_round_end=save)
     if checkpoint and bool(cfg["resume"]) and os.path.exists(checkpoint):
-        strategy.load_state_dict(torch.load(checkpoint, weights_only=False))
+        strategy.load_state_dict(torch.load(checkpoint, weights_only=True))
         log(INFO, "resumed from %s after round %d", checkpoint, strategy.rounds_done)
     strategy.start(grid, num_rounds=int(cfg["num-server-rounds"]))
 
