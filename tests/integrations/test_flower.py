@@ -407,6 +407,9 @@ def test_partial_participation_samples_like_the_simulator():
     ("unknown-partition", r"unknown partition id 99"),
     ("other-partition", r"claims partition 0, node \d+ is partition 2"),
     ("error", r"the client reported an error"),
+    # Records of the wrong kind, and a metric of the wrong type, are dropped too.
+    ("record-kind", r"trained model: expected an ArrayRecord, got ConfigRecord"),
+    ("loss-type", r"the train loss \(train-loss\) is not a number: \[1.0, 2.0\]"),
 ])
 def test_malformed_reply_is_dropped_and_the_round_completes(kind, reason):
     def corrupt_partition_2(message, context, call_next):
@@ -430,6 +433,10 @@ def test_malformed_reply_is_dropped_and_the_round_completes(kind, reason):
             reply.content[P.METRICS][P.PARTITION_ID] = 99
         elif kind == "other-partition":
             reply.content[P.METRICS][P.PARTITION_ID] = 0
+        elif kind == "record-kind":  # keyed like a single tensor, but not an ArrayRecord
+            reply.content[P.PARAMS] = ConfigRecord({"0": 1})
+        elif kind == "loss-type":
+            reply.content[P.METRICS][P.TRAIN_LOSS] = [1.0, 2.0]
         return reply
 
     graphs = []

@@ -6,7 +6,7 @@ import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 from flwr.app import (
@@ -421,6 +421,10 @@ class GraphStrategy(FlowerStrategy):
             if key in (P.PARAMS, P.DELTA) and decoded[key].shape != (self.layout.num_params,):
                 return pid, (f"{what}: sent {decoded[key].numel()} values, the model has "
                              f"{self.layout.num_params} parameters"), {}
+        metrics = cast(MetricRecord, content[P.METRICS])  # _partition_of checked it
+        loss = metrics.get(P.TRAIN_LOSS, math.nan)
+        if not isinstance(loss, (int, float)):
+            return pid, f"the train loss ({P.TRAIN_LOSS}) is not a number: {loss!r}", {}
         decoded["start"] = (pending.start if pending.start is not None
                             else decoded[P.PARAMS] - decoded[P.DELTA])
         return pid, None, decoded
