@@ -180,9 +180,11 @@ class Strategy(nn.Module):
         local-training keys of :attr:`search_local`, each drawn from ``trial``
         under its own name (users fix entries with ``--set`` and replace
         them with ``--param``)."""
-        out = {name: LOCAL_SCHEMA[name].search.suggest(trial, name,  # type: ignore[union-attr]
-                                                       LOCAL_SCHEMA[name].is_integer)
-               for name in cls.search_local}
+        out: dict[str, Any] = {}
+        for name in cls.search_local:
+            local = LOCAL_SCHEMA[name]
+            assert local.search is not None  # search_local names searched keys only
+            out[name] = local.search.suggest(trial, name, local.is_integer)
         for name, hp in cls.hparam_schema().items():
             if hp.search is not None:
                 out[name] = hp.search.suggest(trial, name, hp.is_integer)

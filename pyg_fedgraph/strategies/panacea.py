@@ -225,6 +225,7 @@ class Panacea(ServerOptimizerState, Strategy):
 
     def aggregate_train(self, rnd: int, graph: FederationGraph) -> None:
         hn = self._require_hypernetwork()
+        assert self.server_optimizer is not None  # setup() creates it with the hypernetwork
         if graph.num_clients == 0:
             return
         clients = graph.client_id.to(torch.long)
@@ -236,6 +237,8 @@ class Panacea(ServerOptimizerState, Strategy):
             extra = None
             if self.graph_generator:
                 edge_index, edge_weight = self._graph()
+                # The graph generator needs the prior graph, which setup() checked.
+                assert edge_index is not None
                 z = hn.embed(edge_index, edge_weight)
                 theta = hn.generate(z[clients])
                 extra = self.lambda_d * hn.reconstruction_loss(
