@@ -47,7 +47,7 @@ import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from pyg_fedgraph.data.federated_dataset import FederatedDataset
 from pyg_fedgraph.experiment import (
@@ -72,6 +72,7 @@ PRUNERS = ("median", "hyperband", "none")
 _STORAGE_ATTEMPTS = 5
 
 SearchSpace = Callable[["optuna.trial.Trial"], dict[str, Any]]
+Direction = Literal["maximize", "minimize"]
 
 
 # ------------------------------------------------------------------ spaces
@@ -162,7 +163,8 @@ def suggest_overrides(trial: optuna.trial.Trial, strategy: str, *,
     clash = sorted(set(fixed) & set(params))
     if clash:
         raise ValueError(f"{clash} are both fixed (--set) and tuned (--param); drop one of them")
-    view = _SpaceTrial(trial, fixed, params)
+    # A Trial to the search spaces: what _SpaceTrial does not answer goes to the trial.
+    view = cast("optuna.trial.Trial", _SpaceTrial(trial, fixed, params))
     cls: type[Strategy] = STRATEGIES[strategy]
     out: dict[str, Any] = {}
     if tune_local:
@@ -302,7 +304,7 @@ class TuneObjective:
         return self._dataset
 
     @property
-    def direction(self) -> str:
+    def direction(self) -> Direction:
         r"""``"maximize"`` for accuracy-like metrics, ``"minimize"`` for MSE."""
         objective = self.dataset.objective
         higher = objective.higher_is_better
@@ -438,7 +440,7 @@ def default_study_name(config: ExperimentConfig) -> str:
 
 
 def create_study(config: ExperimentConfig, *, storage: str | Any | None = None,
-                 study_name: str | None = None, direction: str = "maximize",
+                 study_name: str | None = None, direction: Direction = "maximize",
                  pruner: str | optuna.pruners.BasePruner = "median",
                  sampler: optuna.samplers.BaseSampler | None = None,
                  tune_local: bool = False,
@@ -634,7 +636,7 @@ def write_study(study: optuna.Study, out: str | Path) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
     written: dict[str, Path] = {}
 
-    def commit(name: str, filename: str, write: Callable[[Path], None]) -> None:
+    def commit(name: str, filename: str, write: Callable[[Path], object]) -> None:
         path = out / filename
         tmp = out / f".{filename}.{os.getpid()}.tmp"
         write(tmp)
@@ -662,12 +664,17 @@ def write_study(study: optuna.Study, out: str | Path) -> dict[str, Path]:
                     warnings.simplefilter("ignore")  # Optuna marks these plots experimental
                     if not finished:
                         raise ValueError("no finished trial")
-                    ax = plot(study)
+                    # Axes, or an array of them for some plots (hence .flat below).
+                    ax: Any = plot(study)
             except (ValueError, RuntimeError, ZeroDivisionError) as err:
                 log.warning("%s plot skipped: %s", name, err)
                 continue
             fig = ax.figure if hasattr(ax, "figure") else ax.flat[0].figure
             fig.tight_layout()
-            commit(name, f"{name}.png", lambda p, fig=fig: fig.savefig(p, dpi=120, format="png"))
+
+            def save(p: Path, fig: Any = fig) -> None:
+                fig.savefig(p, dpi=120, format="png")
+
+            commit(name, f"{name}.png", save)
             plt.close(fig)
     return written
