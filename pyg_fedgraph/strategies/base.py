@@ -147,7 +147,7 @@ class Strategy(nn.Module):
         super().__init_subclass__(**kwargs)
         init = cls.__dict__.get("__init__")
         if init is not None and not getattr(init, "_checks_hparams", False):
-            cls.__init__ = _checked_init(init)  # type: ignore[method-assign]
+            cls.__init__ = _checked_init(init)  # type: ignore[method-assign]  # adds the hparam check
 
     def __init__(self) -> None:
         super().__init__()
@@ -273,5 +273,5 @@ def _checked_init(init: Callable[..., None]) -> Callable[..., None]:
                   for k, v in bound.arguments.items() if k != "self"}
         init(self, **values)
 
-    checked._checks_hparams = True  # type: ignore[attr-defined]
+    checked._checks_hparams = True  # type: ignore[attr-defined]  # a marker for __init_subclass__
     return checked

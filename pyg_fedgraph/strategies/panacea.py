@@ -173,7 +173,7 @@ class Panacea(ServerOptimizerState, Strategy):
         self.chunk_size = chunk_size
         self.client_reduction = client_reduction
         # The GCN encoder and the graph generator read the prior graph.
-        self.needs_prior_graph = encoder == "gcn" or graph_generator  # type: ignore[misc]
+        self.needs_prior_graph = encoder == "gcn" or graph_generator  # type: ignore[misc]  # ClassVar set per instance
         self.hypernetwork: GCNHypernetwork | None = None
         self.server_optimizer: torch.optim.Optimizer | None = None
         self._local: LocalConfig | None = None

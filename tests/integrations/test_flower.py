@@ -17,19 +17,19 @@ from torch import nn
 
 pytest.importorskip("flwr", reason="the Flower integration needs the 'flower' extra")
 
-from flwr.app import Array, ConfigRecord, Context, Error, Message, RecordDict  # noqa: E402
-from flwr.serverapp import Grid  # noqa: E402
+from flwr.app import Array, ConfigRecord, Context, Error, Message, RecordDict
+from flwr.serverapp import Grid
 
-from pyg_fedgraph.data.federated_dataset import ClientSplit, FederatedDataset  # noqa: E402
-from pyg_fedgraph.data.federation import ClientTable  # noqa: E402
-from pyg_fedgraph.data.layout import ParamLayout  # noqa: E402
-from pyg_fedgraph.integrations.flower import GraphStrategy, make_client_app, register_regularizer  # noqa: E402
-from pyg_fedgraph.integrations.flower import protocol as P  # noqa: E402
-from pyg_fedgraph.simulation.simulator import Simulator  # noqa: E402
-from pyg_fedgraph.strategies import STRATEGIES, build_strategy  # noqa: E402
-from pyg_fedgraph.strategies.fedprox import proximal_term  # noqa: E402
-from pyg_fedgraph.train.engine import LocalConfig, Regularizer  # noqa: E402
-from pyg_fedgraph.utils.seeds import make_generator  # noqa: E402
+from pyg_fedgraph.data.federated_dataset import ClientSplit, FederatedDataset
+from pyg_fedgraph.data.federation import ClientTable
+from pyg_fedgraph.data.layout import ParamLayout
+from pyg_fedgraph.integrations.flower import GraphStrategy, make_client_app, register_regularizer
+from pyg_fedgraph.integrations.flower import protocol as P
+from pyg_fedgraph.simulation.simulator import Simulator
+from pyg_fedgraph.strategies import STRATEGIES, build_strategy
+from pyg_fedgraph.strategies.fedprox import proximal_term
+from pyg_fedgraph.train.engine import LocalConfig, Regularizer
+from pyg_fedgraph.utils.seeds import make_generator
 
 NUM_CLIENTS = 5
 # Full-batch local steps (batch = the 8 training samples of every client): the
