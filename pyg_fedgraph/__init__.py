@@ -24,7 +24,8 @@ _LAZY = {
     "Simulator": "pyg_fedgraph.simulation",
 }
 
-__all__ = [*_LAZY, "__version__"]
+__all__ = ["FederationGraph", "ParamLayout", "FederatedDataset", "ClientSplit", "Simulator",
+           "__version__"]
 
 if TYPE_CHECKING:
     from pyg_fedgraph.data import ClientSplit, FederatedDataset, FederationGraph, ParamLayout

@@ -9,7 +9,7 @@ import inspect
 import json
 import logging
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -20,6 +20,10 @@ from pyg_fedgraph.simulation import Simulator
 from pyg_fedgraph.strategies import STRATEGIES, build_strategy, strategy_kwargs
 from pyg_fedgraph.train import LocalConfig
 from pyg_fedgraph.utils.seeds import derive_seed, make_generator
+
+if TYPE_CHECKING:
+    from pyg_fedgraph.attacks import AttackName
+    from pyg_fedgraph.engine.validation import RejectPolicy
 
 __all__ = ["ExperimentConfig", "DATASET_DEFAULTS", "build_dataset", "build_simulator",
            "resolved_defaults", "parse_value"]
@@ -83,10 +87,10 @@ class ExperimentConfig:
     # Robustness (see pyg_fedgraph.attacks and Simulator): an attack name of
     # pyg_fedgraph.attacks.ATTACKS and the share of malicious clients, the
     # per-round dropout probability, and the policy for bad uploads.
-    attack: str | None = None
+    attack: AttackName | None = None
     attack_ratio: float = 0.4
     dropout: float = 0.0
-    reject_policy: str = "drop"
+    reject_policy: RejectPolicy = "drop"
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -163,8 +167,11 @@ def build_simulator(cfg: ExperimentConfig, *, dataset: FederatedDataset | None =
     # The default model's arguments belong to it: another model starts from its own.
     base = defaults["model_kwargs"] if model_name == defaults["model"] else {}
     model_kwargs = {**base, **parts["model"]}
-    outputs = data.num_classes if data.task == "classification" else int(
-        data.splits["train"].y.shape[-1] if data.splits["train"].y.dim() > 2 else 1)
+    if data.task == "classification":
+        assert data.num_classes is not None  # FederatedDataset requires it
+        outputs = data.num_classes
+    else:
+        outputs = int(data.splits["train"].y.shape[-1] if data.splits["train"].y.dim() > 2 else 1)
     torch.manual_seed(derive_seed(cfg.seed, "model-init"))
     model = build_model(model_name, data.input_shape, outputs, **model_kwargs)
     strategy = build_strategy(cfg.strategy, **parts["strategy"])

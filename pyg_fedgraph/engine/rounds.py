@@ -363,7 +363,7 @@ def snapshot(obj: Any) -> Any:
         out = OrderedDict((k, snapshot(v)) for k, v in obj.items())
         meta = getattr(obj, "_metadata", None)
         if meta is not None:
-            out._metadata = snapshot(meta)  # type: ignore[attr-defined]
+            out._metadata = snapshot(meta)  # type: ignore[attr-defined]  # not in OrderedDict's stubs
         return out
     if isinstance(obj, dict):
         return {k: snapshot(v) for k, v in obj.items()}

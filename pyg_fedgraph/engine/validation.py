@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
 
 import torch
 from torch import Tensor
@@ -106,7 +106,7 @@ def check_updates(updates: Updates, num_params: int, *, reference: Tensor | None
         s = len(rows)
     reasons: list[str | None] = [None] * s
     if rows is None:
-        x = updates
+        x = cast(Tensor, updates)  # rows is None only for an (S, D) tensor
         length_ok = torch.ones(s, dtype=torch.bool)
     else:
         lengths = [int(r.numel()) for r in rows]
@@ -233,6 +233,7 @@ def check_dataset(dataset: FederatedDataset) -> None:
             _fail_on(_non_finite_rows(split.x) & real,
                      f"non-finite (NaN/Inf) inputs in its {name} split")
         if dataset.task == "classification":
+            assert dataset.num_classes is not None  # FederatedDataset requires it
             y = split.y
             rows = y.reshape(*y.shape[:2], -1)
             if y.is_floating_point():
@@ -247,6 +248,7 @@ def check_dataset(dataset: FederatedDataset) -> None:
         log.warning("client(s) %s have no training samples: they never change the model they "
                     "are sent", empty)
     if dataset.task == "classification":
+        assert dataset.num_classes is not None  # FederatedDataset requires it
         train = dataset.splits["train"]
         if isinstance(train.y, Tensor) and train.y.dim() == 2:
             real = torch.arange(train.y.size(1)).unsqueeze(0) < train.counts.unsqueeze(1)

@@ -74,6 +74,7 @@ class GraphAggregation(MessagePassing):
         if weight is not None:
             mats = self._dense_mats(weight, n)
         else:
+            assert edge_index is not None  # exactly one of the two, checked above
             mats = self._sparse_mats(edge_index, edge_weight, n, x)
         if len(mats) == 1:
             return self.propagate(mats[0], x=x) if mats[0].is_sparse_csr else \

@@ -86,8 +86,9 @@ class ClusterGraphPropagation(GraphAggregation):
             raise ValueError(f"num_steps must be a non-negative int, got {num_steps!r}")
         self.num_steps = num_steps
 
-    def forward(self, x: Tensor, edge_index: Tensor | None = None,
-                edge_weight: Tensor | None = None) -> Tensor:
+    def forward(  # type: ignore[override]  # no dense weight= / layer_ptr=: one (K, K) graph
+        self, x: Tensor, edge_index: Tensor | None = None, edge_weight: Tensor | None = None
+    ) -> Tensor:
         r"""Propagates the centres ``x`` :math:`(K, D)` ``num_steps`` times.
 
         Args:

@@ -417,6 +417,9 @@ def collaboration_qp_cvxpy(
             if extra_constraints is not None:
                 cons += list(extra_constraints(x, i))
             solve(cp.Problem(cp.Minimize(cp.sum_squares(x) + lin[i] @ x), cons), f"client {i}")
+            if x.value is None:
+                raise RuntimeError(f"cvxpy/{name} returned no solution of the collaboration QP "
+                                   f"for client {i}; try another cvxpy_solver")
             out.append(x.value)
         value = torch.from_numpy(np.stack(out)) if out else torch.empty(0, n)
     else:

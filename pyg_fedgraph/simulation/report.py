@@ -4,7 +4,7 @@ from __future__ import annotations
 import csv
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -145,7 +145,7 @@ def write_run(out: Path, history: History, config: Mapping[str, Any],
             plt.close(fig)
 
 
-def format_table(rows: list[Mapping[str, Any]], columns: list[str]) -> str:
+def format_table(rows: Sequence[Mapping[str, Any]], columns: list[str]) -> str:
     r"""A markdown table of ``rows`` restricted to ``columns``."""
     def fmt(v: Any) -> str:
         if isinstance(v, float):

@@ -147,7 +147,7 @@ class Strategy(nn.Module):
         super().__init_subclass__(**kwargs)
         init = cls.__dict__.get("__init__")
         if init is not None and not getattr(init, "_checks_hparams", False):
-            cls.__init__ = _checked_init(init)  # type: ignore[method-assign]
+            cls.__init__ = _checked_init(init)  # type: ignore[method-assign]  # adds the hparam check
 
     def __init__(self) -> None:
         super().__init__()
@@ -180,9 +180,11 @@ class Strategy(nn.Module):
         local-training keys of :attr:`search_local`, each drawn from ``trial``
         under its own name (users fix entries with ``--set`` and replace
         them with ``--param``)."""
-        out = {name: LOCAL_SCHEMA[name].search.suggest(trial, name,  # type: ignore[union-attr]
-                                                       LOCAL_SCHEMA[name].is_integer)
-               for name in cls.search_local}
+        out: dict[str, Any] = {}
+        for name in cls.search_local:
+            local = LOCAL_SCHEMA[name]
+            assert local.search is not None  # search_local names searched keys only
+            out[name] = local.search.suggest(trial, name, local.is_integer)
         for name, hp in cls.hparam_schema().items():
             if hp.search is not None:
                 out[name] = hp.search.suggest(trial, name, hp.is_integer)
@@ -278,5 +280,5 @@ def _checked_init(init: Callable[..., None]) -> Callable[..., None]:
                   for k, v in bound.arguments.items() if k != "self"}
         init(self, **values)
 
-    checked._checks_hparams = True  # type: ignore[attr-defined]
+    checked._checks_hparams = True  # type: ignore[attr-defined]  # a marker for __init_subclass__
     return checked

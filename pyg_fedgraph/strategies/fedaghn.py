@@ -165,6 +165,7 @@ class FedAGHN(ServerOptimizerState, Strategy):
 
     def aggregate_train(self, rnd: int, graph: FederationGraph) -> None:
         self._require_setup()
+        assert self.conv is not None and self.server_optimizer is not None  # setup() creates them
         if graph.num_clients == 0:
             return
         ids = graph.client_id.to(self.last_delta.device)
@@ -219,6 +220,7 @@ class FedAGHN(ServerOptimizerState, Strategy):
     def _personalize(self, return_attention_weights: bool = False):
         r"""One :class:`AGHNConv` forward for all clients from the stored state."""
         ctx = self._require_setup()
+        assert self.conv is not None  # setup() creates it
         trained = ctx.table.trained
         if bool(trained.any()):
             delta: Tensor | None = self.last_delta

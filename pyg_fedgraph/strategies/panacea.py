@@ -173,7 +173,7 @@ class Panacea(ServerOptimizerState, Strategy):
         self.chunk_size = chunk_size
         self.client_reduction = client_reduction
         # The GCN encoder and the graph generator read the prior graph.
-        self.needs_prior_graph = encoder == "gcn" or graph_generator  # type: ignore[misc]
+        self.needs_prior_graph = encoder == "gcn" or graph_generator  # type: ignore[misc]  # ClassVar set per instance
         self.hypernetwork: GCNHypernetwork | None = None
         self.server_optimizer: torch.optim.Optimizer | None = None
         self._local: LocalConfig | None = None
@@ -225,6 +225,7 @@ class Panacea(ServerOptimizerState, Strategy):
 
     def aggregate_train(self, rnd: int, graph: FederationGraph) -> None:
         hn = self._require_hypernetwork()
+        assert self.server_optimizer is not None  # setup() creates it with the hypernetwork
         if graph.num_clients == 0:
             return
         clients = graph.client_id.to(torch.long)
@@ -236,6 +237,8 @@ class Panacea(ServerOptimizerState, Strategy):
             extra = None
             if self.graph_generator:
                 edge_index, edge_weight = self._graph()
+                # The graph generator needs the prior graph, which setup() checked.
+                assert edge_index is not None
                 z = hn.embed(edge_index, edge_weight)
                 theta = hn.generate(z[clients])
                 extra = self.lambda_d * hn.reconstruction_loss(

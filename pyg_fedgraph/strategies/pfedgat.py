@@ -210,6 +210,7 @@ class PFedGAT(ServerOptimizerState, Strategy):
     # ------------------------------------------------------------- rounds
     def configure_train(self, rnd: int, clients: Tensor) -> TrainPlan:
         self._require_setup()
+        assert self.server is not None  # setup() creates it
         with torch.no_grad():
             theta_tilde, _ = self.server(self.theta)
         # The exact feedback is each client's held-out loss gradient at its start.
@@ -218,6 +219,7 @@ class PFedGAT(ServerOptimizerState, Strategy):
 
     def aggregate_train(self, rnd: int, graph: FederationGraph) -> None:
         self._require_setup()
+        assert self.server is not None and self.server_optimizer is not None  # setup() creates them
         if graph.num_clients == 0:
             return
         ids = graph.client_id.to(self.theta.device)
@@ -248,6 +250,7 @@ class PFedGAT(ServerOptimizerState, Strategy):
         ``evaluate="trained"`` ``None`` (each client's trained model), except
         that held-out clients still get :math:`\tilde{\theta}_i`."""
         ctx = self._require_setup()
+        assert self.server is not None  # setup() creates it
         clients = clients.to(self.theta.device)
         if self.evaluate == "personalized":
             with torch.no_grad():
@@ -313,6 +316,7 @@ class PFedGAT(ServerOptimizerState, Strategy):
 
     # ------------------------------------------------------------ helpers
     def _make_optimizer(self) -> torch.optim.Optimizer:
+        assert self.server is not None  # built before its optimizer
         params = [p for p in self.server.parameters() if p.requires_grad]
         if self.optimizer == "adam":
             return torch.optim.Adam(params, lr=self.gat_lr)

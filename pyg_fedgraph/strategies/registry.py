@@ -3,12 +3,15 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from pyg_fedgraph.strategies.base import Strategy
 
 __all__ = ["STRATEGIES", "register_strategy", "build_strategy", "strategy_kwargs"]
 
-STRATEGIES: dict[str, type] = {}
-T = TypeVar("T", bound=type)
+STRATEGIES: dict[str, type[Strategy]] = {}
+T = TypeVar("T", bound="type[Strategy]")
 
 
 def register_strategy(name: str) -> Callable[[T], T]:
@@ -38,7 +41,7 @@ def build_strategy(name: str, **kwargs: Any):
     return cls(**kwargs)
 
 
-def _get(name: str) -> type:
+def _get(name: str) -> type[Strategy]:
     if name not in STRATEGIES:
         raise ValueError(f"unknown strategy {name!r}; known: {sorted(STRATEGIES)}")
     return STRATEGIES[name]

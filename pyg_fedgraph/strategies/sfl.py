@@ -247,6 +247,7 @@ class SFL(Strategy):
         if self.start == "propagated":
             params: Tensor | None = u.clone()
         elif self.start == "global":
+            assert w is not None  # computed for start="global"
             params = w.clone()
         else:
             params = None

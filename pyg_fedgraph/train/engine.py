@@ -113,7 +113,7 @@ Generators = torch.Generator | Sequence[torch.Generator] | None
 def _client_generators(generator: Generators, s: int) -> list[torch.Generator | None]:
     if generator is None or isinstance(generator, torch.Generator):
         return [generator] * s
-    gens = list(generator)
+    gens: list[torch.Generator | None] = list(generator)
     if len(gens) != s:
         raise ValueError(f"{len(gens)} generators given for {s} clients; pass one per client "
                          f"(or a single generator for all)")
@@ -179,14 +179,15 @@ def batch_schedule(counts: Tensor, batch_size: int, *, epochs: int | None = None
         return idx, active
     per_epoch = -(-n_max // batch_size)
     n_batches = -(-counts // batch_size)  # (S,)
-    idx, act = [], []
+    idxs: list[Tensor] = []
+    acts: list[Tensor] = []
     for r in range(rounds):
         # The last batch of client i restarts at the beginning of its permutation
         # so that it is full: positions past n_i wrap around.
         flat = wrap(r, per_epoch * batch_size)
-        idx.append(flat.view(s, per_epoch, batch_size).transpose(0, 1))
-        act.append(torch.arange(per_epoch).unsqueeze(1) < n_batches.unsqueeze(0))
-    return torch.cat(idx), torch.cat(act)
+        idxs.append(flat.view(s, per_epoch, batch_size).transpose(0, 1))
+        acts.append(torch.arange(per_epoch).unsqueeze(1) < n_batches.unsqueeze(0))
+    return torch.cat(idxs), torch.cat(acts)
 
 
 class ClientTrainer:

@@ -37,13 +37,16 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
 import torch
 from torch import Tensor
 
 from pyg_fedgraph.train.engine import ClientTrainer, LocalConfig, Regularizer
 from pyg_fedgraph.train.rules import LocalRule
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 from pyg_fedgraph.utils.seeds import make_generator
 
 __all__ = ["ClientStart", "Job", "ClientJob", "StartJob", "JOBS", "register_job", "per_client",
@@ -53,7 +56,7 @@ __all__ = ["ClientStart", "Job", "ClientJob", "StartJob", "JOBS", "register_job"
 
 #: Every job class a client may rebuild by name (see :func:`register_job`).
 JOBS: dict[str, type[Job]] = {}
-J = TypeVar("J", bound=type)
+J = TypeVar("J", bound="type[Job]")
 
 
 def register_job(name: str) -> Callable[[J], J]:
@@ -62,8 +65,8 @@ def register_job(name: str) -> Callable[[J], J]:
     def wrap(cls: J) -> J:
         if name in JOBS and JOBS[name] is not cls:
             raise ValueError(f"client job {name!r} is already registered by {JOBS[name]}")
-        cls.kind = name  # type: ignore[attr-defined]
-        JOBS[name] = cls  # type: ignore[assignment]
+        cls.kind = name
+        JOBS[name] = cls
         return cls
     return wrap
 
@@ -299,7 +302,7 @@ class TrainPlan:
             if not isinstance(job, ClientJob) or not job.kind:
                 raise TypeError(f"{who} asked for {job!r}, which is not a registered "
                                 f"ClientJob")
-            for f in fields(job):
+            for f in fields(cast("DataclassInstance", job)):  # registered jobs are dataclasses
                 required = (f.default is dataclasses.MISSING
                             and f.default_factory is dataclasses.MISSING)
                 if required and getattr(job, f.name) is None:

@@ -40,7 +40,7 @@ __all__ = ["LocalProblem", "LocalRule", "SGD", "RULES", "register_rule"]
 
 #: Every rule class a client may rebuild by name (see :func:`register_rule`).
 RULES: dict[str, type[LocalRule]] = {}
-R = TypeVar("R", bound=type)
+R = TypeVar("R", bound="type[LocalRule]")
 
 
 def register_rule(name: str) -> Callable[[R], R]:
@@ -50,8 +50,8 @@ def register_rule(name: str) -> Callable[[R], R]:
     def wrap(cls: R) -> R:
         if name in RULES and RULES[name] is not cls:
             raise ValueError(f"local rule {name!r} is already registered by {RULES[name]}")
-        cls.kind = name  # type: ignore[attr-defined]
-        RULES[name] = cls  # type: ignore[assignment]
+        cls.kind = name
+        RULES[name] = cls
         return cls
     return wrap
 

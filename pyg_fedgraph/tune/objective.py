@@ -5,7 +5,7 @@ import math
 import time
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pyg_fedgraph.data.federated_dataset import FederatedDataset
 from pyg_fedgraph.experiment import (
@@ -20,7 +20,9 @@ from pyg_fedgraph.tune.space import SearchSpace, suggest_overrides
 if TYPE_CHECKING:
     import optuna
 
-__all__ = ["TuneObjective"]
+__all__ = ["TuneObjective", "Direction"]
+
+Direction = Literal["maximize", "minimize"]
 
 
 class TuneObjective:
@@ -99,7 +101,7 @@ class TuneObjective:
         return int(resolved_defaults(self.dataset, self.config.dataset)["rounds"])
 
     @property
-    def direction(self) -> str:
+    def direction(self) -> Direction:
         r"""``"maximize"`` for accuracy-like metrics, ``"minimize"`` for MSE."""
         objective = self.dataset.objective
         higher = objective.higher_is_better

@@ -87,7 +87,7 @@ def write_study(study: optuna.Study, out: str | Path, command: RunCommand | None
     out.mkdir(parents=True, exist_ok=True)
     written: dict[str, Path] = {}
 
-    def commit(name: str, filename: str, write: Callable[[Path], None]) -> None:
+    def commit(name: str, filename: str, write: Callable[[Path], object]) -> None:
         path = out / filename
         tmp = out / f".{filename}.{os.getpid()}.tmp"
         write(tmp)
@@ -115,12 +115,17 @@ def write_study(study: optuna.Study, out: str | Path, command: RunCommand | None
                     warnings.simplefilter("ignore")  # Optuna marks these plots experimental
                     if not finished:
                         raise ValueError("no finished trial")
-                    ax = plot(study)
+                    # Axes, or an array of them for some plots (hence .flat below).
+                    ax: Any = plot(study)
             except (ValueError, RuntimeError, ZeroDivisionError) as err:
                 log.warning("%s plot skipped: %s", name, err)
                 continue
             fig = ax.figure if hasattr(ax, "figure") else ax.flat[0].figure
             fig.tight_layout()
-            commit(name, f"{name}.png", lambda p, fig=fig: fig.savefig(p, dpi=120, format="png"))
+
+            def save(p: Path, fig: Any = fig) -> None:
+                fig.savefig(p, dpi=120, format="png")
+
+            commit(name, f"{name}.png", save)
             plt.close(fig)
     return written

@@ -3,7 +3,7 @@ fixed and replaced parameters, and the local learning rate."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pyg_fedgraph.strategies import STRATEGIES, Strategy
 
@@ -103,7 +103,8 @@ def suggest_overrides(trial: optuna.trial.Trial, strategy: str, *,
     clash = sorted(set(fixed) & set(params))
     if clash:
         raise ValueError(f"{clash} are both fixed (--set) and tuned (--param); drop one of them")
-    view = _SpaceTrial(trial, fixed, params)
+    # A Trial to the search spaces: what _SpaceTrial does not answer goes to the trial.
+    view = cast("optuna.trial.Trial", _SpaceTrial(trial, fixed, params))
     cls: type[Strategy] = STRATEGIES[strategy]
     out: dict[str, Any] = {}
     if tune_local:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyg_fedgraph.data.federated_dataset import FederatedDataset
 from pyg_fedgraph.experiment import ExperimentConfig
-from pyg_fedgraph.tune.objective import TuneObjective
+from pyg_fedgraph.tune.objective import Direction, TuneObjective
 from pyg_fedgraph.tune.space import SearchSpace
 
 if TYPE_CHECKING:
@@ -108,7 +108,7 @@ def default_study_name(config: ExperimentConfig) -> str:
 
 def create_study(config: ExperimentConfig, *, rounds: int | None = None,
                  storage: str | Any | None = None,
-                 study_name: str | None = None, direction: str = "maximize",
+                 study_name: str | None = None, direction: Direction = "maximize",
                  pruner: str | optuna.pruners.BasePruner = "median",
                  sampler: optuna.samplers.BaseSampler | None = None,
                  tune_local: bool = False,

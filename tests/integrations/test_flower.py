@@ -18,19 +18,19 @@ from torch import nn
 
 pytest.importorskip("flwr", reason="the Flower integration needs the 'flower' extra")
 
-from flwr.app import Array, ConfigRecord, Context, Error, Message, RecordDict  # noqa: E402
-from flwr.serverapp import Grid  # noqa: E402
+from flwr.app import Array, ConfigRecord, Context, Error, Message, RecordDict
+from flwr.serverapp import Grid
 
-from pyg_fedgraph.data.federated_dataset import ClientSplit, FederatedDataset  # noqa: E402
-from pyg_fedgraph.data.federation import ClientTable  # noqa: E402
-from pyg_fedgraph.data.layout import ParamLayout  # noqa: E402
-from pyg_fedgraph.integrations.flower import GraphStrategy, make_client_app, register_regularizer  # noqa: E402
-from pyg_fedgraph.integrations.flower import protocol as P  # noqa: E402
-from pyg_fedgraph.simulation.simulator import Simulator  # noqa: E402
-from pyg_fedgraph.strategies import STRATEGIES, build_strategy  # noqa: E402
-from pyg_fedgraph.strategies.fedprox import proximal_term  # noqa: E402
-from pyg_fedgraph.train.engine import LocalConfig, Regularizer  # noqa: E402
-from pyg_fedgraph.utils.seeds import make_generator  # noqa: E402
+from pyg_fedgraph.data.federated_dataset import ClientSplit, FederatedDataset
+from pyg_fedgraph.data.federation import ClientTable
+from pyg_fedgraph.data.layout import ParamLayout
+from pyg_fedgraph.integrations.flower import GraphStrategy, make_client_app, register_regularizer
+from pyg_fedgraph.integrations.flower import protocol as P
+from pyg_fedgraph.simulation.simulator import Simulator
+from pyg_fedgraph.strategies import STRATEGIES, build_strategy
+from pyg_fedgraph.strategies.fedprox import proximal_term
+from pyg_fedgraph.train.engine import LocalConfig, Regularizer
+from pyg_fedgraph.utils.seeds import make_generator
 
 NUM_CLIENTS = 5
 # Full-batch local steps (batch = the 8 training samples of every client): the
@@ -431,6 +431,9 @@ def test_partial_participation_samples_like_the_simulator():
     ("unknown-partition", r"unknown partition id 99"),
     ("other-partition", r"claims partition 0, node \d+ is partition 2"),
     ("error", r"the client reported an error"),
+    # Records of the wrong kind, and a metric of the wrong type, are dropped too.
+    ("record-kind", r"trained model: expected an ArrayRecord, got ConfigRecord"),
+    ("loss-type", r"the train loss \(train-loss\) is not a number: \[1.0, 2.0\]"),
 ])
 def test_malformed_reply_is_dropped_and_the_round_completes(kind, reason):
     def corrupt_partition_2(message, context, call_next):
@@ -454,6 +457,10 @@ def test_malformed_reply_is_dropped_and_the_round_completes(kind, reason):
             reply.content[P.METRICS][P.PARTITION_ID] = 99
         elif kind == "other-partition":
             reply.content[P.METRICS][P.PARTITION_ID] = 0
+        elif kind == "record-kind":  # keyed like a single tensor, but not an ArrayRecord
+            reply.content[P.PARAMS] = ConfigRecord({"0": 1})
+        elif kind == "loss-type":
+            reply.content[P.METRICS][P.TRAIN_LOSS] = [1.0, 2.0]
         return reply
 
     graphs = []

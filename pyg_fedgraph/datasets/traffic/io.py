@@ -589,7 +589,8 @@ class _FixedFrameReader:
         if len(position) != len(columns):
             self.fail("duplicate column labels")
         # Every block's labels and type are checked before any value is read.
-        blocks, filled = [], np.zeros(len(columns), dtype=bool)
+        blocks: list[tuple[list[int], Any]] = []
+        filled = np.zeros(len(columns), dtype=bool)
         while (f"block{len(blocks)}_items" in self.group
                or f"block{len(blocks)}_values" in self.group):
             k = len(blocks)

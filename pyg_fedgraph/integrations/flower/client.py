@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from typing import cast
 
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
@@ -134,9 +135,9 @@ class GraphClient:
         server sends them), config, and this client's own model and buffers."""
         pid = self.partition_id(context)
         trainer = self.trainer(context)
-        config = content[P.CONFIG]
+        config = cast(ConfigRecord, content[P.CONFIG])  # the server sends one
         trainer.config = P.local_config_from_record(config) or self.local
-        state = context.state.get(_STATE)
+        state = cast("ArrayRecord | None", context.state.get(_STATE))  # saved by _save
         if state is None or config.get(P.RESET_BUFFERS, False):
             buffers = trainer.initial_buffers(1)[0]
         else:
@@ -155,11 +156,11 @@ class GraphClient:
                                              "buffers": Array(buffers.detach().numpy())})
 
     @staticmethod
-    def _params(layout: ParamLayout, record: ArrayRecord, what: str) -> Tensor:
+    def _params(layout: ParamLayout, record: object, what: str) -> Tensor:
         reason = P.check_params_record(layout, record, what)
         if reason is not None:
             raise ValueError(f"the server sent an invalid {reason}")
-        return P.record_to_params(layout, record)
+        return P.record_to_params(layout, cast(ArrayRecord, record))  # checked above
 
     def _plan(self, trainer: ClientTrainer, content: RecordDict, config: ConfigRecord
               ) -> TrainPlan | EvaluatePlan:
@@ -184,12 +185,12 @@ class GraphClient:
         if not isinstance(plan, TrainPlan):
             raise ValueError(f"a train message must carry a TrainPlan, got "
                              f"{type(plan).__name__}")
-        rnd = int(config[P.ROUND])
+        rnd = int(cast(int, config[P.ROUND]))
         start = local if plan.params is None else plan.params[0]
         result = run_plan(trainer, plan,
                           ClientStart(_ONE, torch.tensor([pid]), start.unsqueeze(0),
                                       buffers.unsqueeze(0), local.unsqueeze(0)),
-                          seed=int(config.get(P.SEED, self.seed)), rnd=rnd,
+                          seed=int(cast(int, config.get(P.SEED, self.seed))), rnd=rnd,
                           parallel=self.parallel)
         trained = result.params[0]
         layout = trainer.layout
@@ -223,11 +224,11 @@ class GraphClient:
                                                         buffers.unsqueeze(0),
                                                         local.unsqueeze(0)),
                                    finetune=plan.finetune, start_job=plan.start_job,
-                                   seed=int(config.get(P.SEED, self.seed)),
-                                   rnd=int(config[P.ROUND]), parallel=self.parallel)
-        record: dict[str, float] = {f"{split}-{name}": float(value[0])
-                                    for split, values in metrics.items()
-                                    for name, value in values.items()}
+                                   seed=int(cast(int, config.get(P.SEED, self.seed))),
+                                   rnd=int(cast(int, config[P.ROUND])), parallel=self.parallel)
+        record: dict[str, int | float | list[int] | list[float]] = {
+            f"{split}-{name}": float(value[0])
+            for split, values in metrics.items() for name, value in values.items()}
         record[P.PARTITION_ID] = pid
         record[P.NUM_EXAMPLES] = int(trainer.dataset.num_samples("test")[0])
         return Message(RecordDict({P.METRICS: MetricRecord(record)}), reply_to=message)

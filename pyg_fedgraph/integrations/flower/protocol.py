@@ -320,10 +320,12 @@ def tensor_to_record(layout: ParamLayout, t: Tensor) -> ArrayRecord:
     return tensors_to_record([t])
 
 
-def record_to_tensor(layout: ParamLayout, record: ArrayRecord, what: str) -> Tensor:
-    r"""The tensor of :func:`tensor_to_record`, checked (a model against the
-    layout; any array for finite values); raises a :class:`ValueError`
-    starting with ``what``."""
+def record_to_tensor(layout: ParamLayout, record: object, what: str) -> Tensor:
+    r"""The tensor of :func:`tensor_to_record`, checked (an :class:`ArrayRecord`;
+    a model against the layout; any array for finite values); raises a
+    :class:`ValueError` starting with ``what``."""
+    if not isinstance(record, ArrayRecord):
+        raise ValueError(f"{what}: expected an ArrayRecord, got {type(record).__name__}")
     if set(record.keys()) != {"0"}:  # a model
         reason = check_params_record(layout, record, what)
         if reason is not None:

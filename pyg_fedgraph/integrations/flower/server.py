@@ -6,7 +6,7 @@ import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 from flwr.app import (
@@ -307,6 +307,7 @@ class GraphStrategy(FlowerStrategy):
                 if not reply.has_error():  # a wrong id stays wrong; errors are asked again
                     self._ignored_nodes.add(node)
                 continue
+            assert pid is not None  # _partition_of gives an id or a reason
             taken[pid] = node
             self.node_to_partition[node] = pid
             samples = reply.content[P.METRICS].get(P.NUM_EXAMPLES)
@@ -348,7 +349,8 @@ class GraphStrategy(FlowerStrategy):
             # Once per session: the client's latest model as the server knows it,
             # so that strategies that continue from local models also resume.
             content[P.LOCAL_PARAMS] = P.params_to_record(self.layout, engine.table.params[pid])
-            content[P.CONFIG][P.RESET_BUFFERS] = not bool(engine.table.trained.any())
+            config = cast(ConfigRecord, content[P.CONFIG])  # every message has its config
+            config[P.RESET_BUFFERS] = not bool(engine.table.trained.any())
             self._synced.add(node)
         return Message(content, dst_node_id=node, message_type=kind)
 
@@ -425,6 +427,10 @@ class GraphStrategy(FlowerStrategy):
             if key in (P.PARAMS, P.DELTA) and decoded[key].shape != (self.layout.num_params,):
                 return pid, (f"{what}: sent {decoded[key].numel()} values, the model has "
                              f"{self.layout.num_params} parameters"), {}
+        metrics = cast(MetricRecord, content[P.METRICS])  # _partition_of checked it
+        loss = metrics.get(P.TRAIN_LOSS, math.nan)
+        if not isinstance(loss, (int, float)):
+            return pid, f"the train loss ({P.TRAIN_LOSS}) is not a number: {loss!r}", {}
         decoded["start"] = (pending.start if pending.start is not None
                             else decoded[P.PARAMS] - decoded[P.DELTA])
         return pid, None, decoded
@@ -448,7 +454,7 @@ class GraphStrategy(FlowerStrategy):
                 self._drop(rnd, "train", node, pid, reason)
                 continue
             assert pid is not None
-            valid[pid] = (decoded, reply.content[P.METRICS], node)
+            valid[pid] = (decoded, cast(MetricRecord, reply.content[P.METRICS]), node)
         for node, pending in self._pending.items():
             if node not in answered:
                 self._drop(rnd, "train", node, pending.partition_id, "no reply before the timeout")
@@ -459,7 +465,8 @@ class GraphStrategy(FlowerStrategy):
         start = torch.stack([r["start"] for r in rows]) if rows else torch.zeros(0, d)
         outputs = {name: torch.stack([r[P.output_key(name)] for r in rows])
                    for name in (self._pending_outputs() if rows else ())}
-        losses = torch.tensor([float(valid[p][1].get(P.TRAIN_LOSS, math.nan))
+        # Numbers: _check_train_reply checked them.
+        losses = torch.tensor([float(cast(float, valid[p][1].get(P.TRAIN_LOSS, math.nan)))
                                for p in ids.tolist()])
         update = engine.aggregate_train(rnd, ids, params, start, outputs, losses)
         for k, pid in enumerate(ids.tolist()):
