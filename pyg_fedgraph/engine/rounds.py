@@ -44,7 +44,8 @@ from pyg_fedgraph.train.jobs import EvaluatePlan, TrainPlan
 from pyg_fedgraph.train.objective import Objective
 from pyg_fedgraph.utils.seeds import make_generator
 
-__all__ = ["RoundEngine", "RoundUpdate", "sample_clients", "snapshot", "STATE_FORMAT"]
+__all__ = ["RoundEngine", "RoundUpdate", "sample_clients", "num_sampled", "snapshot",
+           "STATE_FORMAT"]
 
 log = logging.getLogger(__name__)
 
@@ -53,13 +54,22 @@ log = logging.getLogger(__name__)
 STATE_FORMAT = 2
 
 
+def num_sampled(num_candidates: int, fraction: float) -> int:
+    r"""How many of ``num_candidates`` clients a round samples:
+    ``max(1, round(fraction * num_candidates))``, all of them for
+    ``fraction >= 1``."""
+    if fraction >= 1.0 or num_candidates == 0:
+        return num_candidates
+    return max(1, int(round(fraction * num_candidates)))
+
+
 def sample_clients(candidates: Tensor, fraction: float, generator: torch.Generator) -> Tensor:
-    r"""A uniformly random subset of ``max(1, round(fraction * len))`` of
-    ``candidates``, sorted (all of them when ``fraction >= 1``)."""
+    r"""A uniformly random subset of :func:`num_sampled` of ``candidates``,
+    sorted (all of them when ``fraction >= 1``)."""
     n = candidates.numel()
-    if fraction >= 1.0 or n == 0:
+    k = num_sampled(n, fraction)
+    if k == n:
         return candidates.clone()
-    k = max(1, int(round(fraction * n)))
     pick = torch.randperm(n, generator=generator)[:k]
     return candidates[pick].sort().values
 
@@ -176,11 +186,18 @@ class RoundEngine:
         self.round = 0
         #: Uploads accepted since the start of the run.
         self.accepted_total = 0
+        self._said_nothing_accepted = False
+        strategy.check_federation(n, self.num_sampled, edge_index is not None)
         strategy.setup(self.ctx)
 
     @property
     def num_clients(self) -> int:
         return self.ctx.num_clients
+
+    @property
+    def num_sampled(self) -> int:
+        r"""Clients sampled per round when all trainable clients are candidates."""
+        return num_sampled(self.trainable.numel(), self.sample_fraction)
 
     # ---------------------------------------------------------------- rounds
     def sample(self, rnd: int, candidates: Tensor | None = None) -> Tensor:
@@ -244,8 +261,13 @@ class RoundEngine:
                 mean_loss = float(loss[kept].mean())
         else:
             self.table.update(clients[:0], params[:0])
-            log.warning("round %d: no client returned a usable update (%d replied); the "
-                        "strategy was not updated", rnd, k)
+            # Said once at WARNING level: a run where this repeats says it in its summary
+            # (num_rejected, num_dropped) and, through the CLI, in its exit status.
+            level = logging.WARNING if not self._said_nothing_accepted else logging.INFO
+            self._said_nothing_accepted = True
+            log.log(level, "round %d: no update was accepted (%d replied); the strategy was "
+                    "not updated%s", rnd, k, "" if level == logging.INFO else
+                    " (further such rounds are logged at INFO level)")
         self.accepted_total += int(kept.numel())
         self.round = rnd
         log.debug("round %d: %d of %d replies aggregated, loss %.4f", rnd, kept.numel(), k,

@@ -7,7 +7,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Annotated, Any
 
 import torch
 from torch import Tensor, nn
@@ -23,6 +23,7 @@ from pyg_fedgraph.engine.validation import (
     UpdateValidator,
     check_dataset,
 )
+from pyg_fedgraph.hparams import Range
 from pyg_fedgraph.strategies.base import Strategy
 from pyg_fedgraph.train.engine import ClientTrainer, LocalConfig
 from pyg_fedgraph.train.jobs import (
@@ -123,8 +124,10 @@ class Simulator:
     """
 
     def __init__(self, dataset: FederatedDataset, model: nn.Module, strategy: Strategy, *,
-                 rounds: int = 50, sample_fraction: float | None = None,
-                 local: LocalConfig | None = None, eval_every: int = 1, seed: int = 0,
+                 rounds: int = 50,
+                 sample_fraction: Annotated[float | None, Range(gt=0.0, le=1.0)] = None,
+                 local: LocalConfig | None = None,
+                 eval_every: Annotated[int, Range(ge=1)] = 1, seed: int = 0,
                  parallel: bool = True, objective: Objective | None = None,
                  held_out: Tensor | None = None, progress: bool = True,
                  callbacks: Sequence[Callback] = (), dropout: float = 0.0,

@@ -155,10 +155,22 @@ class Strategy(nn.Module):
 
     def setup(self, ctx: FederationContext) -> None:
         r"""Called once before round 1 (and before :meth:`load_state_dict`)."""
-        if self.needs_prior_graph and ctx.edge_index is None:
+        # The engine ran the strategy's own check_federation; this keeps the
+        # requirement every strategy shares for callers that drive setup directly.
+        Strategy.check_federation(self, ctx.num_clients, ctx.num_clients,
+                                  ctx.edge_index is not None)
+        self.ctx = ctx
+
+    def check_federation(self, num_clients: int, num_sampled: int,
+                         has_prior_graph: bool) -> None:
+        r"""Raises a :class:`ValueError` when the strategy cannot run on a
+        federation of ``num_clients`` clients of which ``num_sampled`` train
+        per round, with or without a prior client graph, and logs a warning
+        when it can run but degenerately (the round engine and the command
+        line's preflight call it before any work)."""
+        if self.needs_prior_graph and not has_prior_graph:
             raise ValueError(f"strategy {self.name!r} needs a prior client graph; "
                              f"use a dataset that provides edge_index (e.g. fl60)")
-        self.ctx = ctx
 
     def default_sample_fraction(self, num_clients: int) -> float:
         r"""Share of clients sampled per round when the user does not choose

@@ -146,6 +146,20 @@ class FedCEDAR(Strategy):
         self.register_buffer("num_centres", torch.zeros((), dtype=torch.long))
         self.register_buffer("cluster_of", torch.empty(0, dtype=torch.long))
 
+    def check_federation(self, num_clients: int, num_sampled: int,
+                         has_prior_graph: bool) -> None:
+        super().check_federation(num_clients, num_sampled, has_prior_graph)
+        if self.num_clusters > num_clients:
+            raise ValueError(f"fedcedar: num_clusters={self.num_clusters} exceeds the "
+                             f"{num_clients} clients of the federation; use at most "
+                             f"{num_sampled}, the clients sampled per round")
+        if self.num_clusters > num_sampled:
+            # kmeans keeps at most one cluster per uploaded client: allowed, but
+            # the clustering then separates nothing.
+            log.warning("fedcedar: num_clusters=%d exceeds the %d clients sampled per round "
+                        "(of %d): every sampled client is a cluster of its own",
+                        self.num_clusters, num_sampled, num_clients)
+
     def default_sample_fraction(self, num_clients: int) -> float:
         # Paper Sec. 4.1: 30% of the clients upload each round.
         return 0.3
