@@ -13,7 +13,14 @@ from torch import Tensor
 
 from pyg_fedgraph.engine.history import History
 
-__all__ = ["write_run", "write_collaboration", "top_k_weights", "write_csv", "format_table"]
+__all__ = ["write_run", "write_collaboration", "top_k_weights", "write_csv", "format_table",
+           "RUN_FILES"]
+
+#: The files :func:`write_run` may write into a run's folder (glob patterns),
+#: so that a caller replacing a run removes exactly these.
+RUN_FILES = ("config.json", "history.csv", "clients.csv", "summary.json", "learning_curve.png",
+             "collaboration.npz", "collaboration_topk.csv", "collaboration.csv",
+             "collaboration_matrix.png", "collaboration_graph.png")
 
 
 def _clean(value: Any) -> Any:
