@@ -5,6 +5,7 @@ import argparse
 import json
 from pathlib import Path
 
+from pyg_fedgraph.cli.run import _placement
 from pyg_fedgraph.cli.syntax import parse_distribution, run_command
 
 __all__ = ["tune_main"]
@@ -25,6 +26,7 @@ def tune_main(args: argparse.Namespace) -> int:
     cfg = ExperimentConfig(dataset=args.dataset, strategy=args.strategy, rounds=args.rounds,
                            clients=args.clients, partition=args.partition, beta=args.beta,
                            classes_per_client=args.classes_per_client, seed=args.seed,
+                           device=args.device, threads=args.threads, precision=args.precision,
                            overrides={k: parse_value(v) for k, v in args.overrides})
     route_overrides(cfg)  # every --set value, before the study starts
     params = {k: parse_distribution(v) for k, v in args.params}
@@ -32,10 +34,11 @@ def tune_main(args: argparse.Namespace) -> int:
     if args.storage.startswith("sqlite:///") and args.storage != "sqlite:///:memory:":
         Path(args.storage[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
     sampler = optuna.samplers.TPESampler(seed=args.sampler_seed)
-    study = tune(cfg, args.n_trials, storage=args.storage, study_name=name,
-                 pruner=args.pruner, sampler=sampler, params=params,
-                 tune_local=args.tune_local, timeout=args.timeout,
-                 show_progress_bar=not args.quiet)
+    with _placement(cfg, args.deterministic):
+        study = tune(cfg, args.n_trials, storage=args.storage, study_name=name,
+                     pruner=args.pruner, sampler=sampler, params=params,
+                     tune_local=args.tune_local, timeout=args.timeout,
+                     show_progress_bar=not args.quiet)
     out: Path = args.out or Path("runs") / f"tune-{name}"
     written = write_study(study, out, run_command)
     summary = json.loads(written["best"].read_text())
