@@ -79,6 +79,10 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--classes-per-client", type=int, default=None,
                    help="classes per client for the pathological split")
     p.add_argument("--seed", type=int, default=0, help="seed of data, model and training")
+    p.add_argument("--tracker", action="append", default=[],
+                   choices=literal_choices("tracking.py", "TrackerName"),
+                   help="also log to TensorBoard (event files in <out>/<run>) or MLflow (the "
+                        "store <out>/mlflow.db); extras 'tensorboard', 'mlflow'; repeat for both")
 
 
 def _logging_options(p: argparse.ArgumentParser) -> None:
