@@ -57,11 +57,13 @@ if TYPE_CHECKING:
 __all__ = ["Tracker", "TensorBoardTracker", "MLflowTracker", "TrackerName", "TRACKERS",
            "check_tracker", "build_tracker", "round_scalars", "run_hparams", "matrix_image"]
 
-#: The trackers of the command line (``--tracker``).
+#: A tracker's name on the command line (``--tracker``).
 TrackerName = Literal["tensorboard", "mlflow"]
+#: The trackers, in the order ``--help`` lists them.
 TRACKERS: tuple[TrackerName, ...] = ("tensorboard", "mlflow")
 #: How a run ended, for :meth:`Tracker.close`.
 RunStatus = Literal["finished", "stopped", "failed"]
+#: A hyper-parameter value as the trackers log it.
 Scalar = bool | int | float | str
 
 

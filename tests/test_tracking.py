@@ -58,7 +58,7 @@ def test_round_scalars_are_the_history_means():
     sim.run()
     rows = sim.history.round_rows()
     assert len(logged) == len(rows) == 2
-    for scalars, row, i in zip(logged, rows, range(2)):
+    for scalars, row, i in zip(logged, rows, range(2), strict=True):
         for key in ("val_accuracy", "test_accuracy", "val_loss", "test_loss"):
             split, metric = key.split("_")
             assert scalars[f"{split}/{metric}"] == pytest.approx(row[key], nan_ok=True)

@@ -158,8 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--strategy", required=True, metavar="NAME", help="strategy name")
     tune.add_argument("--n-trials", type=int, required=True, help="trials this process adds")
     tune.add_argument("--storage", default="sqlite:///study.db",
-                      help="Optuna storage: database URL or a journal file *.log "
-                           "(default: sqlite:///study.db)")
+                      help="Optuna storage: a database URL or the path of a journal file "
+                           "ending in .log (default: sqlite:///study.db)")
     tune.add_argument("--study-name", default=None,
                       help="default: <strategy>-<dataset>[-<partition>]")
     tune.add_argument("--pruner", choices=["median", "hyperband", "none"], default="median")
