@@ -317,3 +317,16 @@ def test_trial_callbacks_are_closed_with_the_trials_outcome():
     tune(cfg, 1, storage=None, pruner=PruneAt2(), sampler=optuna.samplers.TPESampler(seed=0),
          trial_callbacks=lambda trial: [Recorder(trial.number)])
     assert closed == [(0, "stopped", [1, 2])]
+
+
+def test_cli_resume_keeps_the_runs_trackers(tmp_path, capsys):
+    pytest.importorskip("tensorboard")
+    out = tmp_path / "out"
+    assert main(["run", *CLI[:-3], "--rounds", "2", "--quiet", "--strategy", "fedavg",
+                 "--tracker", "tensorboard", "--out", str(out)]) == 0
+    # The manifest remembers the tracker; --tracker itself is not accepted with --resume.
+    assert main(["run", "--resume", str(out), "--tracker", "mlflow"]) == 2
+    assert "--tracker cannot be given" in capsys.readouterr().err
+    assert main(["run", "--resume", str(out), "--rounds", "3", "--quiet"]) == 0
+    steps, _ = _steps_values(_events(out / "fedavg"), "val/accuracy")
+    assert steps == [1, 2, 3]
