@@ -79,6 +79,10 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--classes-per-client", type=int, default=None,
                    help="classes per client for the pathological split")
     p.add_argument("--seed", type=int, default=0, help="seed of data, model and training")
+    p.add_argument("--tracker", action="append", default=[],
+                   choices=literal_choices("tracking.py", "TrackerName"),
+                   help="also log to TensorBoard (event files in <out>/<run>) or MLflow (the "
+                        "store <out>/mlflow.db); extras 'tensorboard', 'mlflow'; repeat for both")
 
 
 def _device_options(p: argparse.ArgumentParser) -> None:
@@ -171,8 +175,8 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--strategy", required=True, metavar="NAME", help="strategy name")
     tune.add_argument("--n-trials", type=int, required=True, help="trials this process adds")
     tune.add_argument("--storage", default="sqlite:///study.db",
-                      help="Optuna storage: database URL or a journal file *.log "
-                           "(default: sqlite:///study.db)")
+                      help="Optuna storage: a database URL or the path of a journal file "
+                           "ending in .log (default: sqlite:///study.db)")
     tune.add_argument("--study-name", default=None,
                       help="default: <strategy>-<dataset>[-<partition>]")
     tune.add_argument("--pruner", choices=["median", "hyperband", "none"], default="median")

@@ -58,6 +58,8 @@ MANIFEST = "run.json"
 MANIFEST_FORMAT = 1
 #: Files a comparison writes beside its runs' folders.
 _COMPARISON_FILES = ("comparison.json", "learning_curves.png")
+#: Files of ``--tracker`` (TensorBoard's events in a run's folder, MLflow's store).
+_TRACKER_FILES = ("events.out.tfevents.*", "mlflow.db")
 #: The options ``--resume`` accepts (the others come from the manifest).
 RESUME_OPTIONS = ("--resume", "--rounds", "--checkpoint-every", "--device", "--threads",
                   "--deterministic", "--quiet", "--log-level")
@@ -139,7 +141,7 @@ def _run_files(folder: Path) -> list[Path]:
     from pyg_fedgraph.simulation.report import RUN_FILES
 
     patterns = (*RUN_FILES, CHECKPOINT_NAME, f".{CHECKPOINT_NAME}.*.tmp", MANIFEST,
-                *_COMPARISON_FILES)
+                *_COMPARISON_FILES, *_TRACKER_FILES)
     found = sorted({p for pattern in patterns for p in folder.glob(pattern) if p.is_file()})
     for sub in sorted(p for p in folder.iterdir() if p.is_dir()):
         found += sorted({p for pattern in patterns for p in sub.glob(pattern) if p.is_file()})
@@ -328,11 +330,14 @@ def _write(sim: Simulator, cfg: ExperimentConfig, out: Path, summary: dict[str, 
 
 def _run_all(root: Path, base: ExperimentConfig, names: Sequence[str],
              dataset: FederatedDataset, every: int, quiet: bool,
-             states: dict[str, dict[str, Any]], outcome: _Outcome) -> None:
+             states: dict[str, dict[str, Any]], outcome: _Outcome,
+             trackers: Sequence[str] = ()) -> None:
     r"""Runs (or continues, from ``states``) every strategy of the manifest,
-    filling ``outcome`` (also when a second Ctrl-C aborts it)."""
+    filling ``outcome`` (also when a second Ctrl-C aborts it), logging each
+    run to ``trackers``."""
     from pyg_fedgraph.experiment import build_simulator
     from pyg_fedgraph.simulation.checkpoint import remove_partial_writes
+    from pyg_fedgraph.tracking import build_tracker
 
     progress = _Progress(quiet)
     with _catch_sigint() as stop:
@@ -341,7 +346,10 @@ def _run_all(root: Path, base: ExperimentConfig, names: Sequence[str],
             out = _run_dir(root, name, names)
             out.mkdir(parents=True, exist_ok=True)
             remove_partial_writes(out)
-            sim = build_simulator(cfg, dataset=dataset, progress=False)
+            tracking = [build_tracker(t, root, run=name, experiment=root.resolve().name,
+                                      hparams=cfg.to_dict()) for t in trackers]
+            sim = build_simulator(cfg, dataset=dataset, progress=False,
+                                  callbacks=tuple(tracking))
             seconds = 0.0
             state = states.get(name)
             if state is not None:
@@ -357,7 +365,15 @@ def _run_all(root: Path, base: ExperimentConfig, names: Sequence[str],
             except KeyboardInterrupt:
                 if saved.path is not None:
                     outcome.stopped = (name, saved.round, sim.rounds, saved.path)
+                for tracker in tracking:
+                    tracker.close("stopped")
                 raise
+            except BaseException:
+                for tracker in tracking:
+                    tracker.close("failed")
+                raise
+            for tracker in tracking:
+                tracker.close("finished" if total is not None else "stopped")
             if total is None:
                 assert saved.path is not None  # _train checkpoints before it stops
                 outcome.stopped = (name, sim.round, sim.rounds, saved.path)
@@ -408,11 +424,12 @@ def _finish(root: Path, base: ExperimentConfig, names: Sequence[str],
 
 def _write_manifest(root: Path, names: Sequence[str], base: ExperimentConfig, every: int,
                     command: str, started: str | None = None,
-                    resumed: list[dict[str, Any]] | None = None) -> None:
+                    resumed: list[dict[str, Any]] | None = None,
+                    trackers: Sequence[str] = ()) -> None:
     manifest = {"format": MANIFEST_FORMAT, "strategies": list(names), "config": base.to_dict(),
                 "checkpoint_every": every, "command": command,
                 "started": started or datetime.now().isoformat(timespec="seconds"),
-                "resumed": resumed or []}
+                "resumed": resumed or [], "trackers": list(trackers)}
     (root / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str))
 
 
@@ -437,6 +454,7 @@ def run_main(args: argparse.Namespace, argv: Sequence[str]) -> int:
         raise ValueError(f"--checkpoint-every must be >= 0, got {args.checkpoint_every}")
     if args.resume is not None:
         return _resume(args, argv)
+    trackers = _check_trackers(args.tracker)
     names = _strategy_list(args.strategy)
     base = ExperimentConfig(dataset=args.dataset, strategy=names[0], rounds=args.rounds,
                             clients=args.clients, partition=args.partition, beta=args.beta,
@@ -451,14 +469,25 @@ def run_main(args: argparse.Namespace, argv: Sequence[str]) -> int:
         root: Path = args.out or Path("runs") / f"{args.dataset}-{datetime.now():%Y%m%d-%H%M%S}"
         prepare_output(root, overwrite=args.overwrite)
         _write_manifest(root, names, base, args.checkpoint_every,
-                        "pyg-fedgraph " + shlex.join(argv))
+                        "pyg-fedgraph " + shlex.join(argv), trackers=trackers)
         print(f"{dataset}" + ("  [synthetic data]" if dataset.info.get("synthetic") else ""))
         outcome = _Outcome()
         try:
-            _run_all(root, base, names, dataset, args.checkpoint_every, args.quiet, {}, outcome)
+            _run_all(root, base, names, dataset, args.checkpoint_every, args.quiet, {}, outcome,
+                     trackers)
         except KeyboardInterrupt:
             return _interrupted(outcome, root)
         return _finish(root, base, names, dataset, outcome)
+
+
+def _check_trackers(names: Sequence[str]) -> list[str]:
+    r"""The ``--tracker`` names, each once, after checking that each is known
+    and installed (before any work)."""
+    from pyg_fedgraph.tracking import check_tracker
+
+    for name in names:
+        check_tracker(name)
+    return list(dict.fromkeys(names))
 
 
 def _read_manifest(root: Path) -> tuple[list[str], dict[str, Any], int, dict[str, Any]]:
@@ -505,6 +534,7 @@ def _resume(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if not root.is_dir():
         raise FileNotFoundError(f"--resume {root}: no such directory")
     names, config, every, manifest = _read_manifest(root)
+    trackers = _check_trackers([str(t) for t in manifest.get("trackers", [])])
     base = ExperimentConfig(**config)
     states: dict[str, dict[str, Any]] = {}
     for name in names:  # every checkpoint is read and checked before anything runs
@@ -536,11 +566,11 @@ def _resume(args: argparse.Namespace, argv: Sequence[str]) -> int:
             "at": datetime.now().isoformat(timespec="seconds"),
             "rounds": {n: int(s["round"]) for n, s in states.items()}}]
         _write_manifest(root, names, base, every, str(manifest.get("command", "")),
-                        manifest.get("started"), resumed)
+                        manifest.get("started"), resumed, trackers)
         print(f"{dataset}" + ("  [synthetic data]" if dataset.info.get("synthetic") else ""))
         outcome = _Outcome()
         try:
-            _run_all(root, base, names, dataset, every, args.quiet, states, outcome)
+            _run_all(root, base, names, dataset, every, args.quiet, states, outcome, trackers)
         except KeyboardInterrupt:
             return _interrupted(outcome, root)
         return _finish(root, base, names, dataset, outcome)
