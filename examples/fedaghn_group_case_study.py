@@ -15,7 +15,7 @@ update yet, so its weights are uniform; "first" below is round 2, the first
 round with weights computed from updates.
 
 Runs in about a minute on a CPU:
-    python examples/fedaghn_group_case_study.py [--clients 20] [--rounds 20]
+    python examples/fedaghn_group_case_study.py [--clients 20] [--rounds 20] [--quick]
 """
 import argparse
 
@@ -44,7 +44,11 @@ def main() -> None:
     parser.add_argument("--self-weight", type=float, default=0.1)
     parser.add_argument("--hn-momentum", type=float, default=0.0)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--quick", action="store_true",
+                        help="a smoke run: 10 clients, 3 rounds (a few seconds)")
     args = parser.parse_args()
+    if args.quick:
+        args.clients, args.rounds = 10, 3
 
     cfg = ExperimentConfig(dataset="digits", strategy="fedaghn", partition="group",
                            clients=args.clients, rounds=args.rounds, seed=args.seed,

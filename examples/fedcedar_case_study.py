@@ -15,7 +15,7 @@ every node at fixed rounds. A round whose sample misses a whole group cannot
 score 1.0 with K = number of groups, because k-means must then split a group;
 with 18 of 60 clients sampled that is rare.
 
-Run (about 30 s on one CPU core):  python examples/fedcedar_case_study.py [--groups 4]
+Run (about 30 s on one CPU core):  python examples/fedcedar_case_study.py [--groups 4] [--quick]
 On a busy machine with few cores, OMP_NUM_THREADS=1 avoids thread contention.
 """
 import argparse
@@ -32,7 +32,11 @@ def main() -> None:
     parser.add_argument("--clients-per-group", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--quick", action="store_true",
+                        help="a smoke run: 5 clients per group, 3 rounds (a few seconds)")
     args = parser.parse_args()
+    if args.quick:
+        args.clients_per_group, args.rounds = 5, 3
 
     cfg = ExperimentConfig(
         dataset="topology", strategy="fedcedar", rounds=args.rounds, seed=args.seed,

@@ -146,7 +146,10 @@ def main() -> None:
         cfg["rounds"] = args.rounds
 
     t0 = time.perf_counter()
-    data = load_data(args, cfg["synthetic_steps"])
+    try:
+        data = load_data(args, cfg["synthetic_steps"])
+    except (OSError, ValueError) as err:  # a missing or unreadable file: say which, no trace
+        raise SystemExit(f"metr_la_traffic.py: error: {err}") from None
     synthetic = bool(data.info.get("synthetic"))
     speeds = "SYNTHETIC speeds on the real METR-LA road graph" if synthetic else \
         f"recorded speeds from {args.h5}"

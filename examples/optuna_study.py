@@ -20,7 +20,7 @@ trials to it, or start a second copy at the same time to share the work. It
 writes ``best.json``, ``trials.csv`` and Optuna's optimization-history,
 intermediate-values and parameter-importance plots to ``<out>``.
 
-Run (a few minutes on 2 CPU cores):  python examples/optuna_study.py [--trials 12]
+Run (a few minutes on 2 CPU cores):  python examples/optuna_study.py [--trials 12] [--quick]
 The same study from the command line:
     pyg-fedgraph tune --dataset digits --partition pathological --strategy pfedgraph \
         --n-trials 12 --rounds 5 --set epochs=1 --param alpha=0.5:1.2 \
@@ -44,7 +44,13 @@ def main() -> None:
     parser.add_argument("--strategy", default="pfedgraph")
     parser.add_argument("--out", type=Path, default=Path("runs/optuna_study"))
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--quick", action="store_true",
+                        help="a smoke run: 2 trials of 2 rounds (its own study in <out>)")
     args = parser.parse_args()
+    if args.quick:
+        args.trials, args.rounds = 2, 2
+        if args.out == Path("runs/optuna_study"):  # keep the real study apart
+            args.out = Path("runs/optuna_study_quick")
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     cfg = ExperimentConfig(dataset="digits", partition="pathological", strategy=args.strategy,

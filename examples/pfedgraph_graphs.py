@@ -20,7 +20,7 @@ Both heatmaps are saved with :func:`pyg_fedgraph.viz.plot_collaboration_matrix`.
 
 Usage::
 
-    python examples/pfedgraph_graphs.py --out ./pfedgraph_graphs --rounds 10
+    python examples/pfedgraph_graphs.py --out runs/pfedgraph_graphs --rounds 10 [--quick]
 """
 from __future__ import annotations
 
@@ -63,10 +63,14 @@ def pair_check(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default="./pfedgraph_graphs", help="directory for the heatmaps")
+    parser.add_argument("--out", default="runs/pfedgraph_graphs",
+                        help="directory for the heatmaps (default: runs/pfedgraph_graphs)")
     parser.add_argument("--rounds", type=int, default=10, help="communication rounds per run")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--quick", action="store_true", help="a smoke run: 2 rounds per run")
     args = parser.parse_args()
+    if args.quick:
+        args.rounds = 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     torch.set_printoptions(precision=3, linewidth=120, sci_mode=False)

@@ -201,3 +201,20 @@ def test_every_shipped_config_is_valid(path):
                                    beta=args.beta, classes_per_client=args.classes_per_client,
                                    seed=seed, attack=args.attack, overrides=dict(args.overrides))
             route_overrides(cfg)  # every set key reaches an option that takes its value
+
+
+# --------------------------------------------------------------- the default job
+def test_the_default_job_fills_only_what_is_not_given():
+    from pyg_fedgraph.cli import DEFAULT_JOB, build_parser
+    from pyg_fedgraph.cli.run import default_job
+
+    args = default_job(build_parser().parse_args(["run"]))
+    assert (args.dataset, args.partition, args.clients, args.rounds) == (
+        "digits", "group", 40, 20)
+    assert args.overrides == list(DEFAULT_JOB["set"].items())
+    args = default_job(build_parser().parse_args(
+        ["run", "--clients", "10", "--rounds", "2", "--set", "data.fractions=[0.7,0.1,0.2]"]))
+    assert (args.clients, args.rounds, args.partition) == (10, 2, "group")
+    assert args.overrides == [("data.fractions", "[0.7,0.1,0.2]")]
+    # With --dataset the dataset's own defaults hold (run_main calls default_job only then).
+    assert build_parser().parse_args(["run", "--dataset", "fl60"]).partition is None

@@ -45,7 +45,7 @@ BAD_RUNS = [
     (["--attack", "sign-flip", "--attack-ratio", "1.0"], "attack_ratio must be < 1"),
     (["--novel-clients", "1.0"], "novel_clients must be < 1"),
     (["--strategy", "fedcedar", "--set", "num_clusters=50"],
-     "num_clusters=50 exceeds the 10 clients"),
+     "num_clusters=50 exceeds the 40 clients"),
     (["--strategy", "fedaghn,panacea"], "strategy 'panacea' needs a prior client graph"),
     (["--checkpoint-every", "-1"], "--checkpoint-every must be >= 0"),
 ]

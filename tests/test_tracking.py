@@ -3,6 +3,7 @@ equals the run's history; resumed runs log each round once; missing extras
 are one clear line."""
 import math
 import sqlite3
+import time
 
 import matplotlib
 import numpy as np
@@ -327,6 +328,9 @@ def test_cli_resume_keeps_the_runs_trackers(tmp_path, capsys):
     # The manifest remembers the tracker; --tracker itself is not accepted with --resume.
     assert main(["run", "--resume", str(out), "--tracker", "mlflow"]) == 2
     assert "--tracker cannot be given" in capsys.readouterr().err
+    # TensorBoard reads event files in name order, and the name holds the second it
+    # was opened: a resume within the same second as the first run could sort first.
+    time.sleep(1.1)
     assert main(["run", "--resume", str(out), "--rounds", "3", "--quiet"]) == 0
     steps, _ = _steps_values(_events(out / "fedavg"), "val/accuracy")
     assert steps == [1, 2, 3]

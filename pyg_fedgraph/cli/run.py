@@ -333,6 +333,21 @@ def apply_config(args: argparse.Namespace, argv: Sequence[str]) -> argparse.Name
     return out
 
 
+def default_job(args: argparse.Namespace) -> argparse.Namespace:
+    r"""``args`` of a run without ``--dataset``, completed with
+    :data:`~pyg_fedgraph.cli.DEFAULT_JOB` where an option was not given."""
+    from pyg_fedgraph.cli import DEFAULT_JOB
+
+    out = argparse.Namespace(**vars(args))
+    for key, value in DEFAULT_JOB.items():
+        if key != "set" and getattr(out, key, None) is None:
+            setattr(out, key, value)
+    given = {k for k, _ in args.overrides}
+    out.overrides = [(k, v) for k, v in DEFAULT_JOB["set"].items() if k not in given]
+    out.overrides += list(args.overrides)
+    return out
+
+
 # ------------------------------------------------------------------ running
 @dataclass
 class _Saved:
@@ -611,6 +626,8 @@ def run_main(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if args.resume is not None:
         return _resume(args, argv)
     args = apply_config(args, argv)
+    if args.dataset is None:
+        args = default_job(args)
     if args.checkpoint_every < 0:
         raise ValueError(f"--checkpoint-every must be >= 0, got {args.checkpoint_every}")
     trackers = _check_trackers(args.tracker)
