@@ -143,9 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
         "run", help="simulate a federation and report the papers' metric",
         description="Simulate strategies on a federated dataset. With no options (the default "
         "job, offline, seconds): Local, FedAvg, FedAvg-FT and pFedGraph on digits spread over 40 "
-        "clients in 5 label groups, too little data per client to learn alone. Every name and value is checked before "
-        "any training. Ctrl-C stops after the current round with a checkpoint that "
-        "--resume continues.", epilog=epilog,
+        "clients in 5 label groups, too little data per client to learn alone. Every name "
+        "and value is checked before any training. Ctrl-C stops after the current round "
+        "with a checkpoint that --resume continues.", epilog=epilog,
         formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
     _common(run)
     run.add_argument("--strategy", default=None, metavar="NAME[,NAME...]",

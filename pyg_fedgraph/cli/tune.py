@@ -54,7 +54,8 @@ def tune_main(args: argparse.Namespace) -> int:
         raise ValueError(f"tune studies one strategy, got --strategy {args.strategy!r}")
     if args.n_trials < 1:
         raise ValueError(f"--n-trials must be >= 1, got {args.n_trials}")
-    cfg = ExperimentConfig(dataset=args.dataset or "digits", strategy=args.strategy, rounds=args.rounds,
+    cfg = ExperimentConfig(dataset=args.dataset or "digits", strategy=args.strategy,
+                           rounds=args.rounds,
                            clients=args.clients, partition=args.partition, beta=args.beta,
                            classes_per_client=args.classes_per_client, seed=args.seed,
                            device=args.device, threads=args.threads, precision=args.precision,
