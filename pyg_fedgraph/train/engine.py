@@ -400,7 +400,9 @@ class ClientTrainer:
     def evaluate(self, clients: Tensor, params: Tensor, buffers: Tensor | None = None,
                  split: str = "test") -> dict[str, Tensor]:
         r"""Per-client metrics on ``split``: ``{name: (S,)}`` (NaN for a client
-        with no samples in that split)."""
+        with no samples in that split). Each is the mean over the client's
+        samples, or the weighted mean when the split carries evaluation
+        weights (:attr:`~pyg_fedgraph.data.ClientSplit.weight`)."""
         clients = clients.to(torch.long)
         buffers = self._check(clients, params, buffers)
         self.model.eval()
@@ -414,17 +416,26 @@ class ClientTrainer:
             return functional_call(self.model, (self.layout.unflatten(theta), b), (xb,))
 
         fwd = vmap(forward)
+        # Splits with evaluation weights (ClientSplit.weight) report weighted means.
+        weighted = False
+        denom = params.new_zeros(clients.numel())
         for start in range(0, n_max, self.eval_batch_size):
             pos = torch.arange(start, min(start + self.eval_batch_size, n_max))
             valid = pos.unsqueeze(0) < counts.unsqueeze(1)  # (S, b)
             index = torch.where(valid, pos.unsqueeze(0), torch.zeros_like(pos).unsqueeze(0))
             xb, yb = self.dataset.batch(split, index, clients)
+            wb = self.dataset.batch_weight(split, index, clients)
+            w = valid.to(params.dtype) if wb is None else wb.to(params.dtype) * valid
+            weighted = weighted or wb is not None
+            denom += w.sum(1)
             out = fwd(params, bufs, xb)
             for k, fn in fns.items():
                 vals = vmap(fn)(out, yb)
-                sums[k] += (vals * valid).sum(1)
-        denom = counts.to(params.dtype)
-        return {k: torch.where(counts > 0, v / denom.clamp(min=1), torch.nan)
+                sums[k] += (vals * w).sum(1)
+        if not weighted:
+            denom = counts.to(params.dtype)
+        return {k: torch.where((counts > 0) & (denom > 0), v / denom.clamp(min=1e-300),
+                               torch.nan)
                 for k, v in sums.items()}
 
     def loss_gradient(self, clients: Tensor, params: Tensor, buffers: Tensor | None = None,
