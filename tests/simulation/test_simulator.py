@@ -150,6 +150,21 @@ def test_fedavg_ft_beats_fedavg_on_opposite_groups():
     assert torch.equal(ft.strategy.global_params, fedavg.strategy.global_params)
 
 
+def test_fedavg_ft_from_local_evaluates_the_last_local_models():
+    fedavg = simulate(FedAvg())
+    fedavg.run()
+    ft = simulate(FedAvgFT(finetune_from="local"))
+    ft.run()
+    assert ft.strategy.finetune_job() is None
+    params, _ = ft.personalized_models()
+    # Each client's model right after its last local training (from the global model of
+    # round 2), with no extra training, while the federation trains FedAvg's global model.
+    assert torch.equal(params, fedavg.local_params)
+    assert torch.equal(ft.strategy.global_params, fedavg.strategy.global_params)
+    assert not torch.equal(params[0], ft.strategy.global_params)
+    assert ft.summary()["test"] > fedavg.summary()["test"] + 0.1
+
+
 # ------------------------------------------------------ held-out and sampling
 def test_held_out_clients_never_train():
     held = torch.tensor([4, 1])
