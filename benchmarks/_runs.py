@@ -19,7 +19,9 @@ from typing import Any
 
 import torch
 
+from pyg_fedgraph.engine import History, RoundRecord
 from pyg_fedgraph.experiment import ExperimentConfig, build_simulator
+from pyg_fedgraph.train.jobs import ClientStart, evaluate_clients
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / "runs" / "claims_cache"
@@ -42,38 +44,95 @@ def load_cached(cfg: ExperimentConfig) -> dict[str, Any] | None:
     return entry
 
 
-def cached_run(cfg: ExperimentConfig, *, refresh: bool = False, log=print) -> dict[str, Any]:
-    r"""Runs ``cfg`` (or returns its cached outcome): the simulator's summary
-    (``test`` at the best mean-validation round and ``test_per_client_best``),
-    the mean validation / test per round, the final collaboration graph when
-    the strategy has one, wall time and load average."""
-    if not refresh:
-        entry = load_cached(cfg)
-        if entry is not None:
-            return entry
-    load_start = os.getloadavg()[0]
-    t0 = time.perf_counter()
-    sim = build_simulator(cfg, progress=False)
-    sim.run()
-    seconds = time.perf_counter() - t0
-    graph_fn = getattr(sim.strategy, "collaboration_graph", None)
-    graph = graph_fn() if callable(graph_fn) else None
-    entry = {
+def _entry(cfg: ExperimentConfig, summary: dict, history: History, graph, seconds: float,
+           load_start: float, **extra) -> dict[str, Any]:
+    return {
         "config": json.loads(json.dumps(cfg.to_dict(), default=str)),
-        "summary": sim.summary(),
-        "val": sim.history.mean("val"),
-        "test": sim.history.mean("test"),
+        "summary": summary,
+        "val": history.mean("val"),
+        "test": history.mean("test"),
         "graph": None if graph is None else graph.float().tolist(),
         "seconds": seconds,
         "load": [load_start, os.getloadavg()[0]],
         "torch_threads": torch.get_num_threads(),
         "date": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        **extra,
     }
+
+
+def _store(cfg: ExperimentConfig, entry: dict[str, Any]) -> None:
     CACHE.mkdir(parents=True, exist_ok=True)
     path = CACHE / f"{config_key(cfg)}.json"
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(entry, default=float))
     tmp.replace(path)
+
+
+def local_models_callback(history: History):
+    r"""A simulator callback that also evaluates every client's own model
+    after its last local training (``Simulator.local_params``) and records it
+    in ``history``. During a FedAvg run this is, round for round, what
+    ``FedAvgFT(finetune_from="local")`` evaluates: its training is FedAvg's
+    (same plans, same per-client random streams), only its evaluation differs."""
+    def callback(sim, record: RoundRecord) -> None:
+        n = sim.dataset.num_clients
+        everyone = torch.arange(n)
+        start = ClientStart(everyone, everyone, sim.local_params, sim.local_buffers)
+        metrics = evaluate_clients(sim.trainer, start, seed=sim.seed, rnd=sim.round,
+                                   parallel=sim.parallel)
+        history.append(RoundRecord(record.round, record.train_loss, metrics["val"],
+                                   metrics["test"], record.seconds, record.num_sampled))
+    return callback
+
+
+def cached_run(cfg: ExperimentConfig, *, refresh: bool = False, log=print,
+               local_models_as: ExperimentConfig | None = None) -> dict[str, Any]:
+    r"""Runs ``cfg`` (or returns its cached outcome): the simulator's summary
+    (``test`` at the best mean-validation round and ``test_per_client_best``),
+    the mean validation / test per round, the final collaboration graph when
+    the strategy has one, wall time and load average.
+
+    With ``local_models_as`` (a FedAvg-FT configuration with
+    ``finetune_from="local"`` identical to ``cfg`` but for the strategy), the
+    same run also evaluates the clients' local models each round
+    (:func:`local_models_callback`) and caches that history under
+    ``local_models_as``."""
+    if not refresh:
+        entry = load_cached(cfg)
+        if entry is not None and (local_models_as is None
+                                  or load_cached(local_models_as) is not None):
+            return entry
+    load_start = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    sim = build_simulator(cfg, progress=False)
+
+    def progress(sim_, record: RoundRecord) -> None:
+        log(f"  round {record.round}: val {sim_.history.mean('val')[-1]:.4f} test "
+            f"{sim_.history.mean('test')[-1]:.4f} ({time.perf_counter() - t0:.0f} s)",
+            flush=True)
+
+    sim.callbacks.append(progress)
+    second = None
+    if local_models_as is not None:
+        second = History(sim.history.metric, sim.history.higher_is_better,
+                         eval_clients=sim.history.eval_clients)
+        sim.callbacks.append(local_models_callback(second))
+    sim.run()
+    seconds = time.perf_counter() - t0
+    graph_fn = getattr(sim.strategy, "collaboration_graph", None)
+    graph = graph_fn() if callable(graph_fn) else None
+    entry = _entry(cfg, sim.summary(), sim.history, graph, seconds, load_start)
+    _store(cfg, entry)
+    if second is not None:
+        summary = second.summary()
+        summary["test_per_client_best"] = second.test_at_best(protocol="per-client-best")
+        if sim.attack is not None:
+            summary["test_benign"] = summary["test"]
+        _store(local_models_as, _entry(
+            local_models_as, summary, second, None, seconds, load_start,
+            derived_from=config_key(cfg),
+            note="evaluated inside the FedAvg run (identical training), see "
+                 "local_models_callback"))
     s = entry["summary"]
     log(f"[run] {cfg.strategy} {cfg.partition} N={cfg.clients}: test {s['test']:.4f} "
         f"per-client-best {s['test_per_client_best']:.4f} ({seconds:.0f} s)", flush=True)

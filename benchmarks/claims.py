@@ -27,6 +27,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import logging
 import math
@@ -403,12 +404,23 @@ def t1_protocol(level: str, strategy: str) -> str:
     return "full" if level == "extreme" and strategy in FULL_STRATEGIES else "reduced"
 
 
+def _ft_twin(cfg: ExperimentConfig) -> ExperimentConfig | None:
+    r"""For a FedAvg run, the FedAvg-FT (``finetune_from="local"``) run it
+    contains: same training, local models evaluated (see ``_runs.py``)."""
+    if cfg.strategy != "fedavg":
+        return None
+    over = {**cfg.overrides, **STRATEGY_SETTINGS["fedavg-ft"]}
+    return dataclasses.replace(cfg, strategy="fedavg-ft", overrides=over)
+
+
 def _fmnist_cells(jobs: list[tuple[str, ExperimentConfig]], run_missing: bool
                   ) -> dict[str, dict | None]:
-    r"""Cached (or, with ``run_missing``, freshly run) outcomes by job name."""
+    r"""Cached (or, with ``run_missing``, freshly run) outcomes by job name.
+    FedAvg runs also produce the FedAvg-FT cell of the same setting."""
     out = {}
     for name, cfg in jobs:
-        out[name] = cached_run(cfg) if run_missing else load_cached(cfg)
+        out[name] = (cached_run(cfg, local_models_as=_ft_twin(cfg)) if run_missing
+                     else load_cached(cfg))
     return out
 
 
