@@ -104,6 +104,7 @@ def cached_run(cfg: ExperimentConfig, *, refresh: bool = False, log=print,
             return entry
     load_start = os.getloadavg()[0]
     t0 = time.perf_counter()
+    cpu0 = time.process_time()
     sim = build_simulator(cfg, progress=False)
 
     def progress(sim_, record: RoundRecord) -> None:
@@ -119,9 +120,11 @@ def cached_run(cfg: ExperimentConfig, *, refresh: bool = False, log=print,
         sim.callbacks.append(local_models_callback(second))
     sim.run()
     seconds = time.perf_counter() - t0
+    cpu_seconds = time.process_time() - cpu0
     graph_fn = getattr(sim.strategy, "collaboration_graph", None)
     graph = graph_fn() if callable(graph_fn) else None
-    entry = _entry(cfg, sim.summary(), sim.history, graph, seconds, load_start)
+    entry = _entry(cfg, sim.summary(), sim.history, graph, seconds, load_start,
+                   cpu_seconds=cpu_seconds)
     _store(cfg, entry)
     if second is not None:
         summary = second.summary()
@@ -130,7 +133,7 @@ def cached_run(cfg: ExperimentConfig, *, refresh: bool = False, log=print,
             summary["test_benign"] = summary["test"]
         _store(local_models_as, _entry(
             local_models_as, summary, second, None, seconds, load_start,
-            derived_from=config_key(cfg),
+            cpu_seconds=cpu_seconds, derived_from=config_key(cfg),
             note="evaluated inside the FedAvg run (identical training), see "
                  "local_models_callback"))
     s = entry["summary"]
