@@ -123,8 +123,13 @@ def cached_run(cfg: ExperimentConfig, *, refresh: bool = False, log=print,
     cpu_seconds = time.process_time() - cpu0
     graph_fn = getattr(sim.strategy, "collaboration_graph", None)
     graph = graph_fn() if callable(graph_fn) else None
+    extra: dict[str, Any] = {}
+    conv = getattr(sim.strategy, "conv", None)
+    if conv is not None and hasattr(conv, "self_weight"):  # FedAGHN: (mean q, # at 0, # all)
+        q = conv.self_weight.detach()
+        extra["final_self_weight"] = [float(q.mean()), int((q <= 0).sum()), q.numel()]
     entry = _entry(cfg, sim.summary(), sim.history, graph, seconds, load_start,
-                   cpu_seconds=cpu_seconds)
+                   cpu_seconds=cpu_seconds, **extra)
     _store(cfg, entry)
     if second is not None:
         summary = second.summary()

@@ -97,8 +97,10 @@ def panacea_config(name: str, novel: bool, protocol: dict) -> ExperimentConfig:
                             novel_clients=0.2 if novel else 0.0, overrides=over)
 
 
-def panacea_section(rounds: int, quick: bool, run_missing: bool = True) -> list[str]:
+def panacea_section(rounds: int, quick: bool, run_missing: bool = True,
+                    strategies: list[str] | None = None) -> list[str]:
     names, missing = available(list(PANACEA_T2))
+    chosen = strategies or names
     protocol = dict(PANACEA_PROTOCOL, rounds=rounds if quick else 800)
     rows = ["| strategy | Table II paper | ours best-round / per-client-best / final | "
             "Table III paper | ours novel best-round / final |",
@@ -107,7 +109,8 @@ def panacea_section(rounds: int, quick: bool, run_missing: bool = True) -> list[
         runs = []
         for novel in (False, True):
             cfg = panacea_config(name, novel, protocol)
-            runs.append(cached_run(cfg) if run_missing else load_cached(cfg))
+            runs.append(cached_run(cfg) if run_missing and name in chosen
+                        else load_cached(cfg))
         s2 = runs[0]["summary"] if runs[0] else None
         s3 = runs[1]["summary"] if runs[1] else None
         ours2 = (f"{pct(s2['test'])} / {pct(s2['test_per_client_best'])} / "
@@ -407,12 +410,14 @@ def t1_protocol(level: str, strategy: str) -> str:
 
 
 def _ft_twin(cfg: ExperimentConfig) -> ExperimentConfig | None:
-    r"""For a FedAvg run, the FedAvg-FT (``finetune_from="local"``) run it
-    contains: same training, local models evaluated (see ``_runs.py``)."""
-    if cfg.strategy != "fedavg":
+    r"""For a FedAvg (FedProx) run, the FedAvg-FT (FedProx-FT) run with
+    ``finetune_from="local"`` it contains: same training, local models
+    evaluated (see ``_runs.py``)."""
+    twin = {"fedavg": "fedavg-ft", "fedprox": "fedprox-ft"}.get(cfg.strategy)
+    if twin is None:
         return None
-    over = {**cfg.overrides, **STRATEGY_SETTINGS["fedavg-ft"]}
-    return dataclasses.replace(cfg, strategy="fedavg-ft", overrides=over)
+    over = {**cfg.overrides, **STRATEGY_SETTINGS[twin]}
+    return dataclasses.replace(cfg, strategy=twin, overrides=over)
 
 
 def _fmnist_cells(jobs: list[tuple[str, ExperimentConfig]], run_missing: bool
@@ -607,6 +612,25 @@ def pfedgraph_alpha_section(run_missing: bool, levels: list[str] | None = None) 
             "(see the text below it).", "", *rows, ""]
 
 
+def fedaghn_rule_section(run_missing: bool, level: str = "severe") -> list[str]:
+    rows = ["| hn_rule | test (%) best-round / per-client-best | final mean q | "
+            "q at the threshold 0 |", "|---|---:|---:|---:|"]
+    for rule in ("pfedhn", "code"):
+        extra = {} if rule == "pfedhn" else {"hn_rule": "code"}
+        cfg = fmnist_config(level, "fedaghn", "reduced", extra=extra)
+        entry = cached_run(cfg) if run_missing else load_cached(cfg)
+        q = entry.get("final_self_weight") if entry else None
+        rows.append(f"| {rule} | {_both(entry)} | "
+                    f"{'-' if q is None else f'{q[0]:.3f}'} | "
+                    f"{'-' if q is None else f'{q[1]} of {q[2]}'} |")
+    return ["## K. FedAGHN: the hypernetwork step's sign on Fashion-MNIST", "",
+            FMNIST_PROTOCOL_TEXT, "",
+            f"Level {level} ({FMNIST_LEVELS[level][0]}, {FMNIST_LEVELS[level][1]} clients), "
+            f"reduced protocol ({_protocol_text(REDUCED)}), FedAGHN's defaults (p = 5, "
+            "q = 0.1, hn lr 0.005, momentum 0) with pFedHN's sign of eq. (10) (`pfedhn`, "
+            "default) and the released code's opposite sign (`code`).", "", *rows, ""]
+
+
 # -------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -643,8 +667,10 @@ def main(argv: list[str] | None = None) -> str:
              + (" --quick: very few rounds and 1 local epoch, a smoke test of the suite; "
                 "its numbers are far from converged." if q else ""), ""]
     run_missing = not args.cached_only
+    chosen = args.strategies.split(",") if args.strategies else None
+    levels = args.levels.split(",") if args.levels else None
     if "panacea" in sections:
-        lines += panacea_section(rounds, q, run_missing)
+        lines += panacea_section(rounds, q, run_missing, chosen)
     if "t1" in sections:
         lines += pfedgraph_t1_section(rounds, q, quick_few if q else None)
     if "t3" in sections:
@@ -655,8 +681,6 @@ def main(argv: list[str] | None = None) -> str:
         lines += pfedgat_section(10 if q else max(rounds, 30), q)
     if "fedcedar" in sections:
         lines += fedcedar_section(6 if q else 40, 10 if q else 20, 1 if q else 5)
-    chosen = args.strategies.split(",") if args.strategies else None
-    levels = args.levels.split(",") if args.levels else None
     if "fmnist-t1" in sections:
         lines += fmnist_t1_section(chosen, levels, run_missing)
     if "fmnist-pfedgat" in sections:
@@ -665,6 +689,8 @@ def main(argv: list[str] | None = None) -> str:
         lines += fmnist_t3_section(chosen, run_missing)
     if "pfedgraph-alpha" in sections:
         lines += pfedgraph_alpha_section(run_missing, levels)
+    if "fedaghn-rule" in sections:
+        lines += fedaghn_rule_section(run_missing)
     lines += ["## Machine", "", *machine(load_start), "",
               f"Total wall time {time.perf_counter() - t_start:.0f} s. Command: `"
               + " ".join(["python benchmarks/claims.py", *argv]) + "`"]
