@@ -661,9 +661,16 @@ def main(argv: list[str] | None = None) -> str:
     load_start = os.getloadavg()[0]
     t_start = time.perf_counter()
     lines = [f"# Paper claims{' (--quick)' if q else ''}", "",
-             "Reduced scale and offline data throughout: scikit-learn digits stand in for "
+             "Sections B-F: reduced scale and offline data: scikit-learn digits stand in for "
              "the papers' image datasets, models are small, runs are short, one seed. Read "
-             "the rows for the pattern the paper claims, not for its absolute numbers."
+             "those rows for the pattern the paper claims, not for its absolute numbers. "
+             "Section A runs Panacea's own protocol on FL-60. The reproductions on real "
+             "Fashion-MNIST are in their own files: `repro_fmnist_t1.md` (pFedGraph Table 1), "
+             "`repro_fmnist_pfedgat.md` (pFedGAT Table 1), `repro_fmnist_t3.md` (pFedGraph "
+             "Table 3 direction), `repro_fmnist_options.md` (pFedGraph's alpha rules, "
+             "FedAGHN's sign); why FL-60's baselines differed: `fl60_protocol.md`. No GPU "
+             "was available when they were made: full-protocol rows beyond the extreme level "
+             "are left to be filled on one."
              + (" --quick: very few rounds and 1 local epoch, a smoke test of the suite; "
                 "its numbers are far from converged." if q else ""), ""]
     run_missing = not args.cached_only
