@@ -25,6 +25,9 @@ from pyg_fedgraph.train.jobs import ClientStart, evaluate_clients
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / "runs" / "claims_cache"
+#: Every cached entry read or written by this process, by key (for the
+#: results files' table of runs).
+USED: dict[str, dict[str, Any]] = {}
 
 
 def config_key(cfg: ExperimentConfig) -> str:
@@ -41,7 +44,29 @@ def load_cached(cfg: ExperimentConfig) -> dict[str, Any] | None:
     entry = json.loads(path.read_text())
     if entry.get("config") != json.loads(json.dumps(cfg.to_dict(), default=str)):
         return None
+    USED[config_key(cfg)] = entry
     return entry
+
+
+def runs_table() -> list[str]:
+    r"""Markdown table of the runs in :data:`USED`: what ran, wall and CPU
+    time, load average at its start and end, date."""
+    rows = ["| run | rounds | wall (s) | CPU (s) | load start / end | finished |",
+            "|---|---:|---:|---:|---|---|"]
+    for _key, e in sorted(USED.items()):
+        c = e["config"]
+        what = " ".join(str(v) for v in (c["dataset"], c["strategy"], c.get("partition") or "",
+                                         f"N={c['clients']}" if c.get("clients") else "",
+                                         f"attack={c['attack']}" if c.get("attack") else "",
+                                         " ".join(f"{k}={v}" for k, v in c["overrides"].items()
+                                                  if k in ("alpha_rule", "hn_rule")))
+                       if v)
+        cpu = e.get("cpu_seconds")
+        derived = " (inside the run " + e["derived_from"] + ")" if "derived_from" in e else ""
+        rows.append(f"| {what}{derived} | {c['rounds']} | {e['seconds']:.0f} | "
+                    f"{'-' if cpu is None else f'{cpu:.0f}'} | {e['load'][0]:.1f} / "
+                    f"{e['load'][1]:.1f} | {e['date']} |")
+    return rows
 
 
 def _entry(cfg: ExperimentConfig, summary: dict, history: History, graph, seconds: float,
@@ -131,6 +156,7 @@ def cached_run(cfg: ExperimentConfig, *, refresh: bool = False, log=print,
     entry = _entry(cfg, sim.summary(), sim.history, graph, seconds, load_start,
                    cpu_seconds=cpu_seconds, **extra)
     _store(cfg, entry)
+    USED[config_key(cfg)] = entry
     if second is not None:
         summary = second.summary()
         summary["test_per_client_best"] = second.test_at_best(protocol="per-client-best")

@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 from _report import emit, machine
-from _runs import cached_run, load_cached
+from _runs import USED, cached_run, load_cached, runs_table
 from pfedgat_allocation import allocation_stats, label_histogram
 
 from pyg_fedgraph.experiment import ExperimentConfig, build_simulator
@@ -698,6 +698,17 @@ def main(argv: list[str] | None = None) -> str:
         lines += pfedgraph_alpha_section(run_missing, levels)
     if "fedaghn-rule" in sections:
         lines += fedaghn_rule_section(run_missing)
+    if USED:
+        total = sum(e["seconds"] for e in USED.values() if "derived_from" not in e)
+        cpu = sum(e.get("cpu_seconds") or 0.0 for e in USED.values()
+                  if "derived_from" not in e)
+        lines += ["## Runs", "",
+                  "Every run of the cached sections above (from `runs/claims_cache/`), one "
+                  "process each on one torch thread, on the machine below (shared with other "
+                  "jobs: the load average says how busy it was). No GPU was available in this "
+                  f"session. Total: {total / 3600:.1f} h of wall time, {cpu / 3600:.1f} h of "
+                  "CPU time where recorded (CPU time was not recorded for the first runs).",
+                  "", *runs_table(), ""]
     lines += ["## Machine", "", *machine(load_start), "",
               f"Total wall time {time.perf_counter() - t_start:.0f} s. Command: `"
               + " ".join(["python benchmarks/claims.py", *argv]) + "`"]
