@@ -43,14 +43,14 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-import client_parallel  # noqa: E402  (benchmarks/client_parallel.py)
-import pfedgraph_qp  # noqa: E402  (benchmarks/pfedgraph_qp.py)
-from _report import emit, machine  # noqa: E402  (benchmarks/_report.py)
+import client_parallel  # noqa: E402 - imported after sys.path gets benchmarks/
+import pfedgraph_qp  # noqa: E402 - imported after sys.path gets benchmarks/
+from _report import emit, machine  # noqa: E402 - imported after sys.path gets benchmarks/
 
-from pyg_fedgraph.data.layout import ParamLayout  # noqa: E402
-from pyg_fedgraph.models.cnn import CNNBN  # noqa: E402
-from pyg_fedgraph.nn.aghn_conv import AGHNConv  # noqa: E402
-from pyg_fedgraph.nn.collaboration_qp import CollaborationQP  # noqa: E402
+from pyg_fedgraph.data.layout import ParamLayout  # noqa: E402 - imported after sys.path gets benchmarks/
+from pyg_fedgraph.models.cnn import CNNBN  # noqa: E402 - imported after sys.path gets benchmarks/
+from pyg_fedgraph.nn.aghn_conv import AGHNConv  # noqa: E402 - imported after sys.path gets benchmarks/
+from pyg_fedgraph.nn.collaboration_qp import CollaborationQP  # noqa: E402 - imported after sys.path gets benchmarks/
 
 RESULTS = HERE / "results"
 METR_LA_GRAPH = Path("/work/shared/data/metr-la")

@@ -32,6 +32,7 @@ from pathlib import Path
 import optuna
 from optuna.distributions import FloatDistribution
 
+from pyg_fedgraph.cli import run_command
 from pyg_fedgraph.experiment import ExperimentConfig
 from pyg_fedgraph.tune import study_summary, tune, write_study
 
@@ -64,12 +65,12 @@ def main() -> None:
         test = t.user_attrs.get("test_at_best_val") or float("nan")
         print(f"{t.number:>5} {t.state.name:>9} {values} {val:>7.4f} {test:>8.4f} "
               f"{t.user_attrs.get('best_round', '-'):>5}")
-    summary = study_summary(study)
+    summary = study_summary(study, run_command)
     print(f"\nbest trial #{summary['best_trial']}: {summary['best_params']}")
     print(f"validation accuracy {summary['best_value']:.4f}, test accuracy at its best "
           f"validation round ({summary['best_round']}) {summary['test_at_best_val']:.4f}")
     print(f"reproduce: {summary['command']}")
-    written = write_study(study, args.out)
+    written = write_study(study, args.out, run_command)
     print("written:", ", ".join(str(p) for p in written.values()))
 
 

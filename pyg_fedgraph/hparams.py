@@ -79,6 +79,8 @@ class Search:
         view of one)."""
         if self.choices is not None:
             return trial.suggest_categorical(name, list(self.choices))
+        if self.low is None or self.high is None:
+            raise ValueError(f"the search of {name!r} needs choices or both low and high")
         if integer:
             return trial.suggest_int(name, int(self.low), int(self.high), log=self.log,
                                      step=int(self.step or 1))

@@ -478,10 +478,10 @@ def plot_collaboration_network(weight: Tensor, prior_edge_index: Tensor | None =
     handles = []
     if prior is not None and prior.size(1):
         alpha = (0.15 + 0.45 * prior_alpha.float() / prior_alpha.max()).numpy()
-        colors = np.zeros((prior.size(1), 4))
-        colors[:, :3] = 0.55
-        colors[:, 3] = alpha if aggregate else min(0.3, 20.0 / math.sqrt(prior.size(1)))
-        ax.add_collection(LineCollection(xy[prior.t().numpy()], colors=colors,
+        prior_colors = np.zeros((prior.size(1), 4))
+        prior_colors[:, :3] = 0.55
+        prior_colors[:, 3] = alpha if aggregate else min(0.3, 20.0 / math.sqrt(prior.size(1)))
+        ax.add_collection(LineCollection(xy[prior.t().numpy()], colors=prior_colors,
                                          linewidths=0.5, zorder=1))
         handles.append(Line2D([], [], color="0.55", lw=0.5,
                               label="prior graph (dataset)" + (", opacity by density"

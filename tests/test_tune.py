@@ -4,7 +4,7 @@ import optuna
 import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
-from pyg_fedgraph.cli import main
+from pyg_fedgraph.cli import main, parse_distribution
 from pyg_fedgraph.experiment import ExperimentConfig
 from pyg_fedgraph.strategies import STRATEGIES, build_strategy, strategy_kwargs
 from pyg_fedgraph.strategies.fedavg import Local
@@ -13,7 +13,6 @@ from pyg_fedgraph.tune import (
     TuneObjective,
     create_study,
     make_pruner,
-    parse_distribution,
     suggest_overrides,
     tune,
     write_study,
@@ -50,7 +49,8 @@ def test_test_metric_is_taken_at_the_best_validation_round(monkeypatch):
     runs = []
     objective = TuneObjective(ExperimentConfig(strategy="forget", rounds=3, **TINY),
                               callbacks=(lambda sim, record: runs.append(sim),))
-    study = optuna.create_study(direction=objective.direction, pruner=optuna.pruners.NopPruner())
+    study = optuna.create_study(direction=objective.direction, pruner=optuna.pruners.NopPruner(),
+                                sampler=optuna.samplers.TPESampler(seed=0))
     study.optimize(objective, n_trials=1)
 
     history = runs[-1].history
@@ -74,7 +74,8 @@ def test_test_metric_is_taken_at_the_best_validation_round(monkeypatch):
 
 def test_pruned_trial_stops_at_the_first_report_and_keeps_its_attributes():
     objective = TuneObjective(ExperimentConfig(strategy="fedavg", rounds=3, **TINY))
-    study = optuna.create_study(direction="maximize", pruner=AlwaysPrune())
+    study = optuna.create_study(direction="maximize", pruner=AlwaysPrune(),
+                                sampler=optuna.samplers.TPESampler(seed=0))
     study.optimize(objective, n_trials=1)
     trial = study.trials[0]
     assert trial.state == optuna.trial.TrialState.PRUNED
@@ -86,12 +87,14 @@ def test_pruned_trial_stops_at_the_first_report_and_keeps_its_attributes():
 def test_sqlite_study_resumes_and_refuses_other_settings(tmp_path):
     storage = f"sqlite:///{tmp_path / 'study.db'}"
     cfg = ExperimentConfig(strategy="fedprox", rounds=1, **TINY)
-    study = tune(cfg, 1, storage=storage, pruner="median")
+    study = tune(cfg, 1, storage=storage, pruner="median",
+                 sampler=optuna.samplers.TPESampler(seed=0))
     assert len(study.trials) == 1
     assert study.study_name == "fedprox-fl60"
     assert study.user_attrs["settings"]["rounds"] == 1
     # A second call (a new process would do the same) adds trials to the stored study.
-    again = tune(cfg, 1, storage=storage, pruner="median")
+    again = tune(cfg, 1, storage=storage, pruner="median",
+                 sampler=optuna.samplers.TPESampler(seed=1))
     assert [t.number for t in again.trials] == [0, 1]
     assert optuna.load_study(study_name="fedprox-fl60", storage=storage).trials[0].params \
         == study.trials[0].params
@@ -120,7 +123,7 @@ def test_make_pruner():
 
 
 def test_suggest_overrides_fixed_user_and_local_parameters():
-    study = optuna.create_study()
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
     trial = study.ask()
     out = suggest_overrides(trial, "fedprox", fixed={"lr": 0.02, "epochs": 1},
                             params={"mu": FloatDistribution(0.5, 0.6),
@@ -130,7 +133,8 @@ def test_suggest_overrides_fixed_user_and_local_parameters():
     assert set(out) == {"mu", "momentum"} == set(trial.params)
     assert 0.5 <= out["mu"] <= 0.6 and out["momentum"] in (0.0, 0.9)
 
-    trial = optuna.create_study().ask()  # a study keeps one distribution per name
+    # A study keeps one distribution per name: a fresh one.
+    trial = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0)).ask()
     out = suggest_overrides(trial, "fedprox", tune_local=True)
     assert set(out) == {"mu", "lr"} and 1e-3 <= out["lr"] <= 1e-1
 
@@ -159,13 +163,14 @@ def test_every_search_space_builds_its_strategy(name):
         build_strategy(name, **{k: v for k, v in out.items() if k in known})
 
 def test_paper_grids_of_two_strategies():
-    trial = optuna.create_study().ask()
+    trial = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0)).ask()
     out = STRATEGIES["fedcedar"].search_space(trial)
     assert set(out) == {"num_clusters", "num_steps"}
     assert out["num_clusters"] in range(3, 8) and out["num_steps"] in range(1, 6)
     assert trial.distributions["num_clusters"] == IntDistribution(3, 7)
     # Baselines without server hyper-parameters tune the local learning rate.
-    assert set(STRATEGIES["fedavg-ft"].search_space(optuna.create_study().ask())) == {"lr"}
+    assert set(STRATEGIES["fedavg-ft"].search_space(optuna.create_study(
+        sampler=optuna.samplers.RandomSampler(seed=0)).ask())) == {"lr"}
 
 
 def test_parse_distribution():
@@ -186,7 +191,7 @@ def test_parse_distribution():
 
 
 def test_write_study_of_an_empty_study(tmp_path):
-    study = create_study(ExperimentConfig(strategy="fedavg", **TINY))
+    study = create_study(ExperimentConfig(strategy="fedavg", **TINY), rounds=1)
     written = write_study(study, tmp_path)
     assert set(written) == {"best", "trials"}
     best = json.loads((tmp_path / "best.json").read_text())

@@ -5,9 +5,9 @@ import torch
 
 matplotlib.use("Agg")
 
-import pyg_fedgraph.viz as viz  # noqa: E402
-from pyg_fedgraph.engine.history import History, RoundRecord  # noqa: E402
-from pyg_fedgraph.viz import (  # noqa: E402
+import pyg_fedgraph.viz as viz
+from pyg_fedgraph.engine.history import History, RoundRecord
+from pyg_fedgraph.viz import (
     block_weights,
     client_order,
     plot_collaboration_matrix,

@@ -1,6 +1,7 @@
 """ServerApp: a pyg_fedgraph strategy (pFedGraph by default) behind GraphStrategy."""
 import json
 import os
+from dataclasses import asdict
 from logging import INFO
 
 import torch
@@ -28,9 +29,10 @@ def main(grid: Grid, context: Context) -> None:
     # and sample count when it first connects.
     strategy = GraphStrategy(build_strategy(str(cfg["strategy"])), load_model(int(cfg["seed"])),
                              num_clients=int(cfg["num-clients"]), seed=int(cfg["seed"]),
-                             local=local_config(cfg), on_round_end=save)
+                             local=local_config(cfg), evaluate_every=int(cfg["evaluate-every"]),
+                             on_round_end=save)
     if checkpoint and bool(cfg["resume"]) and os.path.exists(checkpoint):
-        strategy.load_state_dict(torch.load(checkpoint, weights_only=False))
+        strategy.load_state_dict(torch.load(checkpoint, weights_only=True))
         log(INFO, "resumed from %s after round %d", checkpoint, strategy.rounds_done)
     strategy.start(grid, num_rounds=int(cfg["num-server-rounds"]))
 
@@ -42,3 +44,12 @@ def main(grid: Grid, context: Context) -> None:
     if graph is not None:
         log(INFO, "collaboration graph (row i = weights client i gives):\n%s",
                  "\n".join(" ".join(f"{w:.2f}" for w in row) for row in graph.tolist()))
+    results = str(cfg["results"])
+    if results:
+        # Per-client metrics are keyed by round, then by partition id.
+        torch.save({"personalized-params": strategy.personalized_params(),
+                    "collaboration-graph": graph,
+                    "train-metrics": strategy.train_metrics,
+                    "evaluate-metrics": strategy.evaluate_metrics,
+                    "dropped": [asdict(d) for d in strategy.dropped]}, results)
+        log(INFO, "saved every client's model and metrics to %s", results)

@@ -1,6 +1,7 @@
 """Per-client data, stored so that all clients can be batched at once."""
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -79,23 +80,36 @@ class ClientSplit:
         for i, (a, b) in enumerate(zip(xs, ys, strict=True)):
             x[i, :a.size(0)] = a
             y[i, :b.size(0)] = b
-            if w is not None:
+            if w is not None and weights is not None:
                 w[i, :a.size(0)] = weights[i].view(-1)
         return cls(x, y, counts, w)
 
     def gather(self, index: Tensor, clients: Tensor | None = None) -> tuple[Tensor, Tensor]:
         r"""Rows ``index`` :math:`(S, B)` of clients ``clients`` :math:`(S,)`
-        (all clients when ``None``). Returns :math:`(S, B, *F)` and :math:`(S, B, *T)`."""
-        rows = torch.arange(self.x.size(0)) if clients is None else clients
+        (all clients when ``None``). Returns :math:`(S, B, *F)` and :math:`(S, B, *T)`
+        on the split's device (the indices may live anywhere)."""
+        device = self.x.device
+        rows = (torch.arange(self.x.size(0), device=device) if clients is None
+                else clients.to(device))
+        index = index.to(device)
         return self.x[rows.unsqueeze(1), index], self.y[rows.unsqueeze(1), index]
 
     def gather_weight(self, index: Tensor, clients: Tensor | None = None) -> Tensor | None:
         r"""The evaluation weights of the rows :meth:`gather` returns
-        :math:`(S, B)`, or :obj:`None` when the split has none."""
+        :math:`(S, B)` on the split's device, or :obj:`None` when the split
+        has none."""
         if self.weight is None:
             return None
-        rows = torch.arange(self.x.size(0)) if clients is None else clients
-        return self.weight[rows.unsqueeze(1), index]
+        device = self.weight.device
+        rows = (torch.arange(self.x.size(0), device=device) if clients is None
+                else clients.to(device))
+        return self.weight[rows.unsqueeze(1), index.to(device)]
+
+    def to(self, device: torch.device | str) -> ClientSplit:
+        r"""The split with inputs, targets and evaluation weights on ``device``
+        (counts stay on the CPU: batch schedules are drawn there)."""
+        return ClientSplit(self.x.to(device), self.y.to(device), self.counts,
+                           None if self.weight is None else self.weight.to(device))
 
 
 @dataclass(frozen=True)
@@ -209,11 +223,29 @@ class FederatedDataset:
         (see :class:`ClientSplit`)."""
         return self.splits[split].gather_weight(index, clients)
 
+    @property
+    def device(self) -> torch.device:
+        r"""Where the samples are (:meth:`to` moves them)."""
+        return self.splits["train"].x.device
+
+    def to(self, device: torch.device | str) -> FederatedDataset:
+        r"""A copy whose samples live on ``device`` (moved once, so that
+        training reads its batches there); the same object when they already
+        do. Sample counts, the prior graph and the metadata stay where they
+        are (the round engine places what it computes with)."""
+        device = torch.device(device)
+        if self.device == device or (device.index is None and self.device.type == device.type):
+            return self
+        return dataclasses.replace(self, splits={s: sp.to(device)
+                                                 for s, sp in self.splits.items()})
+
     def subset(self, clients: Tensor) -> FederatedDataset:
         r"""The dataset restricted to ``clients`` (prior graph restricted too)."""
         from torch_geometric.utils import subgraph
-        splits = {s: ClientSplit(sp.x[clients], sp.y[clients], sp.counts[clients],
-                                 None if sp.weight is None else sp.weight[clients])
+        splits = {s: ClientSplit(sp.x[clients.to(sp.x.device)], sp.y[clients.to(sp.x.device)],
+                                 sp.counts[clients],
+                                 None if sp.weight is None
+                                 else sp.weight[clients.to(sp.weight.device)])
                   for s, sp in self.splits.items()}
         ei, ew = self.edge_index, self.edge_weight
         if ei is not None:

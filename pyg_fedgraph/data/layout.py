@@ -159,7 +159,7 @@ class ParamLayout:
             :math:`(D,)` for a single model, :math:`(N, D)` for a list.
         """
         single = isinstance(states, (nn.Module, Mapping))
-        items = [states] if single else list(states)
+        items = [states] if isinstance(states, (nn.Module, Mapping)) else list(states)
         rows = [self._flatten_one(s, self.params, "parameter", i, check_finite)
                 for i, s in enumerate(items)]
         out = torch.stack(rows) if rows else torch.empty(0, self.num_params)
@@ -168,7 +168,7 @@ class ParamLayout:
     def flatten_buffers(self, states: StateLike | Sequence[StateLike]) -> Tensor:
         r"""Like :meth:`flatten` for floating-point buffers: :math:`(B,)` or :math:`(N, B)`."""
         single = isinstance(states, (nn.Module, Mapping))
-        items = [states] if single else list(states)
+        items = [states] if isinstance(states, (nn.Module, Mapping)) else list(states)
         rows = [self._flatten_one(s, self.buffers, "buffer", i, True)
                 for i, s in enumerate(items)]
         out = torch.stack(rows) if rows else torch.empty(0, self.num_buffers)

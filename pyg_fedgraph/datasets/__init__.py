@@ -4,13 +4,14 @@ from pyg_fedgraph.datasets.digits import digits
 from pyg_fedgraph.datasets.fl60 import fl60
 from pyg_fedgraph.datasets.idx import download_idx, read_idx
 from pyg_fedgraph.datasets.mnist import fashion_mnist, mnist, read_mnist
-from pyg_fedgraph.datasets.registry import DATASETS, load_dataset, register_dataset
+from pyg_fedgraph.datasets.registry import DATASETS, dataset_key, load_dataset, register_dataset
 from pyg_fedgraph.datasets.topology import rand_index_callback, topology
 from pyg_fedgraph.datasets.traffic import METRLA, PEMSBAY, TrafficDataset, synthetic_traffic
 from pyg_fedgraph.datasets.vision import cifar10, cifar100
 
 __all__ = [
     "DATASETS",
+    "dataset_key",
     "load_dataset",
     "register_dataset",
     "fl60",

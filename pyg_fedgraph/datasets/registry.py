@@ -6,7 +6,7 @@ from typing import TypeVar
 
 from pyg_fedgraph.data.federated_dataset import FederatedDataset
 
-__all__ = ["DATASETS", "register_dataset", "load_dataset"]
+__all__ = ["DATASETS", "register_dataset", "load_dataset", "dataset_key"]
 
 F = TypeVar("F", bound=Callable[..., FederatedDataset])
 
@@ -14,7 +14,8 @@ F = TypeVar("F", bound=Callable[..., FederatedDataset])
 DATASETS: dict[str, Callable[..., FederatedDataset]] = {}
 
 
-def _normalize(name: str) -> str:
+def dataset_key(name: str) -> str:
+    r"""The registry key of a dataset name: ``"Fashion_MNIST"`` -> ``"fashion-mnist"``."""
     return name.strip().lower().replace("_", "-")
 
 
@@ -26,7 +27,7 @@ def register_dataset(name: str) -> Callable[[F], F]:
     Args:
         name (str): the name :func:`load_dataset` will accept.
     """
-    key = _normalize(name)
+    key = dataset_key(name)
 
     def decorator(fn: F) -> F:
         old = DATASETS.get(key)
@@ -48,7 +49,7 @@ def load_dataset(name: str, **kwargs) -> FederatedDataset:
     Raises:
         ValueError: if ``name`` is not registered (the message lists the known names).
     """
-    key = _normalize(name)
+    key = dataset_key(name)
     if key not in DATASETS:
         raise ValueError(f"unknown dataset {name!r}; known datasets: {sorted(DATASETS)}")
     return DATASETS[key](**kwargs)

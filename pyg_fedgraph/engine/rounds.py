@@ -44,7 +44,8 @@ from pyg_fedgraph.train.jobs import EvaluatePlan, TrainPlan
 from pyg_fedgraph.train.objective import Objective
 from pyg_fedgraph.utils.seeds import make_generator
 
-__all__ = ["RoundEngine", "RoundUpdate", "sample_clients", "snapshot", "STATE_FORMAT"]
+__all__ = ["RoundEngine", "RoundUpdate", "sample_clients", "num_sampled", "snapshot",
+           "STATE_FORMAT"]
 
 log = logging.getLogger(__name__)
 
@@ -53,13 +54,22 @@ log = logging.getLogger(__name__)
 STATE_FORMAT = 2
 
 
+def num_sampled(num_candidates: int, fraction: float) -> int:
+    r"""How many of ``num_candidates`` clients a round samples:
+    ``max(1, round(fraction * num_candidates))``, all of them for
+    ``fraction >= 1``."""
+    if fraction >= 1.0 or num_candidates == 0:
+        return num_candidates
+    return max(1, int(round(fraction * num_candidates)))
+
+
 def sample_clients(candidates: Tensor, fraction: float, generator: torch.Generator) -> Tensor:
-    r"""A uniformly random subset of ``max(1, round(fraction * len))`` of
-    ``candidates``, sorted (all of them when ``fraction >= 1``)."""
+    r"""A uniformly random subset of :func:`num_sampled` of ``candidates``,
+    sorted (all of them when ``fraction >= 1``)."""
     n = candidates.numel()
-    if fraction >= 1.0 or n == 0:
+    k = num_sampled(n, fraction)
+    if k == n:
         return candidates.clone()
-    k = max(1, int(round(fraction * n)))
     pick = torch.randperm(n, generator=generator)[:k]
     return candidates[pick].sort().values
 
@@ -124,11 +134,14 @@ class RoundEngine:
                  held_out: Tensor | None = None, sample_fraction: float | None = None,
                  seed: int = 0, rounds: int | None = None, eval_every: int = 1,
                  eval_clients: Tensor | None = None, reject_policy: RejectPolicy = "drop",
-                 max_update_norm: float | None = DEFAULT_MAX_NORM) -> None:
+                 max_update_norm: float | None = DEFAULT_MAX_NORM,
+                 device: str | torch.device | None = None) -> None:
         if not isinstance(strategy, Strategy):
             raise TypeError(f"strategy must be a pyg_fedgraph Strategy, got "
                             f"{type(strategy).__name__}")
-        init = init_params.detach()
+        #: Where the client table and the strategy live (see :attr:`device`).
+        self.device = init_params.device if device is None else torch.device(device)
+        init = init_params.detach().to(self.device)
         if tuple(init.shape) != (layout.num_params,):
             raise ValueError(f"initial parameters have shape {tuple(init.shape)}, the model has "
                              f"{layout.num_params} parameters")
@@ -145,10 +158,12 @@ class RoundEngine:
         self.rounds = rounds
         self.eval_every = int(eval_every)
         self.table = ClientTable(init, n)
+        place = self.device
         self.ctx = FederationContext(
             num_clients=n, layout=layout, init_params=init.clone(),
-            num_samples=num_samples.detach().to(torch.long).clone(), edge_index=edge_index,
-            edge_weight=edge_weight, seed=self.seed,
+            num_samples=num_samples.detach().to(device=place, dtype=torch.long, copy=True),
+            edge_index=None if edge_index is None else edge_index.to(place),
+            edge_weight=None if edge_weight is None else edge_weight.to(place), seed=self.seed,
             held_out=torch.zeros(0, dtype=torch.long) if held_out is None else held_out,
             task=task, local=local or LocalConfig(), objective=objective, clients=self.table)
         self.held_out = self.ctx.held_out
@@ -176,11 +191,20 @@ class RoundEngine:
         self.round = 0
         #: Uploads accepted since the start of the run.
         self.accepted_total = 0
+        self._said_nothing_accepted = False
+        strategy.check_federation(n, self.num_sampled, edge_index is not None)
+        strategy.to(place)  # its parameters and buffers (and the optimizers built in setup)
         strategy.setup(self.ctx)
+        strategy.to(place)  # tensors setup assigned to buffers from CPU constructors
 
     @property
     def num_clients(self) -> int:
         return self.ctx.num_clients
+
+    @property
+    def num_sampled(self) -> int:
+        r"""Clients sampled per round when all trainable clients are candidates."""
+        return num_sampled(self.trainable.numel(), self.sample_fraction)
 
     # ---------------------------------------------------------------- rounds
     def sample(self, rnd: int, candidates: Tensor | None = None) -> Tensor:
@@ -227,7 +251,7 @@ class RoundEngine:
         k = clients.numel()
         if k:
             check = self.validator.check(params, reference=start, client_id=clients, rnd=rnd)
-            accepted, reasons = check.keep, check.reasons
+            accepted, reasons = check.keep.cpu(), check.reasons
         else:
             accepted, reasons = torch.zeros(0, dtype=torch.bool), []
         kept = accepted.nonzero().view(-1)
@@ -244,8 +268,13 @@ class RoundEngine:
                 mean_loss = float(loss[kept].mean())
         else:
             self.table.update(clients[:0], params[:0])
-            log.warning("round %d: no client returned a usable update (%d replied); the "
-                        "strategy was not updated", rnd, k)
+            # Said once at WARNING level: a run where this repeats says it in its summary
+            # (num_rejected, num_dropped) and, through the CLI, in its exit status.
+            level = logging.WARNING if not self._said_nothing_accepted else logging.INFO
+            self._said_nothing_accepted = True
+            log.log(level, "round %d: no update was accepted (%d replied); the strategy was "
+                    "not updated%s", rnd, k, "" if level == logging.INFO else
+                    " (further such rounds are logged at INFO level)")
         self.accepted_total += int(kept.numel())
         self.round = rnd
         log.debug("round %d: %d of %d replies aggregated, loss %.4f", rnd, kept.numel(), k,
@@ -255,6 +284,7 @@ class RoundEngine:
     def _graph(self, clients: Tensor, x: Tensor, delta: Tensor,
                outputs: dict[str, Tensor]) -> FederationGraph:
         ei, ew = self.ctx.edge_index, self.ctx.edge_weight
+        clients = clients.to(self.device)
         if ei is not None:
             ei, ew = subgraph(clients, ei, ew, relabel_nodes=True, num_nodes=self.num_clients)
         return FederationGraph(x=x, delta=delta, num_samples=self.ctx.num_samples[clients],
@@ -267,22 +297,25 @@ class RoundEngine:
         return rnd % self.eval_every == 0 or (self.rounds is not None and rnd == self.rounds)
 
     def configure_evaluate(self, clients: Tensor) -> EvaluatePlan:
-        r"""The models to evaluate for ``clients`` (``params=None``: their own
-        local models) and the strategy's fine-tuning."""
-        params = self.strategy.personalized_params(clients.to(torch.long))
-        if params is not None:
-            params = params.detach()
+        r"""The strategy's :class:`~pyg_fedgraph.train.jobs.EvaluatePlan` for
+        ``clients`` (``params=None``: their own local models), checked."""
+        plan = self.strategy.configure_evaluate(clients.to(torch.long))
+        if plan.params is not None:
             want = (clients.numel(), self.layout.num_params)
-            if tuple(params.shape) != want:
+            if tuple(plan.params.shape) != want:
                 raise ValueError(f"strategy {self._name!r} returned personalized parameters "
-                                 f"of shape {tuple(params.shape)}, expected {want}")
-        return EvaluatePlan(params=params, finetune=self.strategy.finetune_job())
+                                 f"of shape {tuple(plan.params.shape)}, expected {want}")
+            plan.params = plan.params.detach()
+        return plan
 
     def record(self, rnd: int, val: dict[str, Tensor], test: dict[str, Tensor], *,
                train_loss: float = math.nan, seconds: float = 0.0, num_sampled: int = 0,
                extra: dict[str, float] | None = None) -> RoundRecord:
         r"""Appends the per-client metrics of round ``rnd`` (``{metric: (N,)}``,
         NaN for clients not evaluated) to the history and returns the record."""
+        # Histories live on the CPU, whatever device the metrics were computed on.
+        val = {k: v.detach().cpu() for k, v in val.items()}
+        test = {k: v.detach().cpu() for k, v in test.items()}
         record = RoundRecord(rnd, train_loss, val, test, seconds, num_sampled,
                              extra=dict(extra or {}))
         self.history.append(record)
@@ -349,6 +382,7 @@ class RoundEngine:
                              f"differ from this run's {self.held_out.tolist()}")
         self.table.load_state_dict(state["table"])
         self.strategy.load_state_dict(state["strategy"])
+        self.strategy.to(self.device)  # state a strategy re-assigned on load comes from the CPU
         self.history.load_state_dict(state["history"])
         if self.novel_history is not None:
             self.novel_history.load_state_dict(state["novel_history"])
@@ -361,16 +395,18 @@ class RoundEngine:
 
 
 def snapshot(obj: Any) -> Any:
-    r"""A deep copy of a state (nested dicts / lists / tuples, tensors cloned,
-    state dicts keeping their ``_metadata``): what a consumer that keeps a
-    state dict in memory takes, since live state dicts share storage."""
+    r"""A deep copy of a state on the CPU (nested dicts / lists / tuples,
+    tensors copied to host memory, state dicts keeping their ``_metadata``):
+    what a consumer that keeps a state dict in memory takes, since live state
+    dicts share storage; and what a checkpoint holds, so that it resumes on
+    any device."""
     if isinstance(obj, Tensor):
-        return obj.detach().clone()
+        return obj.detach().to("cpu", copy=True)
     if isinstance(obj, OrderedDict):
         out = OrderedDict((k, snapshot(v)) for k, v in obj.items())
         meta = getattr(obj, "_metadata", None)
         if meta is not None:
-            out._metadata = snapshot(meta)  # type: ignore[attr-defined]
+            out._metadata = snapshot(meta)  # type: ignore[attr-defined]  # not in OrderedDict's stubs
         return out
     if isinstance(obj, dict):
         return {k: snapshot(v) for k, v in obj.items()}

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
 
 import torch
 from torch import Tensor
@@ -21,7 +21,7 @@ from torch import Tensor
 from pyg_fedgraph.data.federated_dataset import FederatedDataset
 
 __all__ = ["DEFAULT_MAX_NORM", "REJECT_POLICIES", "UpdateCheck", "check_updates",
-           "UpdateValidator", "check_dataset"]
+           "UpdateValidator", "check_dataset", "FEW_EVALUATION_SAMPLES"]
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ def check_updates(updates: Updates, num_params: int, *, reference: Tensor | None
         s = len(rows)
     reasons: list[str | None] = [None] * s
     if rows is None:
-        x = updates
+        x = cast(Tensor, updates)  # rows is None only for an (S, D) tensor
         length_ok = torch.ones(s, dtype=torch.bool)
     else:
         lengths = [int(r.numel()) for r in rows]
@@ -155,9 +155,12 @@ def check_updates(updates: Updates, num_params: int, *, reference: Tensor | None
 
 class UpdateValidator:
     r"""Rejects bad uploads before aggregation (see :func:`check_updates`)
-    and applies a policy: ``"drop"`` logs a warning per rejected client and
-    keeps the others, ``"raise"`` stops the run with a :class:`ValueError`
-    naming the clients and reasons.
+    and applies a policy: ``"drop"`` keeps the others and logs one warning
+    line per round naming the rejected clients and reasons (after
+    :attr:`warn_rounds` such rounds, further ones are logged at INFO level so
+    that a run rejecting everything does not flood the log; the history's
+    ``num_rejected`` counts them all), ``"raise"`` stops the run with a
+    :class:`ValueError` naming the clients and reasons.
 
     Args:
         num_params (int): :math:`D`.
@@ -182,6 +185,9 @@ class UpdateValidator:
         self.policy = policy
         self.max_norm = max_norm
         self.max_norm_ratio = max_norm_ratio
+        #: Rounds with rejections logged at WARNING level before INFO takes over.
+        self.warn_rounds = 3
+        self._warned = 0
 
     def __call__(self, updates: Updates, reference: Tensor | None = None,
                  client_id: Tensor | None = None, rnd: int | None = None) -> Tensor:
@@ -204,13 +210,21 @@ class UpdateValidator:
         if self.policy == "raise":
             raise ValueError(f"{where}rejected {len(lines)} update(s) (reject policy 'raise'; "
                              f"use 'drop' to continue without them): " + "; ".join(lines))
-        for line in lines:
-            log.warning("%supdate rejected, %s", where, line)
+        shown = "; ".join(lines[:3]) + (f"; and {len(lines) - 3} more" if len(lines) > 3 else "")
+        level = logging.WARNING if self._warned < self.warn_rounds else logging.INFO
+        self._warned += 1
+        log.log(level, "%srejected %d of %d update(s): %s%s", where, len(lines), len(ids), shown,
+                " (further rounds with rejections are logged at INFO level)"
+                if self._warned == self.warn_rounds else "")
         return check
 
     def __repr__(self) -> str:
         return (f"{self.__class__.__name__}(num_params={self.num_params}, "
                 f"policy={self.policy!r}, max_norm={self.max_norm})")
+
+
+#: :func:`check_dataset` warns when clients have fewer validation or test samples.
+FEW_EVALUATION_SAMPLES = 5
 
 
 def check_dataset(dataset: FederatedDataset) -> None:
@@ -233,6 +247,7 @@ def check_dataset(dataset: FederatedDataset) -> None:
             _fail_on(_non_finite_rows(split.x) & real,
                      f"non-finite (NaN/Inf) inputs in its {name} split")
         if dataset.task == "classification":
+            assert dataset.num_classes is not None  # FederatedDataset requires it
             y = split.y
             rows = y.reshape(*y.shape[:2], -1)
             if y.is_floating_point():
@@ -246,7 +261,19 @@ def check_dataset(dataset: FederatedDataset) -> None:
     if empty:
         log.warning("client(s) %s have no training samples: they never change the model they "
                     "are sent", empty)
+    for name in ("val", "test"):
+        if name not in dataset.splits:
+            continue
+        n = dataset.num_samples(name)
+        few = ((n > 0) & (n < FEW_EVALUATION_SAMPLES)).nonzero().view(-1)
+        if few.numel():
+            least = int(n[few].min())
+            log.warning("%d of %d clients have fewer than %d %s samples (as few as %d): their "
+                        "%s metric moves in steps of 1/%d; use fewer clients or more data",
+                        few.numel(), n.numel(), FEW_EVALUATION_SAMPLES, name, least, name,
+                        least)
     if dataset.task == "classification":
+        assert dataset.num_classes is not None  # FederatedDataset requires it
         train = dataset.splits["train"]
         if isinstance(train.y, Tensor) and train.y.dim() == 2:
             real = torch.arange(train.y.size(1)).unsqueeze(0) < train.counts.unsqueeze(1)

@@ -2,7 +2,7 @@ r"""Reference client models (plain :class:`torch.nn.Module`, vmap-friendly)."""
 from pyg_fedgraph.models.cnn import CNNBN, SimpleCNN
 from pyg_fedgraph.models.gru import GRUCell, GRUForecaster
 from pyg_fedgraph.models.mlp import MLP
-from pyg_fedgraph.models.registry import MODEL_NAMES, build_model
+from pyg_fedgraph.models.registry import MODEL_NAMES, build_model, model_options
 
 __all__ = [
     "MLP",
@@ -12,4 +12,5 @@ __all__ = [
     "GRUForecaster",
     "MODEL_NAMES",
     "build_model",
+    "model_options",
 ]

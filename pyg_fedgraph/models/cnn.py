@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -18,7 +19,7 @@ def _pair(image_size: ImageSize) -> tuple[int, int]:
     if len(size) != 2:
         raise ValueError(f"image_size must be an int or a (height, width) pair, "
                          f"got {image_size!r}")
-    return size  # type: ignore[return-value]
+    return size
 
 
 def _check_size(name: str, size: tuple[int, int], num_pools: int) -> tuple[int, int]:
@@ -31,7 +32,12 @@ def _check_size(name: str, size: tuple[int, int], num_pools: int) -> tuple[int, 
     return size[0] // factor, size[1] // factor
 
 
-def _as_images(module: nn.Module, x: Tensor) -> Tensor:
+class _ImageModel(Protocol):
+    in_channels: int
+    image_size: tuple[int, int]
+
+
+def _as_images(module: _ImageModel, x: Tensor) -> Tensor:
     r"""Accepts :math:`(B, C, H, W)`, :math:`(B, H, W)` (one channel) or flat
     :math:`(B, C \cdot H \cdot W)` inputs and returns :math:`(B, C, H, W)`."""
     c, (h, w) = module.in_channels, module.image_size

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 from torch import Tensor, nn
@@ -139,7 +140,7 @@ class GRUForecaster(nn.Module):
     def reset_parameters(self) -> None:
         r"""Resets all learnable parameters of the module."""
         for cell in self.cells:
-            cell.reset_parameters()
+            cast(GRUCell, cell).reset_parameters()
         self.head.reset_parameters()
 
     def forward(self, x: Tensor) -> Tensor:

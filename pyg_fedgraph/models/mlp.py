@@ -1,6 +1,8 @@
 """Multi-layer perceptron client model."""
 from __future__ import annotations
 
+from typing import cast
+
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -66,7 +68,7 @@ class MLP(nn.Module):
     def reset_parameters(self) -> None:
         r"""Resets all learnable parameters of the module."""
         for lin in self.lins:
-            lin.reset_parameters()
+            cast(nn.Linear, lin).reset_parameters()
 
     def forward(self, x: Tensor) -> Tensor:
         r"""Runs the perceptron on a batch.

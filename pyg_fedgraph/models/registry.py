@@ -7,11 +7,12 @@ from typing import Any
 
 from torch import nn
 
+from pyg_fedgraph.hparams import HParam, schema
 from pyg_fedgraph.models.cnn import CNNBN, SimpleCNN
 from pyg_fedgraph.models.gru import GRUForecaster
 from pyg_fedgraph.models.mlp import MLP
 
-__all__ = ["MODEL_NAMES", "build_model"]
+__all__ = ["MODEL_NAMES", "build_model", "model_options"]
 
 
 def _build_mlp(shape: tuple[int, ...], num_outputs: int, **kwargs: Any) -> nn.Module:
@@ -72,6 +73,22 @@ _BUILDERS: dict[str, Callable[..., nn.Module]] = {
 
 #: Names accepted by :func:`build_model`.
 MODEL_NAMES: tuple[str, ...] = tuple(_BUILDERS)
+
+_CLASSES: dict[str, type[nn.Module]] = {"mlp": MLP, "cnn": SimpleCNN, "cnn-bn": CNNBN,
+                                        "gru": GRUForecaster}
+# Arguments build_model derives from the dataset (shapes, outputs): not options.
+_DERIVED = {"in_channels", "out_channels", "num_classes", "out_steps"}
+
+
+def model_options(name: str) -> dict[str, HParam]:
+    r"""The options a user may pass to model ``name`` (``--set model.<arg>``):
+    its constructor's declared parameters, less those :func:`build_model`
+    derives from the dataset; ``image_size`` for the image models."""
+    key = name.lower()
+    if key not in _CLASSES:
+        raise ValueError(f"unknown model {name!r}; choose one of {list(MODEL_NAMES)}")
+    return {k: hp for k, hp in schema(_CLASSES[key]).items()
+            if k not in _DERIVED and not (k == "image_size" and key not in ("cnn", "cnn-bn"))}
 
 
 def build_model(name: str, dataset_input_shape: Sequence[int], num_outputs: int,

@@ -16,7 +16,7 @@ from pyg_fedgraph.nn.collaboration_qp import (
     project_simplex,
     update_similarity,
 )
-from pyg_fedgraph.nn.functional import pairwise_cosine, sample_shares
+from pyg_fedgraph.nn.functional import cluster_mean, pairwise_cosine, sample_shares
 from pyg_fedgraph.nn.hypernetwork import GCNHypernetwork, hypernetwork_grads, hypernetwork_update
 from pyg_fedgraph.nn.khop import KHopPropagation
 
@@ -43,4 +43,5 @@ __all__ = [
     "bipartition",
     "pairwise_cosine",
     "sample_shares",
+    "cluster_mean",
 ]

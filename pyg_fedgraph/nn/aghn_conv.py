@@ -10,6 +10,8 @@ from torch_geometric.nn.conv import MessagePassing
 from torch_geometric.utils import remove_self_loops, scatter, softmax
 
 from pyg_fedgraph.nn.aggregation import GraphAggregation
+from pyg_fedgraph.nn.functional import pairwise_cosine
+from pyg_fedgraph.utils.graph import complete_graph
 
 __all__ = ["AGHNConv"]
 
@@ -17,7 +19,6 @@ logger = logging.getLogger(__name__)
 
 # Deltas whose layer-l slice has a smaller norm than this count as zero: their
 # cosine with every other client is 0 (the authors' code would divide by zero).
-_NORM_EPS = 1e-12
 
 
 class AGHNConv(MessagePassing):
@@ -196,7 +197,7 @@ class AGHNConv(MessagePassing):
         n, layer_ptr, client_id = self._check_inputs(x, delta, layer_ptr, client_id)
         x = x.detach()
         if edge_index is None:
-            edge_index = _complete_graph(n, x.device)
+            edge_index = complete_graph(n, self_loops=False, device=x.device)
         else:
             if edge_index.dim() != 2 or edge_index.size(0) != 2:
                 raise ValueError(f"edge_index must be (2, E), got {tuple(edge_index.shape)}")
@@ -277,16 +278,10 @@ class AGHNConv(MessagePassing):
         bounds = layer_ptr.tolist()
         mats = []
         for layer in range(self.num_layers):
-            part = delta[:, bounds[layer]:bounds[layer + 1]]
-            unit = part / part.norm(dim=1, keepdim=True).clamp_min(_NORM_EPS)
-            mats.append(unit @ unit.t())
+            mats.append(pairwise_cosine(delta[:, bounds[layer]:bounds[layer + 1]]))
         return torch.stack(mats)
 
     def __repr__(self) -> str:
         return (f"{self.__class__.__name__}(num_clients={self.num_clients}, "
                 f"num_layers={self.num_layers})")
 
-
-def _complete_graph(n: int, device: torch.device) -> Tensor:
-    tgt, src = (~torch.eye(n, dtype=torch.bool, device=device)).nonzero(as_tuple=True)
-    return torch.stack([src, tgt])

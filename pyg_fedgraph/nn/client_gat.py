@@ -11,6 +11,8 @@ from torch.nn import Parameter
 from torch_geometric.nn.conv import GATConv
 
 from pyg_fedgraph.nn.aggregation import GraphAggregation
+from pyg_fedgraph.nn.functional import pairwise_cosine
+from pyg_fedgraph.utils.graph import complete_graph
 
 __all__ = ["ClientGAT", "AllocationLogits", "allocation_backward", "client_similarity"]
 
@@ -59,8 +61,7 @@ def client_similarity(x: Tensor) -> Tensor:
         torch.Tensor: :math:`S` :math:`(N, N)`, symmetric, entries in
         :math:`[-1, 1]`.
     """
-    dev = F.normalize(x - x.mean(dim=0, keepdim=True), dim=1)
-    return dev @ dev.t()
+    return pairwise_cosine(x - x.mean(dim=0, keepdim=True))
 
 
 class ClientGAT(torch.nn.Module):
@@ -109,41 +110,28 @@ class ClientGAT(torch.nn.Module):
     or flatten a head (the LeakyReLU kink), and the mean over heads has fixed
     weights :math:`1/K`. Client :math:`i` preferring :math:`j` over
     :math:`j'` while client :math:`i'` prefers :math:`j'` over :math:`j`
-    cannot be expressed. Yet that is what the feedback asks for. On digits
-    with a pathological split (10 clients, round 13, delta feedback), the
-    descent direction of the allocation logits averaged +0.16 on pairs
-    sharing a class and -0.09 on the others, and +0.35 on the diagonal. It
-    followed :math:`s_{ij}` (+0.46 / -0.25 / 1), while its column means, the
-    only part static attention can follow, were noise of either sign.
-    Without the term the GAT learned nothing there (0.28 of the weight on
-    clients sharing a class, which is chance, and 84.8% test accuracy
-    against 99.6% for Local over 5 seeds; see
-    :class:`~pyg_fedgraph.strategies.PFedGAT` and
-    ``benchmarks/pfedgat_allocation.py``). GATv2Conv with the same node
-    features, which is dynamic but must find the similarity in :math:`D`
-    dimensions, learned unstably in 30 rounds (0.27 to 0.39 of the weight).
+    cannot be expressed, yet that is what the clients' feedback asks for on a
+    pathological split: its descent direction follows :math:`s_{ij}`, while
+    its column means, the only part static attention can follow, are noise.
+    Without the term the GAT learns no structure there; GATv2Conv, dynamic
+    but left to find the similarity in :math:`D` dimensions, learns it
+    unstably.
 
     Why the diagonal has its own coefficient: a single term
     :math:`\beta_k s_{ij}` over all pairs, self included (:math:`s_{ii} = 1`,
     the largest similarity), ties "prefer look-alikes" to "prefer yourself":
     any :math:`\beta_k` that separates the groups puts more weight still on
     the client itself, and a large step collapses every row onto its
-    diagonal, where the softmax saturates and the gradient vanishes. On
-    ``examples/client_gat_quickstart.py`` (8 clients in 2 groups, seed 0)
-    that form (with :math:`\tau = 20`), in float64, went from a sum of
-    held-out losses of 62.7 to 79.4 and from a mean self weight of 0.125 to
-    0.999 in one SGD step at the paper's learning rate 0.01; 30 rounds ended
-    at a held-out MSE of 7.03,
-    worse than FedAvg (5.51). With steps small enough to descend (0.001 or
-    0.0003) it stopped at a self weight of 0.37 and 0.65 of the off-diagonal
-    weight inside the group, MSE 4.87 against 4.45 for the in-group average.
-    With :math:`\gamma_k` separate: 0.85 inside the group, self weight 0.06,
-    MSE 4.47; on the pathological digits split, where Local is best, it
-    still keeps most weight on the client itself (0.89, see
-    :class:`~pyg_fedgraph.strategies.PFedGAT`). The old form's end-to-end
-    gradient agreed with finite differences (float64, relative error below
-    :math:`10^{-8}`, as ``tests/nn/test_client_gat.py`` checks for this
-    one): it failed by what it could express, not by a wrong gradient.
+    diagonal, where the softmax saturates and the gradient vanishes. That
+    form failed by what it could express, not by a wrong gradient (its
+    end-to-end gradient agrees with finite differences, as
+    ``tests/nn/test_client_gat.py`` checks for this one).
+
+    The measurements behind both choices (the feedback's structure, the
+    paper's GAT, GATv2Conv, the single-term form on
+    ``examples/client_gat_quickstart.py``) are in
+    ``benchmarks/results/client_gat_diagnosis.md`` and
+    ``benchmarks/results/pfedgat_allocation.md``.
 
     Learning speed: one SGD step with learning rate :math:`\eta` changes
     :math:`\beta_k` by :math:`-\tau^2 \eta\, \partial L / \partial \beta_k`
@@ -276,8 +264,7 @@ class ClientGAT(torch.nn.Module):
         device = torch.device("cpu") if device is None else torch.device(device)
         ei = self._edge_index
         if ei is None or ei.size(1) != num_clients * num_clients or ei.device != device:
-            idx = torch.arange(num_clients, device=device)
-            ei = torch.stack([idx.repeat(num_clients), idx.repeat_interleave(num_clients)])
+            ei = complete_graph(num_clients, device=device)
             self._edge_index = ei
         return ei
 

@@ -2,10 +2,10 @@ r"""FedCEDAR's server operators: centre graph, propagation, distribution."""
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from pyg_fedgraph.nn.aggregation import GraphAggregation
+from pyg_fedgraph.nn.functional import pairwise_cosine
 
 __all__ = ["ClusterGraphPropagation", "cluster_graph", "client_clusters", "distribute"]
 
@@ -40,8 +40,7 @@ def cluster_graph(centres: Tensor) -> Tensor:
                          f"got {tuple(centres.shape)}")
     if not centres.is_floating_point():
         raise TypeError(f"centres must be a floating point tensor, got {centres.dtype}")
-    unit = F.normalize(centres, dim=1)
-    cos = (unit @ unit.t()).clamp_(min=0.0, max=1.0)
+    cos = pairwise_cosine(centres).clamp_(min=0.0, max=1.0)
     cos.fill_diagonal_(1.0)
     return cos / cos.sum(dim=1, keepdim=True)
 
@@ -87,8 +86,9 @@ class ClusterGraphPropagation(GraphAggregation):
             raise ValueError(f"num_steps must be a non-negative int, got {num_steps!r}")
         self.num_steps = num_steps
 
-    def forward(self, x: Tensor, edge_index: Tensor | None = None,
-                edge_weight: Tensor | None = None) -> Tensor:
+    def forward(  # type: ignore[override]  # no dense weight= / layer_ptr=: one (K, K) graph
+        self, x: Tensor, edge_index: Tensor | None = None, edge_weight: Tensor | None = None
+    ) -> Tensor:
         r"""Propagates the centres ``x`` :math:`(K, D)` ``num_steps`` times.
 
         Args:

@@ -16,6 +16,8 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
+from pyg_fedgraph.nn.functional import pairwise_cosine
+
 __all__ = [
     "DEFAULT_ALPHA_PER_CLIENT",
     "CODE_ALPHA",
@@ -109,10 +111,8 @@ def update_similarity(delta: Tensor, *, mask: Tensor | None = None,
         bad = (~torch.isfinite(delta)).any(dim=1).nonzero().flatten().tolist()
         raise ValueError(f"delta holds NaN or Inf in the (selected) updates of clients {bad}")
 
-    norm = torch.linalg.vector_norm(delta, dim=1, keepdim=True)
-    # Zero rows stay zero after the division, so they get similarity 0 with the others.
-    unit = delta / norm.masked_fill(norm == 0, 1.0)
-    sim = (unit @ unit.t()).clamp(-1.0, 1.0)
+    # Zero rows get similarity 0 with the others (pairwise_cosine's epsilon rule).
+    sim = pairwise_cosine(delta).clamp(-1.0, 1.0)
     sim.fill_diagonal_(1.0)
     if threshold is not None:
         sim = sim.masked_fill(sim > threshold, 1.0)
@@ -423,6 +423,9 @@ def collaboration_qp_cvxpy(
             if extra_constraints is not None:
                 cons += list(extra_constraints(x, i))
             solve(cp.Problem(cp.Minimize(cp.sum_squares(x) + lin[i] @ x), cons), f"client {i}")
+            if x.value is None:
+                raise RuntimeError(f"cvxpy/{name} returned no solution of the collaboration QP "
+                                   f"for client {i}; try another cvxpy_solver")
             out.append(x.value)
         value = torch.from_numpy(np.stack(out)) if out else torch.empty(0, n)
     else:

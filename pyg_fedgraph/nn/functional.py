@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["COSINE_EPS", "pairwise_cosine", "sample_shares"]
+__all__ = ["COSINE_EPS", "pairwise_cosine", "sample_shares", "cluster_mean"]
 
 #: Norms below this count as zero in :func:`pairwise_cosine`.
 COSINE_EPS = 1e-12
@@ -55,3 +55,34 @@ def sample_shares(num_samples: Tensor, dtype: torch.dtype | None = None) -> Tens
     if n.numel() == 0 or total <= 0:
         return torch.full_like(n, 1.0 / max(n.numel(), 1))
     return n / total
+
+
+def cluster_mean(x: Tensor, cluster: Tensor, num_clusters: int,
+                 weight: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    r"""Weighted mean of the rows of ``x`` within each cluster (the server
+    step of clustered methods: CFL's cluster updates, IFCA's cluster models).
+
+    .. math::
+        \bar{x}_k = \frac{\sum_{i:\, c_i = k} w_i\, x_i}{\sum_{i:\, c_i = k} w_i}
+
+    One scatter over the rows (no loop over clients or clusters); a cluster
+    without rows, or whose weights sum to zero, gets a zero row and weight 0.
+
+    Args:
+        x (torch.Tensor): :math:`(S, D)`.
+        cluster (torch.Tensor): cluster of each row, in ``[0, num_clusters)`` :math:`(S,)`.
+        num_clusters (int): :math:`K`.
+        weight (torch.Tensor, optional): :math:`w` :math:`(S,)` (default: ones).
+
+    Returns:
+        The means :math:`(K, D)` and each cluster's total weight :math:`(K,)`.
+    """
+    if cluster.numel() != x.size(0):
+        raise ValueError(f"{cluster.numel()} cluster ids for {x.size(0)} rows")
+    if cluster.numel() and not 0 <= int(cluster.min()) <= int(cluster.max()) < num_clusters:
+        raise ValueError(f"cluster ids must lie in [0, {num_clusters}), got "
+                         f"[{int(cluster.min())}, {int(cluster.max())}]")
+    w = x.new_ones(x.size(0)) if weight is None else weight.to(x.dtype)
+    total = w.new_zeros(num_clusters).index_add_(0, cluster, w)
+    sums = x.new_zeros(num_clusters, x.size(1)).index_add_(0, cluster, w.unsqueeze(1) * x)
+    return sums / total.clamp(min=torch.finfo(x.dtype).tiny).unsqueeze(1), total

@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterable
-from typing import Literal
+from typing import Literal, cast
 
 import torch
 import torch.nn.functional as F
@@ -120,6 +120,7 @@ class GCNHypernetwork(torch.nn.Module):
         - **output:** generated parameters :math:`(S, D)` (:math:`S = N`
           without ``clients``).
     """
+    held_out: Tensor  # a registered buffer
 
     def __init__(
         self,
@@ -193,7 +194,7 @@ class GCNHypernetwork(torch.nn.Module):
         # N(0, 1), the initialization of torch.nn.Embedding used by pFedHN.
         torch.nn.init.normal_(self.embedding)
         for conv in self.convs:
-            conv.reset_parameters()
+            cast("GCNConv | Linear", conv).reset_parameters()
         if self.chunk_embedding is not None:
             torch.nn.init.normal_(self.chunk_embedding)
         self.head.reset_parameters()
@@ -263,6 +264,7 @@ class GCNHypernetwork(torch.nn.Module):
         z = z.relu()
         if self.chunk_embedding is None:
             return self.head(z)
+        assert self.chunk_size is not None  # set together with chunk_embedding
         s, k = z.size(0), self.num_chunks
         inp = torch.cat([z.unsqueeze(1).expand(s, k, -1),
                          self.chunk_embedding.unsqueeze(0).expand(s, k, -1)], dim=-1)

@@ -27,7 +27,8 @@ from typing import Any, Union
 
 import torch
 
-__all__ = ["CHECKPOINT_NAME", "checkpoint_path", "save_checkpoint", "load_checkpoint"]
+__all__ = ["CHECKPOINT_NAME", "checkpoint_path", "save_checkpoint", "load_checkpoint",
+           "remove_partial_writes"]
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +86,28 @@ def load_checkpoint(path: PathLike) -> dict[str, Any]:
     try:
         return torch.load(target, map_location="cpu", weights_only=True)
     except Exception as err:  # unpickling errors come in several types
-        raise ValueError(f"{target} is not a loadable checkpoint ({type(err).__name__}: "
-                         f"{err})") from err
+        # torch's own message advises weights_only=False, i.e. running the file's code: not here.
+        raise ValueError(f"{target} is not a pyg-fedgraph checkpoint: it is damaged, truncated "
+                         f"or holds objects other than tensors and plain data "
+                         f"({type(err).__name__}); it was not loaded") from None
+
+
+def remove_partial_writes(path: PathLike) -> list[Path]:
+    r"""Deletes the temporary files that :func:`save_checkpoint` leaves when
+    the process is killed mid-write (``.checkpoint.pt.*.tmp`` beside the
+    checkpoint of ``path``) and returns them. Safe: a finished write never
+    leaves one, and the checkpoint itself is untouched."""
+    target = checkpoint_path(path)
+    removed = []
+    for tmp in sorted(target.parent.glob(f".{target.name}.*.tmp")):
+        try:
+            tmp.unlink()
+            removed.append(tmp)
+        except FileNotFoundError:
+            pass
+    if removed:
+        log.info("removed %d partial checkpoint write(s) in %s", len(removed), target.parent)
+    return removed
 
 
 def _fsync_directory(directory: Path) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import csv
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +13,14 @@ from torch import Tensor
 
 from pyg_fedgraph.engine.history import History
 
-__all__ = ["write_run", "write_collaboration", "top_k_weights", "write_csv", "format_table"]
+__all__ = ["write_run", "write_collaboration", "top_k_weights", "write_csv", "format_table",
+           "RUN_FILES"]
+
+#: The files :func:`write_run` may write into a run's folder (glob patterns),
+#: so that a caller replacing a run removes exactly these.
+RUN_FILES = ("config.json", "history.csv", "clients.csv", "summary.json", "learning_curve.png",
+             "collaboration.npz", "collaboration_topk.csv", "collaboration.csv",
+             "collaboration_matrix.png", "collaboration_graph.png")
 
 
 def _clean(value: Any) -> Any:
@@ -145,7 +152,7 @@ def write_run(out: Path, history: History, config: Mapping[str, Any],
             plt.close(fig)
 
 
-def format_table(rows: list[Mapping[str, Any]], columns: list[str]) -> str:
+def format_table(rows: Sequence[Mapping[str, Any]], columns: list[str]) -> str:
     r"""A markdown table of ``rows`` restricted to ``columns``."""
     def fmt(v: Any) -> str:
         if isinstance(v, float):

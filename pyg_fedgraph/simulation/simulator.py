@@ -2,11 +2,12 @@
 train in one batched computation, over the shared round engine."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Annotated, Any
 
 import torch
 from torch import Tensor, nn
@@ -22,10 +23,19 @@ from pyg_fedgraph.engine.validation import (
     UpdateValidator,
     check_dataset,
 )
+from pyg_fedgraph.hparams import Range
 from pyg_fedgraph.strategies.base import Strategy
 from pyg_fedgraph.train.engine import ClientTrainer, LocalConfig
-from pyg_fedgraph.train.jobs import ClientStart, FineTune, evaluate_clients, finetuned, run_plan
+from pyg_fedgraph.train.execution import ExecutionName
+from pyg_fedgraph.train.jobs import (
+    ClientStart,
+    EvaluatePlan,
+    evaluate_clients,
+    finetuned,
+    run_plan,
+)
 from pyg_fedgraph.train.objective import Objective
+from pyg_fedgraph.utils.device import Precision, resolve_device
 from pyg_fedgraph.utils.seeds import make_generator
 
 __all__ = ["Simulator", "sample_clients"]
@@ -113,16 +123,38 @@ class Simulator:
         max_update_norm (float, optional): uploads whose update norm
             :math:`\|\theta_i - \theta_i^{start}\|` exceeds it are rejected;
             ``None`` disables the bound (default: ``1e6``).
+        device (str or torch.device, optional): where local training and
+            evaluation run: ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:N"``,
+            ``"mps"`` (default: where the dataset's samples are, usually the
+            CPU). The dataset and model move there once.
+        state_device (str or torch.device, optional): where the client table,
+            the clients' own models and the strategy live (default:
+            ``device``); ``"cpu"`` keeps an :math:`N \times D` table larger than
+            the device's memory on the host (pinned for CUDA) and moves only
+            the sampled clients.
+        parallel_clients (int, optional): clients per batched computation
+            (default: all on the CPU, an estimate that fits on a GPU; see
+            :class:`~pyg_fedgraph.train.ClientTrainer`).
+        execution (str, optional): ``"auto"`` (the measured table of
+            :mod:`pyg_fedgraph.train.execution`), ``"vmap"`` or ``"loop"``.
+        precision (str, optional): ``"fp32"``, ``"bf16"`` or ``"fp16"``
+            autocast for local training and evaluation (default: ``"fp32"``).
     """
 
     def __init__(self, dataset: FederatedDataset, model: nn.Module, strategy: Strategy, *,
-                 rounds: int = 50, sample_fraction: float | None = None,
-                 local: LocalConfig | None = None, eval_every: int = 1, seed: int = 0,
+                 rounds: int = 50,
+                 sample_fraction: Annotated[float | None, Range(gt=0.0, le=1.0)] = None,
+                 local: LocalConfig | None = None,
+                 eval_every: Annotated[int, Range(ge=1)] = 1, seed: int = 0,
                  parallel: bool = True, objective: Objective | None = None,
                  held_out: Tensor | None = None, progress: bool = True,
                  callbacks: Sequence[Callback] = (), dropout: float = 0.0,
                  attack: Attack | None = None, reject_policy: RejectPolicy = "drop",
-                 max_update_norm: float | None = DEFAULT_MAX_NORM) -> None:
+                 max_update_norm: float | None = DEFAULT_MAX_NORM,
+                 device: str | torch.device | None = None,
+                 state_device: str | torch.device | None = None,
+                 parallel_clients: Annotated[int | None, Range(ge=1)] = None,
+                 execution: ExecutionName = "auto", precision: Precision = "fp32") -> None:
         if rounds < 0:
             raise ValueError(f"rounds must be >= 0, got {rounds}")
         if isinstance(dropout, bool) or not 0.0 <= float(dropout) <= 1.0:
@@ -158,21 +190,47 @@ class Simulator:
         benign[self.malicious] = False
         self.benign = benign.nonzero().view(-1)
         check_dataset(dataset)
-        self.dataset = dataset
-        self.trainer = ClientTrainer(model, dataset, objective, local or LocalConfig())
+        self.trainer = ClientTrainer(model, dataset, objective, local or LocalConfig(),
+                                     device=device, parallel_clients=parallel_clients,
+                                     execution=execution, precision=precision)
+        #: Where local training and evaluation run.
+        self.device = self.trainer.device
+        #: Where the client table, the clients' own models and the strategy live.
+        self.state_device = self.device if state_device is None else resolve_device(
+            state_device)
+        self.dataset = self.trainer.dataset
         self.layout = self.trainer.layout
-        init = self.layout.flatten(model)
+        init = self.layout.flatten(model).to(self.state_device)
         # The simulated clients' own state: each client's local model and buffers.
-        self.local_params = init.unsqueeze(0).repeat(n, 1)
-        self.local_buffers = self.trainer.initial_buffers(n)
+        self.local_params = self._host(init.unsqueeze(0).repeat(n, 1))
+        self.local_buffers = self._host(self.trainer.initial_buffers(n).to(self.state_device))
+        place = self.state_device
         self.engine = RoundEngine(
             strategy, layout=self.layout, init_params=init,
             num_samples=dataset.num_samples("train"), task=dataset.task,
             objective=self.trainer.objective, local=self.trainer.config,
-            edge_index=dataset.edge_index, edge_weight=dataset.edge_weight, held_out=held,
-            sample_fraction=sample_fraction, seed=seed, rounds=rounds, eval_every=eval_every,
-            eval_clients=self.benign, reject_policy=reject_policy,
-            max_update_norm=max_update_norm)
+            edge_index=None if dataset.edge_index is None else dataset.edge_index.to(place),
+            edge_weight=None if dataset.edge_weight is None else dataset.edge_weight.to(place),
+            held_out=held, sample_fraction=sample_fraction, seed=seed, rounds=rounds,
+            eval_every=eval_every, eval_clients=self.benign, reject_policy=reject_policy,
+            max_update_norm=max_update_norm, device=place)
+
+    def _host(self, t: Tensor) -> Tensor:
+        # A table kept on the host for a GPU run is pinned: its rows copy to the device
+        # without staging.
+        if self.state_device.type == "cpu" and self.device.type == "cuda":
+            return t.pin_memory()
+        return t
+
+    @property
+    def execution(self) -> str:
+        r"""How a chunk of clients computes (``"vmap"`` or ``"loop"``)."""
+        return self.trainer.execution
+
+    @property
+    def parallel_clients(self) -> int | None:
+        r"""Clients per batched computation (``None``: all sampled clients)."""
+        return self.trainer.parallel_clients
 
     # ------------------------------------------------- views of the engine
     @property
@@ -251,11 +309,12 @@ class Simulator:
         clients = sampled[rows]
         if clients.numel():
             result = run_plan(self.trainer, plan,
-                              ClientStart(clients, clients, start, self.local_buffers[clients]),
+                              ClientStart(clients, clients, start, self.local_buffers[clients],
+                                          self.local_params[clients]),
                               seed=self.seed, rnd=rnd, parallel=self.parallel)
-            uploaded = self._poison(rnd, clients, result.params, start)
-            update = engine.aggregate_train(rnd, clients, uploaded, start, result.outputs,
-                                            result.loss)
+            uploaded = self._poison(rnd, clients, result.params, result.start)
+            update = engine.aggregate_train(rnd, clients, uploaded, result.start,
+                                            result.outputs, result.loss)
             # Rejected clients keep their previous local model, like dropped ones.
             kept = update.accepted.nonzero().view(-1)
             self.local_params[clients[kept]] = result.params[kept]
@@ -295,26 +354,33 @@ class Simulator:
         return out
 
     # ------------------------------------------------------------- evaluate
-    def _evaluation_start(self) -> tuple[ClientStart, FineTune | None]:
+    def _evaluation_start(self) -> tuple[ClientStart, EvaluatePlan]:
         everyone = torch.arange(self.dataset.num_clients)
         plan = self.engine.configure_evaluate(everyone)
         params = self.local_params if plan.params is None else plan.params
-        return ClientStart(everyone, everyone, params, self.local_buffers), plan.finetune
+        return ClientStart(everyone, everyone, params, self.local_buffers,
+                           self.local_params), plan
 
     def personalized_models(self) -> tuple[Tensor, Tensor]:
         r"""Every client's model as it is evaluated now: flat parameters
-        :math:`(N, D)` and buffers, after the strategy's fine-tuning if any."""
-        start, finetune = self._evaluation_start()
-        params, buffers = finetuned(self.trainer, start, finetune, seed=self.seed,
+        :math:`(N, D)` and buffers, after the strategy's choice of model and
+        fine-tuning, if any."""
+        start, plan = self._evaluation_start()
+        if plan.start_job is not None:
+            params, _ = plan.start_job.prepare(self.trainer, start, seed=self.seed,
+                                               rnd=self.round, parallel=self.parallel)
+            start = dataclasses.replace(start, params=params)
+        params, buffers = finetuned(self.trainer, start, plan.finetune, seed=self.seed,
                                     rnd=self.round, parallel=self.parallel)
         return params.clone(), buffers.clone()
 
     def evaluate(self) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
         r"""Per-client validation and test metrics :math:`(N,)` of the
         personalized models (after the strategy's fine-tuning, if any)."""
-        start, finetune = self._evaluation_start()
-        metrics = evaluate_clients(self.trainer, start, finetune=finetune, seed=self.seed,
-                                   rnd=self.round, parallel=self.parallel)
+        start, plan = self._evaluation_start()
+        metrics = evaluate_clients(self.trainer, start, finetune=plan.finetune,
+                                   start_job=plan.start_job, seed=self.seed, rnd=self.round,
+                                   parallel=self.parallel)
         return metrics["val"], metrics["test"]
 
     def summary(self) -> dict:
@@ -346,7 +412,10 @@ class Simulator:
                                 {"train": split, "val": split, "test": split},
                                 self.dataset.num_classes)
         trainer = ClientTrainer(self.trainer.model, data, self.trainer.objective,
-                                self.trainer.config)
+                                self.trainer.config, device=self.device,
+                                parallel_clients=self.trainer.parallel_clients,
+                                execution=self.trainer.execution,
+                                precision=self.trainer.precision)
         params, buffers = self.personalized_models()
         everyone = torch.arange(self.dataset.num_clients)
         return trainer.evaluate(everyone, params, buffers, "test")["accuracy"]
@@ -381,8 +450,8 @@ class Simulator:
                              f"with the saved run's attack settings")
         state = snapshot(state)
         self.engine.load_state_dict(state)
-        self.local_params = state["local_params"]
-        self.local_buffers = state["local_buffers"]
+        self.local_params = self._host(state["local_params"].to(self.state_device))
+        self.local_buffers = self._host(state["local_buffers"].to(self.state_device))
         torch.set_rng_state(state["torch_rng"])
 
     def __repr__(self) -> str:

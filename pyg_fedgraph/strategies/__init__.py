@@ -9,6 +9,7 @@ from pyg_fedgraph.strategies.fedamp import FedAMP
 from pyg_fedgraph.strategies.fedavg import FedAvg, FedAvgFT, Local, weighted_average
 from pyg_fedgraph.strategies.fedcedar import FedCEDAR
 from pyg_fedgraph.strategies.fedprox import FedProx, FedProxFT
+from pyg_fedgraph.strategies.ifca import IFCA
 from pyg_fedgraph.strategies.panacea import Panacea, PFedHN
 from pyg_fedgraph.strategies.pfedgat import PFedGAT
 from pyg_fedgraph.strategies.pfedgraph import PFedGraph
@@ -44,4 +45,5 @@ __all__ = [
     "PFedHN",
     "PFedGraph",
     "PFedGAT",
+    "IFCA",
 ]

@@ -17,7 +17,7 @@ from pyg_fedgraph.data.layout import ParamLayout
 from pyg_fedgraph.hparams import HParam, schema
 from pyg_fedgraph.nn.functional import sample_shares
 from pyg_fedgraph.train.engine import LOCAL_SCHEMA, LocalConfig
-from pyg_fedgraph.train.jobs import FineTune, TrainPlan
+from pyg_fedgraph.train.jobs import EvaluatePlan, FineTune, TrainPlan
 from pyg_fedgraph.train.objective import Objective, objective_for
 
 if TYPE_CHECKING:
@@ -147,7 +147,7 @@ class Strategy(nn.Module):
         super().__init_subclass__(**kwargs)
         init = cls.__dict__.get("__init__")
         if init is not None and not getattr(init, "_checks_hparams", False):
-            cls.__init__ = _checked_init(init)  # type: ignore[method-assign]
+            cls.__init__ = _checked_init(init)  # type: ignore[method-assign]  # adds the hparam check
 
     def __init__(self) -> None:
         super().__init__()
@@ -155,10 +155,22 @@ class Strategy(nn.Module):
 
     def setup(self, ctx: FederationContext) -> None:
         r"""Called once before round 1 (and before :meth:`load_state_dict`)."""
-        if self.needs_prior_graph and ctx.edge_index is None:
+        # The engine ran the strategy's own check_federation; this keeps the
+        # requirement every strategy shares for callers that drive setup directly.
+        Strategy.check_federation(self, ctx.num_clients, ctx.num_clients,
+                                  ctx.edge_index is not None)
+        self.ctx = ctx
+
+    def check_federation(self, num_clients: int, num_sampled: int,
+                         has_prior_graph: bool) -> None:
+        r"""Raises a :class:`ValueError` when the strategy cannot run on a
+        federation of ``num_clients`` clients of which ``num_sampled`` train
+        per round, with or without a prior client graph, and logs a warning
+        when it can run but degenerately (the round engine and the command
+        line's preflight call it before any work)."""
+        if self.needs_prior_graph and not has_prior_graph:
             raise ValueError(f"strategy {self.name!r} needs a prior client graph; "
                              f"use a dataset that provides edge_index (e.g. fl60)")
-        self.ctx = ctx
 
     def default_sample_fraction(self, num_clients: int) -> float:
         r"""Share of clients sampled per round when the user does not choose
@@ -180,9 +192,11 @@ class Strategy(nn.Module):
         local-training keys of :attr:`search_local`, each drawn from ``trial``
         under its own name (users fix entries with ``--set`` and replace
         them with ``--param``)."""
-        out = {name: LOCAL_SCHEMA[name].search.suggest(trial, name,  # type: ignore[union-attr]
-                                                       LOCAL_SCHEMA[name].is_integer)
-               for name in cls.search_local}
+        out: dict[str, Any] = {}
+        for name in cls.search_local:
+            local = LOCAL_SCHEMA[name]
+            assert local.search is not None  # search_local names searched keys only
+            out[name] = local.search.suggest(trial, name, local.is_integer)
         for name, hp in cls.hparam_schema().items():
             if hp.search is not None:
                 out[name] = hp.search.suggest(trial, name, hp.is_integer)
@@ -212,6 +226,13 @@ class Strategy(nn.Module):
         r"""Local fine-tuning of :meth:`personalized_params` before every
         evaluation (FedAvg-FT), or ``None`` (the default)."""
         return None
+
+    def configure_evaluate(self, clients: Tensor) -> EvaluatePlan:
+        r"""What ``clients`` :math:`(S,)` are evaluated with: by default
+        :meth:`personalized_params` and :meth:`finetune_job`; a strategy whose
+        clients choose their model (IFCA) returns a plan with a start job."""
+        return EvaluatePlan(params=self.personalized_params(clients),
+                            finetune=self.finetune_job())
 
     def collaboration_graph(self) -> Tensor | None:
         r"""The latest client collaboration matrix :math:`(N, N)` if the
@@ -271,5 +292,5 @@ def _checked_init(init: Callable[..., None]) -> Callable[..., None]:
                   for k, v in bound.arguments.items() if k != "self"}
         init(self, **values)
 
-    checked._checks_hparams = True  # type: ignore[attr-defined]
+    checked._checks_hparams = True  # type: ignore[attr-defined]  # a marker for __init_subclass__
     return checked

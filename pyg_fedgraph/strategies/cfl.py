@@ -10,7 +10,7 @@ from torch import Tensor
 from pyg_fedgraph.data.federation import FederationGraph
 from pyg_fedgraph.hparams import Range, Search
 from pyg_fedgraph.nn.bipartition import LinkageName, bipartition
-from pyg_fedgraph.nn.functional import pairwise_cosine
+from pyg_fedgraph.nn.functional import cluster_mean, pairwise_cosine
 from pyg_fedgraph.strategies.base import FederationContext, Strategy, TrainPlan
 from pyg_fedgraph.strategies.registry import register_strategy
 
@@ -129,15 +129,6 @@ class CFL(Strategy):
         self._require_setup()
         return TrainPlan(params=self.cluster_params[clients.to(torch.long)].clone())
 
-    def _mean_updates(self, cluster: Tensor, delta: Tensor, weight: Tensor, k: int
-                      ) -> Tensor:
-        r"""Per-cluster weighted mean update :math:`(K, D)` (zero for clusters
-        without uploads)."""
-        wsum = weight.new_zeros(k).index_add_(0, cluster, weight)
-        total = delta.new_zeros(k, delta.size(1)).index_add_(0, cluster,
-                                                              weight.unsqueeze(1) * delta)
-        return total / wsum.clamp(min=torch.finfo(delta.dtype).tiny).unsqueeze(1)
-
     def aggregate_train(self, rnd: int, graph: FederationGraph) -> None:
         self._require_setup()
         if graph.num_clients == 0:
@@ -154,14 +145,14 @@ class CFL(Strategy):
             weight = torch.ones_like(weight)
         self._split(rnd, ids, delta, weight)
         k = int(self.num_clusters)
-        mean = self._mean_updates(self.cluster_of[ids], delta, weight, k)
+        mean, _ = cluster_mean(delta, self.cluster_of[ids], k, weight)
         members = self.cluster_of >= 0
         self.cluster_params[members] += mean[self.cluster_of[members]]
 
     def _split(self, rnd: int, ids: Tensor, delta: Tensor, weight: Tensor) -> None:
         k = int(self.num_clusters)
         cluster = self.cluster_of[ids]
-        mean_norm = self._mean_updates(cluster, delta, weight, k).norm(dim=1)
+        mean_norm = cluster_mean(delta, cluster, k, weight)[0].norm(dim=1)
         norms = delta.norm(dim=1)
         max_norm = norms.new_zeros(k).scatter_reduce_(0, cluster, norms, "amax",
                                                      include_self=False)

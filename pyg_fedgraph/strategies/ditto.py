@@ -79,6 +79,7 @@ class Ditto(FedAvg):
 
     def configure_train(self, rnd: int, clients: Tensor) -> TrainPlan:
         plan = super().configure_train(rnd, clients)
+        assert plan.params is not None  # FedAvg sends the global model
         plan.jobs = (PersonalTraining(
             params=self.personal_params[clients].clone(),
             regularizer=Regularizer(partial(proximal_term, coefficient=self.lam), plan.params)),)

@@ -17,6 +17,7 @@ from pyg_fedgraph.strategies.base import (
     TrainPlan,
 )
 from pyg_fedgraph.strategies.registry import register_strategy
+from pyg_fedgraph.utils.graph import complete_graph
 
 __all__ = ["FedAGHN", "HNRule"]
 
@@ -192,6 +193,7 @@ class FedAGHN(ServerOptimizerState, Strategy):
 
     def aggregate_train(self, rnd: int, graph: FederationGraph) -> None:
         self._require_setup()
+        assert self.conv is not None and self.server_optimizer is not None  # setup() creates them
         if graph.num_clients == 0:
             return
         ids = graph.client_id.to(self.last_delta.device)
@@ -249,6 +251,7 @@ class FedAGHN(ServerOptimizerState, Strategy):
     def _personalize(self, return_attention_weights: bool = False):
         r"""One :class:`AGHNConv` forward for all clients from the stored state."""
         ctx = self._require_setup()
+        assert self.conv is not None  # setup() creates it
         trained = ctx.table.trained
         if bool(trained.any()):
             delta: Tensor | None = self.last_delta
@@ -269,7 +272,5 @@ class FedAGHN(ServerOptimizerState, Strategy):
 def _edges_from(sources: Tensor) -> Tensor:
     r"""Edges :math:`j \rightarrow i` from every client with ``sources[j]`` to
     every other client, as :math:`(2, E)`."""
-    n = sources.numel()
-    mask = sources.unsqueeze(1) & ~torch.eye(n, dtype=torch.bool, device=sources.device)
-    src, tgt = mask.nonzero(as_tuple=True)
-    return torch.stack([src, tgt])
+    edge_index = complete_graph(sources.numel(), self_loops=False, device=sources.device)
+    return edge_index[:, sources[edge_index[0]]]

@@ -5,12 +5,12 @@ import logging
 from typing import Annotated
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from pyg_fedgraph.data.federation import FederationGraph
 from pyg_fedgraph.hparams import Range, Search
 from pyg_fedgraph.nn.aggregation import GraphAggregation
+from pyg_fedgraph.nn.functional import pairwise_cosine
 from pyg_fedgraph.strategies.base import FederationContext, Strategy, TrainPlan
 from pyg_fedgraph.strategies.registry import register_strategy
 from pyg_fedgraph.train.engine import Regularizer
@@ -49,8 +49,7 @@ def heur_fedamp_weights(x: Tensor, sigma: float = 10.0, self_weight: float = 0.3
     s = x.size(0)
     if s == 1:
         return x.new_ones(1, 1)
-    unit = F.normalize(x, dim=1)
-    logits = sigma * (unit @ unit.t())
+    logits = sigma * pairwise_cosine(x)
     eye = torch.eye(s, dtype=torch.bool, device=x.device)
     attention = logits.masked_fill(eye, float("-inf")).softmax(dim=1)
     return (1.0 - self_weight) * attention + self_weight * eye.to(x.dtype)

@@ -1,7 +1,7 @@
 """Local training, FedAvg and FedAvg with local fine-tuning."""
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 import torch
 from torch import Tensor
@@ -39,7 +39,7 @@ class Local(Strategy):
     """
 
     # No server hyper-parameter: studies tune the local learning rate.
-    search_local = ("lr",)
+    search_local: ClassVar[tuple[str, ...]] = ("lr",)
 
     def configure_train(self, rnd: int, clients: Tensor) -> TrainPlan:
         return TrainPlan(params=None)
@@ -69,7 +69,7 @@ class FedAvg(Strategy):
         self.register_buffer("global_params", torch.empty(0))
 
     # No server hyper-parameter: studies tune the local learning rate (FedAvg-FT too).
-    search_local = ("lr",)
+    search_local: ClassVar[tuple[str, ...]] = ("lr",)
 
     def setup(self, ctx: FederationContext) -> None:
         super().setup(ctx)

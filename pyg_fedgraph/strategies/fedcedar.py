@@ -67,10 +67,10 @@ class FedCEDAR(Strategy):
 
     The paper states only the k-means objective (Eq. 1). One k-means++ run
     often stops in a poor local minimum once the models have converged (on
-    the ``topology`` case study, single runs split one group and merged two
-    in about a third of the rounds, with a higher :math:`J` than the true
-    grouping), so the best of ``num_init`` restarts is kept, as scikit-learn's
-    ``KMeans(n_init=...)`` does.
+    the ``topology`` case study single runs split one group and merged two,
+    with a higher :math:`J` than the true grouping; see
+    ``benchmarks/results/claims.md``, section F), so the best of ``num_init``
+    restarts is kept, as scikit-learn's ``KMeans(n_init=...)`` does.
 
     The k-means seeding of round :math:`t` draws from the stream
     ``(ctx.seed, "kmeans", t)`` (:mod:`pyg_fedgraph.utils.seeds`), so a run
@@ -97,8 +97,8 @@ class FedCEDAR(Strategy):
     :meth:`cluster_graph_matrix`.
 
     **Note.** Models trained from one common initialization point in nearly
-    the same direction (on the digits case study the centres' cosines exceed
-    0.999), so :math:`R` is close to uniform and :math:`P = 2` steps move
+    the same direction (the centres' cosines come close to 1 on the digits
+    case study), so :math:`R` is close to uniform and :math:`P = 2` steps move
     every centre almost to the mean of the centres: the models distributed
     under Condition 1 and Condition 2 then differ little. This follows the
     paper's definition of the edge weights; inspect
@@ -145,6 +145,20 @@ class FedCEDAR(Strategy):
         self.register_buffer("centre_graph", torch.empty(0))
         self.register_buffer("num_centres", torch.zeros((), dtype=torch.long))
         self.register_buffer("cluster_of", torch.empty(0, dtype=torch.long))
+
+    def check_federation(self, num_clients: int, num_sampled: int,
+                         has_prior_graph: bool) -> None:
+        super().check_federation(num_clients, num_sampled, has_prior_graph)
+        if self.num_clusters > num_clients:
+            raise ValueError(f"fedcedar: num_clusters={self.num_clusters} exceeds the "
+                             f"{num_clients} clients of the federation; use at most "
+                             f"{num_sampled}, the clients sampled per round")
+        if self.num_clusters > num_sampled:
+            # kmeans keeps at most one cluster per uploaded client: allowed, but
+            # the clustering then separates nothing.
+            log.warning("fedcedar: num_clusters=%d exceeds the %d clients sampled per round "
+                        "(of %d): every sampled client is a cluster of its own",
+                        self.num_clusters, num_sampled, num_clients)
 
     def default_sample_fraction(self, num_clients: int) -> float:
         # Paper Sec. 4.1: 30% of the clients upload each round.

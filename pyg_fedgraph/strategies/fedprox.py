@@ -68,6 +68,7 @@ class FedProx(FedAvg):
 
     def configure_train(self, rnd: int, clients: Tensor) -> TrainPlan:
         plan = super().configure_train(rnd, clients)
+        assert plan.params is not None  # FedAvg sends the global model
         mu = self.mu
         plan.regularizer = Regularizer(partial(proximal_term, coefficient=mu), plan.params)
         return plan

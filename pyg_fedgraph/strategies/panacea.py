@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import random
 from dataclasses import replace
 from typing import Annotated, Literal
 
@@ -173,7 +174,7 @@ class Panacea(ServerOptimizerState, Strategy):
         self.chunk_size = chunk_size
         self.client_reduction = client_reduction
         # The GCN encoder and the graph generator read the prior graph.
-        self.needs_prior_graph = encoder == "gcn" or graph_generator  # type: ignore[misc]
+        self.needs_prior_graph = encoder == "gcn" or graph_generator  # type: ignore[misc]  # ClassVar set per instance
         self.hypernetwork: GCNHypernetwork | None = None
         self.server_optimizer: torch.optim.Optimizer | None = None
         self._local: LocalConfig | None = None
@@ -225,6 +226,7 @@ class Panacea(ServerOptimizerState, Strategy):
 
     def aggregate_train(self, rnd: int, graph: FederationGraph) -> None:
         hn = self._require_hypernetwork()
+        assert self.server_optimizer is not None  # setup() creates it with the hypernetwork
         if graph.num_clients == 0:
             return
         clients = graph.client_id.to(torch.long)
@@ -236,6 +238,8 @@ class Panacea(ServerOptimizerState, Strategy):
             extra = None
             if self.graph_generator:
                 edge_index, edge_weight = self._graph()
+                # The graph generator needs the prior graph, which setup() checked.
+                assert edge_index is not None
                 z = hn.embed(edge_index, edge_weight)
                 theta = hn.generate(z[clients])
                 extra = self.lambda_d * hn.reconstruction_loss(
@@ -286,13 +290,22 @@ class Panacea(ServerOptimizerState, Strategy):
         return hn(edge_index, edge_weight, clients=clients)
 
     def _negative_edges(self, edge_index: Tensor, rnd: int, step: int) -> Tensor:
-        # PyG's negative_sampling draws from the global RNG: seed it from the
-        # stream (seed, "negative-sampling", round, step), leaving the caller's
-        # random state untouched.
+        # PyG's negative_sampling draws from torch's global RNG and, for large
+        # populations, from Python's `random` module (random.sample): seed both
+        # from the stream (seed, "negative-sampling", round, step), leaving the
+        # caller's random states untouched. (Seeding torch's alone left runs
+        # irreproducible from one process to the next.)
         ctx = self._require_setup()
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(derive_seed(ctx.seed, "negative-sampling", rnd, step))
-            return negative_sampling(edge_index, num_nodes=ctx.num_clients)
+        seed = derive_seed(ctx.seed, "negative-sampling", rnd, step)
+        python_state = random.getstate()
+        try:
+            random.seed(seed)
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                return negative_sampling(edge_index.cpu(), num_nodes=ctx.num_clients).to(
+                    edge_index.device)
+        finally:
+            random.setstate(python_state)
 
 
 @register_strategy("pfedhn")

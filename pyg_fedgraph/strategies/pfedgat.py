@@ -114,25 +114,11 @@ class PFedGAT(ServerOptimizerState, Strategy):
         client and each *other* client and a learned self term
         :math:`\gamma_k` on the diagonal (``similarity=True``; see
         :class:`~pyg_fedgraph.nn.ClientGAT` for the form and the reason).
-        ``similarity=False`` is the paper's GAT exactly. Measured with
-        ``benchmarks/pfedgat_allocation.py`` (digits, 10 clients, 30 rounds,
-        5 seeds, results in ``benchmarks/results/pfedgat_allocation.md``):
-
-        * **pathological split (2 classes per client):** the defaults give
-          99.62 ± 0.25% test accuracy, as
-          :class:`~pyg_fedgraph.strategies.Local` (99.62 ± 0.25%), and reach
-          Local's accuracy on 4 of 5 seeds (the fifth is 0.01 points
-          below). 1.00 of each row's weight goes to clients that share a
-          class with it (0.28 for uniform weights), most of it to the client
-          itself (0.89).
-        * **paper's GAT on the same split:** 84.8 ± 3.7%, and 0.28 of the
-          weight to clients sharing a class, which is chance.
-        * **IID split:** mean :math:`|A_{ij} - 1/N|` is 0.015 averaged over
-          the seeds, from 0.003 to 0.035 per seed (paper Fig. 3e: about 0.1
-          everywhere).
-        * **``similarity_scale=40``:** the terms are learned four times
-          slower. Every IID seed then stays below 0.02 (0.006 ± 0.004), but
-          the pathological accuracy falls to 99.3 ± 0.6%.
+        ``similarity=False`` is the paper's GAT exactly. The measured
+        effect (accuracy and allocation on digits, pathological and IID
+        splits, 5 seeds, against Local and the paper's GAT) is in
+        ``benchmarks/results/pfedgat_allocation.md``
+        (``benchmarks/pfedgat_allocation.py``).
 
     Args:
         hidden_channels (int, optional): per-head projection size of the GAT
@@ -224,6 +210,7 @@ class PFedGAT(ServerOptimizerState, Strategy):
     # ------------------------------------------------------------- rounds
     def configure_train(self, rnd: int, clients: Tensor) -> TrainPlan:
         self._require_setup()
+        assert self.server is not None  # setup() creates it
         with torch.no_grad():
             theta_tilde, _ = self.server(self.theta)
         # The exact feedback is each client's held-out loss gradient at its start.
@@ -232,6 +219,7 @@ class PFedGAT(ServerOptimizerState, Strategy):
 
     def aggregate_train(self, rnd: int, graph: FederationGraph) -> None:
         self._require_setup()
+        assert self.server is not None and self.server_optimizer is not None  # setup() creates them
         if graph.num_clients == 0:
             return
         ids = graph.client_id.to(self.theta.device)
@@ -262,6 +250,7 @@ class PFedGAT(ServerOptimizerState, Strategy):
         ``evaluate="trained"`` ``None`` (each client's trained model), except
         that held-out clients still get :math:`\tilde{\theta}_i`."""
         ctx = self._require_setup()
+        assert self.server is not None  # setup() creates it
         clients = clients.to(self.theta.device)
         if self.evaluate == "personalized":
             with torch.no_grad():
@@ -327,6 +316,7 @@ class PFedGAT(ServerOptimizerState, Strategy):
 
     # ------------------------------------------------------------ helpers
     def _make_optimizer(self) -> torch.optim.Optimizer:
+        assert self.server is not None  # built before its optimizer
         params = [p for p in self.server.parameters() if p.requires_grad]
         if self.optimizer == "adam":
             return torch.optim.Adam(params, lr=self.gat_lr)

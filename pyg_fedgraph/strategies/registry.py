@@ -3,15 +3,22 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from pyg_fedgraph.strategies.base import Strategy
 
 __all__ = ["STRATEGIES", "register_strategy", "build_strategy", "strategy_kwargs"]
 
-STRATEGIES: dict[str, type] = {}
-T = TypeVar("T", bound=type)
+#: CLI name -> strategy class, filled by :func:`register_strategy`.
+STRATEGIES: dict[str, type[Strategy]] = {}
+T = TypeVar("T", bound="type[Strategy]")
 
 
 def register_strategy(name: str) -> Callable[[T], T]:
+    r"""Class decorator registering a strategy under its CLI name ``name``
+    (``@register_strategy("fedavg")``), in :data:`STRATEGIES`; sets the
+    class's ``name``. A :class:`ValueError` when another class has the name."""
     def wrap(cls: T) -> T:
         if name in STRATEGIES and STRATEGIES[name] is not cls:
             raise ValueError(f"strategy name {name!r} is already taken by {STRATEGIES[name]}")
@@ -38,7 +45,7 @@ def build_strategy(name: str, **kwargs: Any):
     return cls(**kwargs)
 
 
-def _get(name: str) -> type:
+def _get(name: str) -> type[Strategy]:
     if name not in STRATEGIES:
         raise ValueError(f"unknown strategy {name!r}; known: {sorted(STRATEGIES)}")
     return STRATEGIES[name]

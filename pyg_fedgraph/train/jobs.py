@@ -21,41 +21,52 @@ Randomness: the batch order of client :math:`i` in round :math:`t` comes from
 :func:`~pyg_fedgraph.utils.seeds.make_generator` ``(seed, "batches", t, i)``
 (``"personal"`` and ``"finetune"`` for the other trainings), whoever runs it.
 
-Adding a kind of client work (see CONTRIBUTING.md): a dataclass subclass of
-:class:`ClientJob` registered with :func:`register_job`, whose :meth:`run`
-computes its output for a batch of clients from a :class:`ClientStart`.
+Two kinds of client work can be added (see CONTRIBUTING.md), each a
+dataclass registered with :func:`register_job`:
+
+* a :class:`ClientJob` runs after the main training from the same starting
+  point (:meth:`ClientJob.run` returns its output for a batch of clients);
+* a :class:`StartJob` runs before it and chooses where the training (or an
+  evaluation) starts, e.g. IFCA's choice among cluster models
+  (:class:`ChooseModel`): :meth:`StartJob.prepare` returns the starting
+  parameters and its outputs. The clients then upload their update, since
+  the server does not know where they started.
 """
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
 import torch
 from torch import Tensor
 
 from pyg_fedgraph.train.engine import ClientTrainer, LocalConfig, Regularizer
 from pyg_fedgraph.train.rules import LocalRule
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 from pyg_fedgraph.utils.seeds import make_generator
 
-__all__ = ["ClientStart", "ClientJob", "JOBS", "register_job", "per_client", "TrainPlan",
-           "PersonalTraining", "LossGradient", "FineTune", "EvaluatePlan", "ClientResult",
-           "run_plan",
+__all__ = ["ClientStart", "Job", "ClientJob", "StartJob", "JOBS", "register_job", "per_client",
+           "TrainPlan", "PersonalTraining", "LossGradient", "ChooseModel", "FineTune",
+           "EvaluatePlan", "ClientResult", "run_plan",
            "finetuned", "evaluate_clients", "select_rows"]
 
 #: Every job class a client may rebuild by name (see :func:`register_job`).
-JOBS: dict[str, type[ClientJob]] = {}
-J = TypeVar("J", bound=type)
+JOBS: dict[str, type[Job]] = {}
+J = TypeVar("J", bound="type[Job]")
 
 
 def register_job(name: str) -> Callable[[J], J]:
-    r"""Registers a :class:`ClientJob` dataclass under ``name`` (its ``kind``)."""
+    r"""Registers a :class:`ClientJob` or :class:`StartJob` dataclass under
+    ``name`` (its ``kind``), so that clients rebuild it by name."""
     def wrap(cls: J) -> J:
         if name in JOBS and JOBS[name] is not cls:
             raise ValueError(f"client job {name!r} is already registered by {JOBS[name]}")
-        cls.kind = name  # type: ignore[attr-defined]
-        JOBS[name] = cls  # type: ignore[assignment]
+        cls.kind = name
+        JOBS[name] = cls
         return cls
     return wrap
 
@@ -80,7 +91,9 @@ def select_rows(obj: Any, rows: Tensor) -> Any:
         if f.metadata.get("per_client"):
             changes[f.name] = value.select(rows) if isinstance(value, Regularizer) \
                 else value[rows]
-        elif isinstance(value, tuple) and value and isinstance(value[0], ClientJob):
+        elif isinstance(value, Job):
+            changes[f.name] = value.select(rows)
+        elif isinstance(value, tuple) and value and isinstance(value[0], Job):
             changes[f.name] = tuple(job.select(rows) for job in value)
     return dataclasses.replace(obj, **changes)
 
@@ -98,15 +111,19 @@ class ClientStart:
             :math:`(S, D)`.
         buffers (torch.Tensor): their buffers (BatchNorm statistics) at the
             start of the round :math:`(S, B)`.
+        local (torch.Tensor, optional): each client's own latest model
+            :math:`(S, D)` (for start jobs that combine it with what the
+            server sent).
     """
     rows: Tensor
     ids: Tensor
     params: Tensor
     buffers: Tensor
+    local: Tensor | None = None
 
 
-class ClientJob:
-    r"""Base class of client work beyond the main training (a dataclass).
+class Job:
+    r"""Base class of declared client work (a dataclass, registered by name).
 
     Attributes:
         kind (str): the registered name.
@@ -116,14 +133,29 @@ class ClientJob:
     kind: ClassVar[str] = ""
     output: ClassVar[str] = ""
 
+    def select(self, rows: Tensor) -> Job:
+        r"""The job restricted to positions ``rows`` of its clients."""
+        return select_rows(self, rows)
+
+
+class ClientJob(Job):
+    r"""Client work run after the main training, from the same starting point."""
+
     def run(self, trainer: ClientTrainer, start: ClientStart, *, seed: int, rnd: int,
             parallel: bool = True) -> Tensor:
         r"""The job's result for the clients of ``start`` :math:`(S, \ldots)`."""
         raise NotImplementedError
 
-    def select(self, rows: Tensor) -> ClientJob:
-        r"""The job restricted to positions ``rows`` of its clients."""
-        return select_rows(self, rows)
+
+class StartJob(Job):
+    r"""Client work run before the main training (or an evaluation): it
+    chooses where the clients start."""
+
+    def prepare(self, trainer: ClientTrainer, start: ClientStart, *, seed: int, rnd: int,
+                parallel: bool = True) -> tuple[Tensor, dict[str, Tensor]]:
+        r"""The starting parameters :math:`(S, D)` and the job's outputs
+        (``{output: (S, ...)}``) for the clients of ``start``."""
+        raise NotImplementedError
 
 
 @register_job("personal-training")
@@ -179,6 +211,44 @@ class LossGradient(ClientJob):
         return trainer.loss_gradient(start.rows, start.params, start.buffers, self.split)[0]
 
 
+@register_job("choose-model")
+@dataclass
+class ChooseModel(StartJob):
+    r"""Each client starts from the candidate model with the lowest mean
+    loss on its ``split`` (IFCA's cluster estimate, Ghosh et al., 2020):
+
+    .. math::
+        \hat{k}_i = \arg\min_{k} L_i(\theta_k), \qquad
+        \theta_i^{start} = \theta_{\hat{k}_i},
+
+    with the client's buffers at the start of the round. The choices
+    :math:`\hat{k}_i` land on ``graph.choice`` :math:`(S,)`; a client with no
+    sample in ``split`` takes candidate 0. The candidates are evaluated one
+    after the other, each for all clients at once (a loop over the
+    :math:`K` candidates, not over clients).
+
+    Args:
+        candidates (torch.Tensor): the :math:`K` candidate models
+            :math:`(K, D)`, the same for every client.
+        split (str, optional): the data the losses are measured on
+            (default: ``"train"``).
+    """
+    output: ClassVar[str] = "choice"
+    candidates: Tensor
+    split: str = "train"
+
+    def prepare(self, trainer: ClientTrainer, start: ClientStart, *, seed: int, rnd: int,
+                parallel: bool = True) -> tuple[Tensor, dict[str, Tensor]]:
+        s = start.rows.numel()
+        with torch.no_grad():
+            losses = torch.stack([
+                trainer.evaluate(start.rows, candidate.expand(s, -1), start.buffers,
+                                 self.split)["loss"]
+                for candidate in self.candidates.to(start.params)])  # (K, S)
+        choice = losses.nan_to_num(float("inf")).argmin(dim=0)
+        return self.candidates.to(start.params)[choice].clone(), {self.output: choice}
+
+
 @dataclass
 class TrainPlan:
     r"""What the server sends to the :math:`S` clients sampled this round.
@@ -191,12 +261,27 @@ class TrainPlan:
         rule (LocalRule, optional): the local update rule (default: SGD).
         jobs (tuple, optional): further :class:`ClientJob` s of the same
             clients this round (default: none).
+        start_job (StartJob, optional): chooses where each client starts,
+            before training (default: ``params``, or the client's own model).
     """
     params: Tensor | None = per_client(None)
     regularizer: Regularizer | None = per_client(None)
     config: LocalConfig | None = None
     rule: LocalRule | None = None
     jobs: tuple[ClientJob, ...] = ()
+    start_job: StartJob | None = None
+
+    @property
+    def sends_start(self) -> bool:
+        r"""The server knows where every client starts (``params`` given and
+        no start job): otherwise the clients upload their update."""
+        return self.params is not None and self.start_job is None
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        r"""The graph attributes the plan's jobs produce."""
+        jobs: tuple[Job, ...] = self.jobs + ((self.start_job,) if self.start_job else ())
+        return tuple(job.output for job in jobs)
 
     def select(self, rows: Tensor) -> TrainPlan:
         r"""The plan restricted to positions ``rows`` of its clients."""
@@ -209,11 +294,15 @@ class TrainPlan:
         if self.params is not None and tuple(self.params.shape) != want:
             raise ValueError(f"{who} sent parameters of shape {tuple(self.params.shape)} to "
                              f"{num_clients} clients with {num_params} parameters")
+        if self.start_job is not None and (not isinstance(self.start_job, StartJob)
+                                           or not self.start_job.kind):
+            raise TypeError(f"{who} asked for the start job {self.start_job!r}, which is "
+                            f"not a registered StartJob")
         for job in self.jobs:
             if not isinstance(job, ClientJob) or not job.kind:
                 raise TypeError(f"{who} asked for {job!r}, which is not a registered "
                                 f"ClientJob")
-            for f in fields(job):
+            for f in fields(cast("DataclassInstance", job)):  # registered jobs are dataclasses
                 required = (f.default is dataclasses.MISSING
                             and f.default_factory is dataclasses.MISSING)
                 if required and getattr(job, f.name) is None:
@@ -255,9 +344,12 @@ class EvaluatePlan:
         params (torch.Tensor, optional): the models to evaluate :math:`(S, D)`;
             ``None`` evaluates each client's own local model.
         finetune (FineTune, optional): fine-tune them locally first.
+        start_job (StartJob, optional): lets each client choose the model it
+            is evaluated with (e.g. IFCA's lowest-loss cluster model).
     """
     params: Tensor | None = per_client(None)
     finetune: FineTune | None = None
+    start_job: StartJob | None = None
 
     def select(self, rows: Tensor) -> EvaluatePlan:
         return select_rows(self, rows)
@@ -273,33 +365,44 @@ class ClientResult:
         loss (torch.Tensor): mean training loss :math:`(S,)`.
         steps (torch.Tensor): local steps taken :math:`(S,)`.
         outputs (dict): job outputs by graph attribute, :math:`(S, \ldots)` each.
+        start (torch.Tensor): where the training started :math:`(S, D)` (the
+            update is ``params - start``).
     """
     params: Tensor
     buffers: Tensor
     loss: Tensor
     steps: Tensor
     outputs: dict[str, Tensor]
+    start: Tensor
 
     def select(self, rows: Tensor) -> ClientResult:
         return ClientResult(self.params[rows], self.buffers[rows], self.loss[rows],
-                            self.steps[rows], {k: v[rows] for k, v in self.outputs.items()})
+                            self.steps[rows], {k: v[rows] for k, v in self.outputs.items()},
+                            self.start[rows])
 
 
 def run_plan(trainer: ClientTrainer, plan: TrainPlan, start: ClientStart, *, seed: int,
              rnd: int, parallel: bool = True) -> ClientResult:
-    r"""Carries out ``plan`` for the clients of ``start``: the main training
-    from ``start.params`` (batch order ``(seed, "batches", rnd, id)``), then
-    every job of ``plan.jobs`` from the same starting point."""
+    r"""Carries out ``plan`` for the clients of ``start``: its start job,
+    if any, which may move the starting point; the main training from there
+    (batch order ``(seed, "batches", rnd, id)``); then every job of
+    ``plan.jobs`` from the same starting point."""
+    outputs: dict[str, Tensor] = {}
+    if plan.start_job is not None:
+        params, outputs = plan.start_job.prepare(trainer, start, seed=seed, rnd=rnd,
+                                                 parallel=parallel)
+        start = dataclasses.replace(start, params=params)
     gens = [make_generator(seed, "batches", rnd, int(i)) for i in start.ids]
     result = trainer.train(start.rows, start.params, start.buffers, regularizer=plan.regularizer,
                            config=plan.config, rule=plan.rule, generator=gens,
                            parallel=parallel)
-    outputs = dict(result.extra)
+    outputs.update(result.extra)
     for job in plan.jobs:
         if job.output in outputs:
             raise ValueError(f"two pieces of client work write {job.output!r}")
         outputs[job.output] = job.run(trainer, start, seed=seed, rnd=rnd, parallel=parallel)
-    return ClientResult(result.params, result.buffers, result.loss, result.steps, outputs)
+    return ClientResult(result.params, result.buffers, result.loss, result.steps, outputs,
+                        start.params)
 
 
 def finetuned(trainer: ClientTrainer, start: ClientStart, finetune: FineTune | None, *,
@@ -317,12 +420,17 @@ def finetuned(trainer: ClientTrainer, start: ClientStart, finetune: FineTune | N
 
 
 def evaluate_clients(trainer: ClientTrainer, start: ClientStart, *,
-                     finetune: FineTune | None = None, seed: int = 0, rnd: int = 0,
-                     parallel: bool = True, splits: tuple[str, ...] = ("val", "test")
+                     finetune: FineTune | None = None, start_job: StartJob | None = None,
+                     seed: int = 0, rnd: int = 0, parallel: bool = True,
+                     splits: tuple[str, ...] = ("val", "test")
                      ) -> dict[str, dict[str, Tensor]]:
     r"""Per-client metrics ``{split: {metric: (S,)}}`` of the models
-    ``start.params`` with buffers ``start.buffers``, after local fine-tuning
-    when ``finetune`` is given (:func:`finetuned`)."""
+    ``start.params`` with buffers ``start.buffers`` (or of the models a
+    ``start_job`` chooses), after local fine-tuning when ``finetune`` is given
+    (:func:`finetuned`)."""
+    if start_job is not None:
+        params, _ = start_job.prepare(trainer, start, seed=seed, rnd=rnd, parallel=parallel)
+        start = dataclasses.replace(start, params=params)
     params, buffers = finetuned(trainer, start, finetune, seed=seed, rnd=rnd, parallel=parallel)
     with torch.no_grad():
         return {split: trainer.evaluate(start.rows, params, buffers, split) for split in splits}

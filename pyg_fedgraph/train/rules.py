@@ -26,6 +26,7 @@ tensors shared by all clients.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, TypeVar
@@ -40,7 +41,7 @@ __all__ = ["LocalProblem", "LocalRule", "SGD", "RULES", "register_rule"]
 
 #: Every rule class a client may rebuild by name (see :func:`register_rule`).
 RULES: dict[str, type[LocalRule]] = {}
-R = TypeVar("R", bound=type)
+R = TypeVar("R", bound="type[LocalRule]")
 
 
 def register_rule(name: str) -> Callable[[R], R]:
@@ -50,8 +51,8 @@ def register_rule(name: str) -> Callable[[R], R]:
     def wrap(cls: R) -> R:
         if name in RULES and RULES[name] is not cls:
             raise ValueError(f"local rule {name!r} is already registered by {RULES[name]}")
-        cls.kind = name  # type: ignore[attr-defined]
-        RULES[name] = cls  # type: ignore[assignment]
+        cls.kind = name
+        RULES[name] = cls
         return cls
     return wrap
 
@@ -115,6 +116,15 @@ class LocalRule:
         per-client outputs (e.g. pFedMe's personalized models), after the
         last step."""
         return theta, {}
+
+    def to(self, device: torch.device) -> LocalRule:
+        r"""The rule with its tensor fields (shared by all clients, e.g. a
+        parameter mask) on ``device``; itself when it holds none."""
+        if not dataclasses.is_dataclass(self):
+            return self
+        moved = {f.name: getattr(self, f.name).to(device) for f in dataclasses.fields(self)
+                 if isinstance(getattr(self, f.name), Tensor)}
+        return dataclasses.replace(self, **moved) if moved else self
 
 
 @register_rule("sgd")

@@ -47,7 +47,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from pyg_fedgraph.train.objective import Objective
+from pyg_fedgraph.train.objective import Objective, PerSample
 
 __all__ = ["TARGET", "WEIGHT", "MEAN", "STD", "NUM_TARGET_ROWS", "pack_targets",
            "traffic_objective", "add_rmse", "masked_normalized_error"]
@@ -150,7 +150,7 @@ def traffic_objective(horizons: Sequence[int] = (3, 6, 12),
     steps = [int(h) for h in horizons]
     if any(h < 1 for h in steps) or len(set(steps)) != len(steps):
         raise ValueError(f"horizons must be distinct 1-based steps, got {list(horizons)}")
-    metrics = {"mse_norm": _mse_norm, "mae": _mae}
+    metrics: dict[str, PerSample] = {"mse_norm": _mse_norm, "mae": _mae}
     for h in steps:
         for kind in ("mae", "mse", "mape"):
             metrics[f"{kind}@{h}"] = partial(_horizon, step=h, kind=kind)

@@ -45,6 +45,7 @@ PURPOSES: dict[str, str] = {
     "hypernetwork-init": "the initial weights of a server hypernetwork (no keys)",
     "negative-sampling": "Panacea's negative edges (keys: round, server step)",
     "kmeans": "FedCEDAR's k-means seeding (keys: round)",
+    "ifca-init": "IFCA's initial cluster models (no keys)",
 }
 
 _MASK = (1 << 63) - 1

@@ -7,6 +7,7 @@ FedAvg, pFedGraph and a round with malformed replies.
 import dataclasses
 import functools
 import importlib
+import io
 import math
 import sys
 
@@ -17,19 +18,19 @@ from torch import nn
 
 pytest.importorskip("flwr", reason="the Flower integration needs the 'flower' extra")
 
-from flwr.app import Array, ConfigRecord, Context, Error, Message, RecordDict  # noqa: E402
-from flwr.serverapp import Grid  # noqa: E402
+from flwr.app import Array, ConfigRecord, Context, Error, Message, RecordDict
+from flwr.serverapp import Grid
 
-from pyg_fedgraph.data.federated_dataset import ClientSplit, FederatedDataset  # noqa: E402
-from pyg_fedgraph.data.federation import ClientTable  # noqa: E402
-from pyg_fedgraph.data.layout import ParamLayout  # noqa: E402
-from pyg_fedgraph.integrations.flower import GraphStrategy, make_client_app, register_regularizer  # noqa: E402
-from pyg_fedgraph.integrations.flower import protocol as P  # noqa: E402
-from pyg_fedgraph.simulation.simulator import Simulator  # noqa: E402
-from pyg_fedgraph.strategies import STRATEGIES, build_strategy  # noqa: E402
-from pyg_fedgraph.strategies.fedprox import proximal_term  # noqa: E402
-from pyg_fedgraph.train.engine import LocalConfig, Regularizer  # noqa: E402
-from pyg_fedgraph.utils.seeds import make_generator  # noqa: E402
+from pyg_fedgraph.data.federated_dataset import ClientSplit, FederatedDataset
+from pyg_fedgraph.data.federation import ClientTable
+from pyg_fedgraph.data.layout import ParamLayout
+from pyg_fedgraph.integrations.flower import GraphStrategy, make_client_app, register_regularizer
+from pyg_fedgraph.integrations.flower import protocol as P
+from pyg_fedgraph.simulation.simulator import Simulator
+from pyg_fedgraph.strategies import STRATEGIES, build_strategy
+from pyg_fedgraph.strategies.fedprox import proximal_term
+from pyg_fedgraph.train.engine import LocalConfig, Regularizer
+from pyg_fedgraph.utils.seeds import make_generator
 
 NUM_CLIENTS = 5
 # Full-batch local steps (batch = the 8 training samples of every client): the
@@ -330,6 +331,7 @@ PARITY_KWARGS = {
     "fedcedar": {"num_clusters": 2},
     "cfl": {"warmup_rounds": 1, "eps1": 10.0, "eps2": 0.0},  # splits after round 1
     "pfedgraph": {},
+    "ifca": {"num_clusters": 2},                  # a start job: clients choose their model
 }
 
 
@@ -350,6 +352,28 @@ def test_every_strategy_on_flower_matches_the_simulator(name):
     assert torch.equal(acc, sim.history.records[-1].test["accuracy"])
     # The engine's history is the same protocol in both.
     assert gs.history.summary()["best_round"] == sim.summary()["best_round"]
+
+
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
+def test_a_checkpoint_kept_by_the_round_end_hook_restores_its_round(name):
+    # The hook keeps state_dict() after round 1 while the run goes on to round 3.
+    kept = {}
+    gs, _ = run_local(build_strategy(name, **PARITY_KWARGS[name]), fraction_train=1.0,
+                      on_round_end=lambda g, rnd: kept.setdefault(rnd, g.state_dict()))
+    assert sorted(kept) == [1, 2, 3] and kept[1]["engine"]["round"] == 1
+    data = tiny_dataset()
+    resumed = GraphStrategy.from_dataset(build_strategy(name, **PARITY_KWARGS[name]),
+                                         tiny_model(), data, local=LOCAL, fraction_train=1.0)
+    # Through a file, as a deployment's checkpoint: it loads without unpickling code.
+    buffer = io.BytesIO()
+    torch.save(kept[1], buffer)
+    buffer.seek(0)
+    resumed.load_state_dict(torch.load(buffer, weights_only=True))
+    resumed.start(LocalGrid(make_client_app(tiny_model(), data, local=LOCAL), NUM_CLIENTS,
+                            seed=7), num_rounds=2)
+    assert resumed.rounds_done == 3
+    assert torch.allclose(resumed.personalized_params(), gs.personalized_params(), atol=1e-6)
+    assert resumed.history == gs.history
 
 
 @pytest.mark.parametrize("batch_size", [3, 8])
@@ -407,6 +431,9 @@ def test_partial_participation_samples_like_the_simulator():
     ("unknown-partition", r"unknown partition id 99"),
     ("other-partition", r"claims partition 0, node \d+ is partition 2"),
     ("error", r"the client reported an error"),
+    # Records of the wrong kind, and a metric of the wrong type, are dropped too.
+    ("record-kind", r"trained model: expected an ArrayRecord, got ConfigRecord"),
+    ("loss-type", r"the train loss \(train-loss\) is not a number: \[1.0, 2.0\]"),
 ])
 def test_malformed_reply_is_dropped_and_the_round_completes(kind, reason):
     def corrupt_partition_2(message, context, call_next):
@@ -430,6 +457,10 @@ def test_malformed_reply_is_dropped_and_the_round_completes(kind, reason):
             reply.content[P.METRICS][P.PARTITION_ID] = 99
         elif kind == "other-partition":
             reply.content[P.METRICS][P.PARTITION_ID] = 0
+        elif kind == "record-kind":  # keyed like a single tensor, but not an ArrayRecord
+            reply.content[P.PARAMS] = ConfigRecord({"0": 1})
+        elif kind == "loss-type":
+            reply.content[P.METRICS][P.TRAIN_LOSS] = [1.0, 2.0]
         return reply
 
     graphs = []

@@ -112,7 +112,7 @@ def test_gru_output_shape():
 
 # ------------------------------------------------------ parameter counts
 def test_mlp_parameter_counts():
-    count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
+    count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731 - a one-line local helper
     # 4*16+16 + 16*16+16 + 16*2+2
     assert count(MLP(4, 16, 2)) == 80 + 272 + 34
     assert count(MLP(5, 3, 2, num_layers=1)) == 5 * 2 + 2
@@ -121,7 +121,7 @@ def test_mlp_parameter_counts():
 
 
 def test_gru_and_cnn_parameter_counts():
-    count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
+    count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731 - a one-line local helper
     # GRU: 3H(C + H + 2) with C=2, H=100; head 100*12 + 12.
     assert count(GRUForecaster()) == 3 * 100 * (2 + 100 + 2) + 100 * 12 + 12
     # conv 1->16, 16->32, 32->64 (3x3), fc 64->120->84->10.

@@ -77,6 +77,64 @@ def test_gradients_agree_between_forms():
     assert torch.allclose(ew.grad.view(4, 4), wd.grad, atol=1e-5)
 
 
+def _sparse_graph(n, edges, seed, dtype=torch.float64):
+    r"""A random graph of ``edges`` distinct edges on ``n`` nodes (fewer than
+    n^2 / 4, so GraphAggregation takes its CSR branch), as (edge_index,
+    edge_weight, dense W)."""
+    gen = torch.Generator().manual_seed(seed)
+    flat = torch.randperm(n * n, generator=gen)[:edges]
+    tgt, src = flat // n, flat % n
+    weight = torch.rand(edges, generator=gen, dtype=dtype)
+    w = torch.zeros(n, n, dtype=dtype)
+    w[tgt, src] = weight
+    return torch.stack([src, tgt]), weight, w
+
+
+def test_csr_branch_is_taken_and_equals_the_dense_product(monkeypatch):
+    n, d = 12, 7
+    ei, ew, w = _sparse_graph(n, 20, seed=3)
+    assert 4 * ei.size(1) < n * n
+    x = torch.randn(n, d, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    agg = GraphAggregation()
+    seen = []
+    real = GraphAggregation.propagate
+
+    def spy(self, adj, **kwargs):  # the CSR (spmm) path goes through propagate
+        seen.append(adj.layout)
+        return real(self, adj, **kwargs)
+
+    monkeypatch.setattr(GraphAggregation, "propagate", spy)
+    out = agg(x, ei, ew)
+    assert seen == [torch.sparse_csr]
+    torch.testing.assert_close(out, w @ x, atol=1e-12, rtol=0)
+    # Per-layer weights take the CSR path layer by layer.
+    ptr = torch.tensor([0, 3, 7])
+    ew2 = torch.stack([ew, 2 * ew], dim=1)
+    out = agg(x, ei, ew2, layer_ptr=ptr)
+    torch.testing.assert_close(out[:, :3], (w @ x)[:, :3], atol=1e-12, rtol=0)
+    torch.testing.assert_close(out[:, 3:], (2 * w @ x)[:, 3:], atol=1e-12, rtol=0)
+    # Row normalization on the CSR path.
+    normed = GraphAggregation(normalize=True)(x, ei, ew)
+    rows = w.sum(1, keepdim=True)
+    torch.testing.assert_close(normed, torch.where(rows > 0, w / rows.clamp_min(1e-300), 0.0)
+                               @ x, atol=1e-12, rtol=0)
+
+
+def test_csr_branch_gradients_equal_the_dense_ones():
+    n, d = 10, 5
+    ei, ew, w = _sparse_graph(n, 15, seed=5)
+    gen = torch.Generator().manual_seed(6)
+    x = torch.randn(n, d, generator=gen, dtype=torch.float64)
+    target = torch.randn(n, d, generator=gen, dtype=torch.float64)
+    xs, ews = x.clone().requires_grad_(), ew.clone().requires_grad_()
+    xd, wd = x.clone().requires_grad_(), w.clone().requires_grad_()
+    ((GraphAggregation()(xs, ei, ews) - target) ** 2).sum().backward()
+    ((GraphAggregation()(xd, weight=wd) - target) ** 2).sum().backward()
+    torch.testing.assert_close(xs.grad, xd.grad, atol=1e-10, rtol=0)
+    # d/d ew[e] = d/d W[tgt_e, src_e].
+    torch.testing.assert_close(ews.grad, wd.grad[ei[1], ei[0]], atol=1e-10, rtol=0)
+
+
 def test_uniform_rows_equal_fedavg():
     gen = torch.Generator().manual_seed(2)
     x = torch.randn(5, 7, generator=gen)

@@ -373,7 +373,7 @@ def test_delta_feedback_sign_and_scale_by_finite_differences(similarity):
     theta, train, held_out = regression_federation(seed=11)
     gat = float64_gat(similarity, seed=11)
     params = trained_params(gat)
-    loss = lambda: client_mse(gat(theta)[0], held_out).sum()  # noqa: E731
+    loss = lambda: client_mse(gat(theta)[0], held_out).sum()  # noqa: E731 - the closure finite_differences evaluates
     exact = finite_differences(loss, params)
 
     # One local step of size eta on the held-out loss itself gives

@@ -166,7 +166,7 @@ def test_truncated_checkpoint_fails_clearly(tmp_path):
     save_checkpoint({"round": 1, "x": torch.ones(100)}, tmp_path)
     path = tmp_path / CHECKPOINT_NAME
     path.write_bytes(path.read_bytes()[:50])
-    with pytest.raises(ValueError, match="not a loadable checkpoint"):
+    with pytest.raises(ValueError, match="is not a pyg-fedgraph checkpoint"):
         load_checkpoint(tmp_path)
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
         load_checkpoint(tmp_path / "missing")
@@ -175,7 +175,7 @@ def test_truncated_checkpoint_fails_clearly(tmp_path):
 def test_checkpoint_rejects_arbitrary_pickles(tmp_path):
     # Any object outside tensors / containers / numbers / strings is refused.
     torch.save({"round": 1, "when": datetime.date(2024, 1, 1)}, tmp_path / CHECKPOINT_NAME)
-    with pytest.raises(ValueError, match="not a loadable checkpoint"):
+    with pytest.raises(ValueError, match="is not a pyg-fedgraph checkpoint"):
         load_checkpoint(tmp_path)
 
 
@@ -202,11 +202,15 @@ def test_cli_crash_and_resume_reproduces_the_run(tmp_path, monkeypatch, capsys):
 
     monkeypatch.setattr(Simulator, "step", crash_after_round_4)
     out = tmp_path / "crashed"
-    with pytest.raises(KeyboardInterrupt):
-        main(args + ["--out", str(out), "--checkpoint-every", "2"])
+    # An interrupt inside a round (a second Ctrl-C) aborts at once: the round's
+    # half-done state is not saved, the last periodic checkpoint is kept.
+    assert main(args + ["--out", str(out), "--checkpoint-every", "2"]) == 130
     monkeypatch.undo()
     assert load_checkpoint(out)["round"] == 4
     assert not (out / "history.csv").exists()
+    err = capsys.readouterr().err
+    assert f"checkpoint of round 4 in {out} is kept" in err
+    assert f"pyg-fedgraph run --resume {out}" in err and "Traceback" not in err
 
     assert main(["run", "--resume", str(out), "--quiet"]) == 0
     assert "resuming" in capsys.readouterr().out
@@ -226,4 +230,4 @@ def test_cli_resume_extends_a_finished_run(tmp_path):
 
 def test_cli_resume_without_checkpoint_exits_2(tmp_path, capsys):
     assert main(["run", "--resume", str(tmp_path), "--quiet"]) == 2
-    assert "no checkpoint.pt" in capsys.readouterr().err
+    assert f"no run to resume in {tmp_path}" in capsys.readouterr().err

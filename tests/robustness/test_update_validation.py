@@ -82,7 +82,7 @@ def test_checks_of_the_options():
 
 
 # ---------------------------------------------------------------- validator
-def test_validator_logs_each_rejection(caplog):
+def test_validator_logs_one_line_per_round_naming_each_rejection(caplog):
     x = torch.ones(3, 4)
     x[0, 0] = math.nan
     x[2] = 1e7
@@ -92,13 +92,26 @@ def test_validator_logs_each_rejection(caplog):
     assert keep.tolist() == [False, True, False]
     messages = [r.getMessage() for r in caplog.records if r.name == LOGGER]
     assert messages == [
-        "round 3: update rejected, client 7: non-finite values: 1 of 4 parameters are NaN or Inf",
-        "round 3: update rejected, client 9: absurd norm: update norm 2e+07 exceeds max_norm 1e+06",
+        "round 3: rejected 2 of 3 update(s): client 7: non-finite values: 1 of 4 parameters "
+        "are NaN or Inf; client 9: absurd norm: update norm 2e+07 exceeds max_norm 1e+06",
     ]
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         validator([torch.ones(4), torch.ones(3)], client_id=torch.tensor([1, 2]))
     assert caplog.records[-1].getMessage() == (
-        "update rejected, client 2: wrong length: sent 3 parameters, the model has 4")
+        "rejected 1 of 2 update(s): client 2: wrong length: sent 3 parameters, the model has 4")
+
+
+def test_validator_stops_warning_after_a_few_rounds_but_keeps_rejecting(caplog):
+    validator = UpdateValidator(2)
+    bad = torch.full((5, 2), math.nan)
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        for rnd in range(1, 7):
+            assert not validator(bad, rnd=rnd).any()
+    records = [r for r in caplog.records if r.name == LOGGER]
+    assert [r.levelno for r in records] == [logging.WARNING] * 3 + [logging.INFO] * 3
+    assert "further rounds with rejections are logged at INFO" in records[2].getMessage()
+    # Five clients: three reasons shown, the rest counted.
+    assert records[0].getMessage().endswith("; and 2 more")
 
 
 def test_raise_policy_names_the_clients():
@@ -136,9 +149,13 @@ def test_simulator_drops_bad_uploads(caplog, value, reason):
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         sim.run()
     rejected = [r.getMessage() for r in caplog.records if r.name == LOGGER]
-    assert len(rejected) == 2 * len(bad)  # every malicious upload of both rounds
-    assert all(reason in m for m in rejected)
-    assert {int(m.split("client ")[1].split(":")[0]) for m in rejected} == set(bad)
+    assert len(rejected) == 2  # one line per round naming every malicious upload
+    for rnd, line in enumerate(rejected, 1):
+        assert line.startswith(f"round {rnd}: rejected {len(bad)} of 6 update(s): ")
+        named = [int(part.split("client ")[1].split(":")[0])
+                 for part in line.split(": ", 1)[1].split("; ")]
+        assert named == bad
+        assert line.count(reason) == len(bad)
     for ids in sim.strategy.seen:  # the strategy never saw them
         assert set(ids.tolist()) == set(range(6)) - set(bad)
     # Rejected clients keep their previous local model (here the initial one).

@@ -17,15 +17,15 @@ from pyg_fedgraph.typing import WITH_FLWR, require
 
 require(WITH_FLWR, "flwr", "flower")
 
-from pyg_fedgraph.integrations.flower.client import GraphClient, make_client_app  # noqa: E402
-from pyg_fedgraph.integrations.flower.protocol import (  # noqa: E402
+from pyg_fedgraph.integrations.flower.client import GraphClient, make_client_app  # noqa: E402 - imported after the flwr availability check
+from pyg_fedgraph.integrations.flower.protocol import (  # noqa: E402 - imported after the flwr availability check
     RegularizerSpec,
     check_params_record,
     params_to_record,
     record_to_params,
     register_regularizer,
 )
-from pyg_fedgraph.integrations.flower.server import DroppedReply, GraphStrategy  # noqa: E402
+from pyg_fedgraph.integrations.flower.server import DroppedReply, GraphStrategy  # noqa: E402 - imported after the flwr availability check
 
 __all__ = [
     "GraphStrategy",

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from typing import cast
 
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
@@ -15,6 +16,7 @@ from pyg_fedgraph.integrations.flower import protocol as P
 from pyg_fedgraph.train.engine import ClientTrainer, LocalConfig
 from pyg_fedgraph.train.jobs import ClientStart, EvaluatePlan, TrainPlan, evaluate_clients, run_plan
 from pyg_fedgraph.train.objective import Objective
+from pyg_fedgraph.utils.device import Precision, resolve_device
 
 __all__ = ["GraphClient", "make_client_app"]
 
@@ -79,13 +81,20 @@ class GraphClient:
             :func:`~pyg_fedgraph.integrations.flower.register_regularizer`.
         parallel (bool, optional): batched (``vmap``) training path
             (default: ``True``).
+        device (str or torch.device, optional): where this node trains:
+            ``"auto"`` (CUDA when the node has it), ``"cpu"``, ``"cuda:N"``
+            ... (default: ``"cpu"``); each node picks its own, messages carry
+            CPU tensors.
+        precision (str, optional): autocast precision of local training
+            (``"fp32"``, ``"bf16"``, ``"fp16"``; default: ``"fp32"``).
     """
 
     def __init__(self, model: nn.Module, data: ClientData, *, local: LocalConfig | None = None,
                  objective: Objective | None = None, seed: int = 0,
                  partition_key: str = "partition-id",
                  regularizers: Mapping[str, Callable[..., Tensor]] | None = None,
-                 parallel: bool = True) -> None:
+                 parallel: bool = True, device: str | torch.device = "cpu",
+                 precision: Precision = "fp32") -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
         if not (isinstance(data, FederatedDataset) or callable(data)):
@@ -99,6 +108,8 @@ class GraphClient:
         self.partition_key = partition_key
         self.regularizers = dict(regularizers or {})
         self.parallel = parallel
+        self.device = resolve_device(device)
+        self.precision: Precision = precision
         self._trainers: dict[tuple[int, int], ClientTrainer] = {}
 
     # ------------------------------------------------------------- helpers
@@ -125,7 +136,8 @@ class GraphClient:
             if data.num_clients != 1:
                 raise ValueError(f"the data of partition {partition_id} holds "
                                  f"{data.num_clients} clients, expected exactly 1")
-            self._trainers[key] = ClientTrainer(self.model, data, self.objective, self.local)
+            self._trainers[key] = ClientTrainer(self.model, data, self.objective, self.local,
+                                                device=self.device, precision=self.precision)
         return self._trainers[key]
 
     def _prepare(self, context: Context, content: RecordDict
@@ -134,9 +146,9 @@ class GraphClient:
         server sends them), config, and this client's own model and buffers."""
         pid = self.partition_id(context)
         trainer = self.trainer(context)
-        config = content[P.CONFIG]
+        config = cast(ConfigRecord, content[P.CONFIG])  # the server sends one
         trainer.config = P.local_config_from_record(config) or self.local
-        state = context.state.get(_STATE)
+        state = cast("ArrayRecord | None", context.state.get(_STATE))  # saved by _save
         if state is None or config.get(P.RESET_BUFFERS, False):
             buffers = trainer.initial_buffers(1)[0]
         else:
@@ -146,7 +158,7 @@ class GraphClient:
         elif state is not None:
             params = torch.from_numpy(state["params"].numpy().copy())
         else:
-            params = trainer.layout.flatten(trainer.model)
+            params = trainer.layout.flatten(trainer.model).cpu()
         return pid, trainer, config, params, buffers
 
     @staticmethod
@@ -155,11 +167,11 @@ class GraphClient:
                                              "buffers": Array(buffers.detach().numpy())})
 
     @staticmethod
-    def _params(layout: ParamLayout, record: ArrayRecord, what: str) -> Tensor:
+    def _params(layout: ParamLayout, record: object, what: str) -> Tensor:
         reason = P.check_params_record(layout, record, what)
         if reason is not None:
             raise ValueError(f"the server sent an invalid {reason}")
-        return P.record_to_params(layout, record)
+        return P.record_to_params(layout, cast(ArrayRecord, record))  # checked above
 
     def _plan(self, trainer: ClientTrainer, content: RecordDict, config: ConfigRecord
               ) -> TrainPlan | EvaluatePlan:
@@ -184,18 +196,18 @@ class GraphClient:
         if not isinstance(plan, TrainPlan):
             raise ValueError(f"a train message must carry a TrainPlan, got "
                              f"{type(plan).__name__}")
-        rnd = int(config[P.ROUND])
+        rnd = int(cast(int, config[P.ROUND]))
         start = local if plan.params is None else plan.params[0]
         result = run_plan(trainer, plan,
                           ClientStart(_ONE, torch.tensor([pid]), start.unsqueeze(0),
-                                      buffers.unsqueeze(0)),
-                          seed=int(config.get(P.SEED, self.seed)), rnd=rnd,
+                                      buffers.unsqueeze(0), local.unsqueeze(0)),
+                          seed=int(cast(int, config.get(P.SEED, self.seed))), rnd=rnd,
                           parallel=self.parallel)
         trained = result.params[0]
         layout = trainer.layout
         out = RecordDict({P.PARAMS: P.params_to_record(layout, trained)})
-        if plan.params is None:
-            out[P.DELTA] = P.params_to_record(layout, trained - start)
+        if not plan.sends_start:  # the server does not know where this client started
+            out[P.DELTA] = P.params_to_record(layout, trained - result.start[0])
         for name, value in result.outputs.items():
             out[P.output_key(name)] = P.tensor_to_record(layout, value[0].detach())
         self._save(context, trained, result.buffers[0])
@@ -220,13 +232,14 @@ class GraphClient:
         params = local if plan.params is None else plan.params[0]
         metrics = evaluate_clients(trainer, ClientStart(_ONE, torch.tensor([pid]),
                                                         params.unsqueeze(0),
-                                                        buffers.unsqueeze(0)),
-                                   finetune=plan.finetune,
-                                   seed=int(config.get(P.SEED, self.seed)),
-                                   rnd=int(config[P.ROUND]), parallel=self.parallel)
-        record: dict[str, float] = {f"{split}-{name}": float(value[0])
-                                    for split, values in metrics.items()
-                                    for name, value in values.items()}
+                                                        buffers.unsqueeze(0),
+                                                        local.unsqueeze(0)),
+                                   finetune=plan.finetune, start_job=plan.start_job,
+                                   seed=int(cast(int, config.get(P.SEED, self.seed))),
+                                   rnd=int(cast(int, config[P.ROUND])), parallel=self.parallel)
+        record: dict[str, int | float | list[int] | list[float]] = {
+            f"{split}-{name}": float(value[0])
+            for split, values in metrics.items() for name, value in values.items()}
         record[P.PARTITION_ID] = pid
         record[P.NUM_EXAMPLES] = int(trainer.dataset.num_samples("test")[0])
         return Message(RecordDict({P.METRICS: MetricRecord(record)}), reply_to=message)
@@ -239,7 +252,9 @@ def make_client_app(model: nn.Module, data: ClientData, *, local: LocalConfig | 
                     objective: Objective | None = None, seed: int = 0,
                     partition_key: str = "partition-id",
                     regularizers: Mapping[str, Callable[..., Tensor]] | None = None,
-                    parallel: bool = True, mods: list | None = None) -> ClientApp:
+                    parallel: bool = True, mods: list | None = None,
+                    device: str | torch.device = "cpu", precision: Precision = "fp32"
+                    ) -> ClientApp:
     r"""A Flower :class:`~flwr.clientapp.ClientApp` that trains a
     pyg_fedgraph client for :class:`GraphStrategy` (see :class:`GraphClient`
     for the arguments).
@@ -253,7 +268,7 @@ def make_client_app(model: nn.Module, data: ClientData, *, local: LocalConfig | 
     """
     client = GraphClient(model, data, local=local, objective=objective, seed=seed,
                          partition_key=partition_key, regularizers=regularizers,
-                         parallel=parallel)
+                         parallel=parallel, device=device, precision=precision)
     app = ClientApp(mods=mods)
     app.query()(client.query)
     app.train()(client.train)

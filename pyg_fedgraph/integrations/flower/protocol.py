@@ -39,7 +39,7 @@ from torch import Tensor
 
 from pyg_fedgraph.data.layout import ParamLayout
 from pyg_fedgraph.train.engine import LocalConfig, Regularizer
-from pyg_fedgraph.train.jobs import JOBS, ClientJob, EvaluatePlan, FineTune, TrainPlan
+from pyg_fedgraph.train.jobs import JOBS, EvaluatePlan, FineTune, Job, TrainPlan
 from pyg_fedgraph.train.rules import RULES, LocalRule
 
 __all__ = [
@@ -320,10 +320,12 @@ def tensor_to_record(layout: ParamLayout, t: Tensor) -> ArrayRecord:
     return tensors_to_record([t])
 
 
-def record_to_tensor(layout: ParamLayout, record: ArrayRecord, what: str) -> Tensor:
-    r"""The tensor of :func:`tensor_to_record`, checked (a model against the
-    layout; any array for finite values); raises a :class:`ValueError`
-    starting with ``what``."""
+def record_to_tensor(layout: ParamLayout, record: object, what: str) -> Tensor:
+    r"""The tensor of :func:`tensor_to_record`, checked (an :class:`ArrayRecord`;
+    a model against the layout; any array for finite values); raises a
+    :class:`ValueError` starting with ``what``."""
+    if not isinstance(record, ArrayRecord):
+        raise ValueError(f"{what}: expected an ArrayRecord, got {type(record).__name__}")
     if set(record.keys()) != {"0"}:  # a model
         reason = check_params_record(layout, record, what)
         if reason is not None:
@@ -354,7 +356,7 @@ class _Encoder:
             return {"regularizer": {"name": spec.name, "kwargs": spec.kwargs}, "refs": path}
         if isinstance(value, LocalConfig):
             return {"local": local_config_to_dict(value, "")}
-        if isinstance(value, (LocalRule, ClientJob)):
+        if isinstance(value, (LocalRule, Job)):
             is_rule = isinstance(value, LocalRule)
             registry: Mapping[str, type] = RULES if is_rule else JOBS
             if registry.get(value.kind) is not type(value):

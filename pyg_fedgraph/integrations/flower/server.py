@@ -6,7 +6,7 @@ import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 from flwr.app import (
@@ -101,8 +101,8 @@ class GraphStrategy(FlowerStrategy):
     their means over clients. The :class:`~flwr.app.ArrayRecord` returned
     after training holds every client's personalized model,
     ``"personalized-params"`` :math:`(N, D)`. :meth:`state_dict` is a snapshot
-    of everything needed to resume; ``on_round_end`` is called after every
-    aggregation, e.g. to save it.
+    of everything needed to resume; ``on_round_end`` is called at the end of
+    every round, e.g. to save it.
 
     Args:
         strategy (Strategy): the pyg_fedgraph server algorithm.
@@ -137,8 +137,10 @@ class GraphStrategy(FlowerStrategy):
         max_update_norm (float, optional): replies whose update
             :math:`\|\theta_i - \theta_i^{start}\|_2` exceeds it are dropped, as
             in the simulator; ``None`` disables the bound (default: ``1e6``).
-        on_round_end (callable, optional): ``fn(graph_strategy, rnd)`` after
-            each aggregation (default: ``None``).
+        on_round_end (callable, optional): ``fn(graph_strategy, rnd)`` at the
+            end of each round, after its aggregation and its evaluation (if
+            the round is evaluated), e.g. to keep :meth:`state_dict`
+            (default: ``None``).
     """
 
     def __init__(self, strategy: Strategy, model: nn.Module, num_clients: int, *,
@@ -305,6 +307,7 @@ class GraphStrategy(FlowerStrategy):
                 if not reply.has_error():  # a wrong id stays wrong; errors are asked again
                     self._ignored_nodes.add(node)
                 continue
+            assert pid is not None  # _partition_of gives an id or a reason
             taken[pid] = node
             self.node_to_partition[node] = pid
             samples = reply.content[P.METRICS].get(P.NUM_EXAMPLES)
@@ -346,7 +349,8 @@ class GraphStrategy(FlowerStrategy):
             # Once per session: the client's latest model as the server knows it,
             # so that strategies that continue from local models also resume.
             content[P.LOCAL_PARAMS] = P.params_to_record(self.layout, engine.table.params[pid])
-            content[P.CONFIG][P.RESET_BUFFERS] = not bool(engine.table.trained.any())
+            config = cast(ConfigRecord, content[P.CONFIG])  # every message has its config
+            config[P.RESET_BUFFERS] = not bool(engine.table.trained.any())
             self._synced.add(node)
         return Message(content, dst_node_id=node, message_type=kind)
 
@@ -375,7 +379,7 @@ class GraphStrategy(FlowerStrategy):
             return []
         sampled = engine.sample(rnd, candidates)
         plan = engine.configure_train(rnd, sampled)
-        outputs = tuple(job.output for job in plan.jobs)
+        outputs = plan.outputs
         common = self._common_config(config, server_round, rnd)
         messages = []
         for row, pid in enumerate(sampled.tolist()):
@@ -385,7 +389,9 @@ class GraphStrategy(FlowerStrategy):
                                                           P.PLAN: text})})
             for key, record in records.items():
                 content[key] = record
-            start = None if plan.params is None else plan.params[row].clone()
+            # Without a known start (none sent, or a start job) the client sends its update.
+            start = plan.params[row].clone() if plan.sends_start and plan.params is not None \
+                else None
             self._pending[node] = _Pending(pid, start, outputs)
             messages.append(self._message(content, node, pid, MessageType.TRAIN))
         log.info("round %d: sent %d personalized plans", rnd, len(messages))
@@ -421,6 +427,10 @@ class GraphStrategy(FlowerStrategy):
             if key in (P.PARAMS, P.DELTA) and decoded[key].shape != (self.layout.num_params,):
                 return pid, (f"{what}: sent {decoded[key].numel()} values, the model has "
                              f"{self.layout.num_params} parameters"), {}
+        metrics = cast(MetricRecord, content[P.METRICS])  # _partition_of checked it
+        loss = metrics.get(P.TRAIN_LOSS, math.nan)
+        if not isinstance(loss, (int, float)):
+            return pid, f"the train loss ({P.TRAIN_LOSS}) is not a number: {loss!r}", {}
         decoded["start"] = (pending.start if pending.start is not None
                             else decoded[P.PARAMS] - decoded[P.DELTA])
         return pid, None, decoded
@@ -444,7 +454,7 @@ class GraphStrategy(FlowerStrategy):
                 self._drop(rnd, "train", node, pid, reason)
                 continue
             assert pid is not None
-            valid[pid] = (decoded, reply.content[P.METRICS], node)
+            valid[pid] = (decoded, cast(MetricRecord, reply.content[P.METRICS]), node)
         for node, pending in self._pending.items():
             if node not in answered:
                 self._drop(rnd, "train", node, pending.partition_id, "no reply before the timeout")
@@ -455,7 +465,8 @@ class GraphStrategy(FlowerStrategy):
         start = torch.stack([r["start"] for r in rows]) if rows else torch.zeros(0, d)
         outputs = {name: torch.stack([r[P.output_key(name)] for r in rows])
                    for name in (self._pending_outputs() if rows else ())}
-        losses = torch.tensor([float(valid[p][1].get(P.TRAIN_LOSS, math.nan))
+        # Numbers: _check_train_reply checked them.
+        losses = torch.tensor([float(cast(float, valid[p][1].get(P.TRAIN_LOSS, math.nan)))
                                for p in ids.tolist()])
         update = engine.aggregate_train(rnd, ids, params, start, outputs, losses)
         for k, pid in enumerate(ids.tolist()):
@@ -467,8 +478,6 @@ class GraphStrategy(FlowerStrategy):
                                        if isinstance(v, (int, float))}
                                    for p in accepted.tolist()}
         self._pending = {}
-        if self.on_round_end is not None:
-            self.on_round_end(self, rnd)
         summary = MetricRecord({"num-clients": len(self.train_metrics[rnd]),
                                 "num-dropped": sum(1 for d in self.dropped
                                                    if d.round == rnd and d.stage == "train")})
@@ -480,12 +489,13 @@ class GraphStrategy(FlowerStrategy):
         return next(iter(self._pending.values())).outputs if self._pending else ()
 
     def personalized_params(self) -> Tensor:
-        r"""Every partition's model as it would be evaluated now :math:`(N, D)`
-        (before any client-side fine-tuning; the clients' latest models when
-        the strategy evaluates local models)."""
+        r"""Every partition's personalized model :math:`(N, D)` (the
+        strategy's :meth:`~pyg_fedgraph.strategies.Strategy.personalized_params`;
+        the clients' latest models when it personalizes none), before any
+        client-side choice or fine-tuning at evaluation."""
         engine = self._require_engine()
-        plan = engine.configure_evaluate(torch.arange(self.num_clients))
-        return engine.table.params.clone() if plan.params is None else plan.params.clone()
+        params = self.strategy.personalized_params(torch.arange(self.num_clients))
+        return engine.table.params.clone() if params is None else params.detach().clone()
 
     def _personalized_record(self) -> ArrayRecord:
         return ArrayRecord({"personalized-params": Array(self.personalized_params().numpy())})
@@ -527,8 +537,18 @@ class GraphStrategy(FlowerStrategy):
                            ) -> MetricRecord | None:
         r"""Keeps every client's validation and test metrics, records them in
         the engine's history (NaN for clients not evaluated) and returns their
-        means over clients."""
-        engine = self._require_engine()
+        means over clients. Flower calls it every round, evaluated or not: the
+        round ends here, with ``on_round_end``."""
+        out = self._aggregate_evaluate(replies)
+        if self.on_round_end is not None and self.is_setup:
+            self.on_round_end(self, self.rounds_done)
+        return out
+
+    def _aggregate_evaluate(self, replies: Iterable[Message]) -> MetricRecord | None:
+        replies = list(replies)
+        if self.engine is None or (not replies and not self._evaluating):
+            return None  # a round without evaluation
+        engine = self.engine
         rnd = engine.round
         expected = self._evaluating
         per_client: dict[int, dict[str, float]] = {}

@@ -6,7 +6,7 @@ import torch
 
 pd = pytest.importorskip("pandas")
 
-from traffic_helpers import (  # noqa: E402
+from traffic_helpers import (  # noqa: E402 - imported after the pandas importorskip
     METR_GRAPH,
     chain_adjacency,
     needs_real_graph,
@@ -14,8 +14,8 @@ from traffic_helpers import (  # noqa: E402
     write_graph,
 )
 
-from pyg_fedgraph.datasets import load_dataset  # noqa: E402
-from pyg_fedgraph.datasets.traffic import (  # noqa: E402
+from pyg_fedgraph.datasets import load_dataset  # noqa: E402 - imported after the pandas importorskip
+from pyg_fedgraph.datasets.traffic import (  # noqa: E402 - imported after the pandas importorskip
     METRLA,
     PEMSBAY,
     TrafficDataset,

@@ -10,7 +10,7 @@ import torch
 
 pd = pytest.importorskip("pandas")
 
-from traffic_helpers import (  # noqa: E402
+from traffic_helpers import (  # noqa: E402 - imported after the pandas importorskip
     METR_GRAPH,
     Exploit,
     chain_adjacency,
@@ -22,7 +22,7 @@ from traffic_helpers import (  # noqa: E402
     write_h5,
 )
 
-from pyg_fedgraph.datasets.traffic import (  # noqa: E402
+from pyg_fedgraph.datasets.traffic import (  # noqa: E402 - imported after the pandas importorskip
     METRLA,
     adjacency_to_edges,
     download_file,

@@ -4,9 +4,9 @@ import torch
 
 pd = pytest.importorskip("pandas")
 
-from traffic_helpers import chain_adjacency  # noqa: E402
+from traffic_helpers import chain_adjacency  # noqa: E402 - imported after the pandas importorskip
 
-from pyg_fedgraph.datasets.traffic import SpeedTable, TrafficDataset, synthetic_traffic  # noqa: E402
+from pyg_fedgraph.datasets.traffic import SpeedTable, TrafficDataset, synthetic_traffic  # noqa: E402 - imported after the pandas importorskip
 
 
 def test_synthetic_traffic_format_and_labels():
