@@ -6,6 +6,15 @@ tracked by git) together with its configuration, timing and machine load. A
 section can then be filled by several processes (``--no-write``) and its
 results file assembled afterwards from the cache; a cached entry is reused
 only when its configuration is identical.
+
+A run in progress checkpoints the simulator's whole state
+(:meth:`Simulator.state_dict`, written atomically with
+:func:`~pyg_fedgraph.simulation.checkpoint.save_checkpoint`, as the CLI's
+``--checkpoint-every`` does) into ``runs/claims_cache/<key>.ckpt.pt`` after every
+round, at most once per :data:`CHECKPOINT_SECONDS`. Running the same
+configuration again, after a crash, a kill or a restart of the machine,
+continues from that round and gives the history an uninterrupted run gives;
+the checkpoint is removed once the finished entry is stored.
 """
 from __future__ import annotations
 
@@ -21,6 +30,7 @@ import torch
 
 from pyg_fedgraph.engine import History, RoundRecord
 from pyg_fedgraph.experiment import ExperimentConfig, build_simulator
+from pyg_fedgraph.simulation import checkpoint as ckpt_io
 from pyg_fedgraph.train.jobs import ClientStart, evaluate_clients
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,6 +38,8 @@ CACHE = ROOT / "runs" / "claims_cache"
 #: Every cached entry read or written by this process, by key (for the
 #: results files' table of runs).
 USED: dict[str, dict[str, Any]] = {}
+#: Least seconds between two checkpoints of a run in progress (0: every round).
+CHECKPOINT_SECONDS = 0.0
 
 
 def config_key(cfg: ExperimentConfig) -> str:
@@ -37,12 +49,33 @@ def config_key(cfg: ExperimentConfig) -> str:
     return f"{cfg.dataset}-{cfg.strategy}-{cfg.partition}-{cfg.clients}-{digest}"
 
 
+def checkpoint_file(cfg: ExperimentConfig) -> Path:
+    r"""Where a run of ``cfg`` in progress keeps its checkpoint."""
+    return CACHE / f"{config_key(cfg)}.ckpt.pt"
+
+
+def checkpoint_round(cfg: ExperimentConfig) -> int | None:
+    r"""The round an interrupted run of ``cfg`` reached (its checkpoint's),
+    or ``None`` when there is no checkpoint of that configuration."""
+    path = checkpoint_file(cfg)
+    if not path.is_file():
+        return None
+    state = ckpt_io.load_checkpoint(path)
+    if state.get("run", {}).get("config") != _plain(cfg):
+        return None
+    return int(state["round"])
+
+
+def _plain(cfg: ExperimentConfig) -> dict[str, Any]:
+    return json.loads(json.dumps(cfg.to_dict(), default=str))
+
+
 def load_cached(cfg: ExperimentConfig) -> dict[str, Any] | None:
     path = CACHE / f"{config_key(cfg)}.json"
     if not path.exists():
         return None
     entry = json.loads(path.read_text())
-    if entry.get("config") != json.loads(json.dumps(cfg.to_dict(), default=str)):
+    if entry.get("config") != _plain(cfg):
         return None
     USED[config_key(cfg)] = entry
     return entry
@@ -72,7 +105,7 @@ def runs_table() -> list[str]:
 def _entry(cfg: ExperimentConfig, summary: dict, history: History, graph, seconds: float,
            load_start: float, **extra) -> dict[str, Any]:
     return {
-        "config": json.loads(json.dumps(cfg.to_dict(), default=str)),
+        "config": _plain(cfg),
         "summary": summary,
         "val": history.mean("val"),
         "test": history.mean("test"),
@@ -131,21 +164,48 @@ def cached_run(cfg: ExperimentConfig, *, refresh: bool = False, log=print,
     t0 = time.perf_counter()
     cpu0 = time.process_time()
     sim = build_simulator(cfg, progress=False)
-
-    def progress(sim_, record: RoundRecord) -> None:
-        log(f"  round {record.round}: val {sim_.history.mean('val')[-1]:.4f} test "
-            f"{sim_.history.mean('test')[-1]:.4f} ({time.perf_counter() - t0:.0f} s)",
-            flush=True)
-
-    sim.callbacks.append(progress)
     second = None
     if local_models_as is not None:
         second = History(sim.history.metric, sim.history.higher_is_better,
                          eval_clients=sim.history.eval_clients)
+    # Time of the earlier parts of an interrupted run, when it resumes.
+    before = {"seconds": 0.0, "cpu_seconds": 0.0}
+    ckpt = checkpoint_file(cfg)
+    ckpt_io.remove_partial_writes(ckpt)
+    if not refresh and ckpt.is_file():
+        state = ckpt_io.load_checkpoint(ckpt)
+        run = state.get("run", {})
+        if run.get("config") == _plain(cfg) and (second is None or "second" in run):
+            sim.load_state_dict(state)
+            if second is not None:
+                second.load_state_dict(run["second"])
+            before = {k: float(run[k]) for k in before}
+            load_start = float(run.get("load_start", load_start))
+            log(f"  resuming {cfg.strategy} at round {sim.round} of {sim.rounds} "
+                f"({before['seconds']:.0f} s before)", flush=True)
+
+    def progress(sim_, record: RoundRecord) -> None:
+        log(f"  round {record.round}: val {sim_.history.mean('val')[-1]:.4f} test "
+            f"{sim_.history.mean('test')[-1]:.4f} "
+            f"({before['seconds'] + time.perf_counter() - t0:.0f} s)", flush=True)
+
+    sim.callbacks.append(progress)
+    if second is not None:
         sim.callbacks.append(local_models_callback(second))
-    sim.run()
-    seconds = time.perf_counter() - t0
-    cpu_seconds = time.process_time() - cpu0
+    last_save = time.perf_counter()
+    while sim.round < sim.rounds:
+        sim.step()
+        now = time.perf_counter()
+        if sim.round < sim.rounds and now - last_save >= CHECKPOINT_SECONDS:
+            run = {"config": _plain(cfg), "load_start": load_start,
+                   "seconds": before["seconds"] + now - t0,
+                   "cpu_seconds": before["cpu_seconds"] + time.process_time() - cpu0}
+            if second is not None:
+                run["second"] = second.state_dict()
+            ckpt_io.save_checkpoint({**sim.state_dict(), "run": run}, ckpt)
+            last_save = time.perf_counter()
+    seconds = before["seconds"] + time.perf_counter() - t0
+    cpu_seconds = before["cpu_seconds"] + time.process_time() - cpu0
     graph_fn = getattr(sim.strategy, "collaboration_graph", None)
     graph = graph_fn() if callable(graph_fn) else None
     extra: dict[str, Any] = {}
@@ -167,6 +227,7 @@ def cached_run(cfg: ExperimentConfig, *, refresh: bool = False, log=print,
             cpu_seconds=cpu_seconds, derived_from=config_key(cfg),
             note="evaluated inside the FedAvg run (identical training), see "
                  "local_models_callback"))
+    ckpt.unlink(missing_ok=True)
     s = entry["summary"]
     log(f"[run] {cfg.strategy} {cfg.partition} N={cfg.clients}: test {s['test']:.4f} "
         f"per-client-best {s['test_per_client_best']:.4f} ({seconds:.0f} s)", flush=True)
