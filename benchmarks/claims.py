@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 from _report import emit, machine
-from _runs import USED, cached_run, load_cached, runs_table
+from _runs import USED, cached_run, checkpoint_round, load_cached, runs_table
 from pfedgat_allocation import allocation_stats, label_histogram
 
 from pyg_fedgraph.experiment import ExperimentConfig, build_simulator
@@ -67,6 +67,43 @@ def run(cfg: ExperimentConfig, callbacks: list | None = None) -> tuple[Any, dict
 
 def pct(v: float | None) -> str:
     return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{100 * v:.1f}"
+
+
+#: Runs a cached section wanted but found neither cached nor run, by section:
+#: (what, command that runs or resumes it, round its checkpoint reached).
+PENDING: dict[str, list[tuple[str, str, int | None]]] = {}
+#: What runs a cached run by itself (``--no-write``: the cache only).
+COMMAND = "python benchmarks/claims.py --no-write"
+
+
+def fetch(cfg: ExperimentConfig, run_it: bool, section: str, what: str, args: str,
+          twin: ExperimentConfig | None = None) -> dict | None:
+    r"""The cached outcome of ``cfg``, run first when ``run_it``; when it is
+    neither cached nor run, it is listed in :data:`PENDING` under ``section``
+    with the command (``args`` after :data:`COMMAND`) that runs it, or
+    resumes it from its checkpoint."""
+    if run_it:
+        return cached_run(cfg, local_models_as=twin)
+    entry = load_cached(cfg)
+    if entry is None:
+        PENDING.setdefault(section, []).append((what, f"{COMMAND} {args}",
+                                                checkpoint_round(cfg)))
+    return entry
+
+
+def pending_lines(section: str) -> list[str]:
+    r"""The section's runs not yet done, each with its command, or nothing."""
+    todo = PENDING.get(section)
+    if not todo:
+        return []
+    lines = [f"Not yet run ({len(todo)} runs; their cells read `pending`): "
+             "each command runs one into `runs/claims_cache/` (or resumes it from its "
+             "checkpoint), then `python benchmarks/claims.py --cached-only` rewrites this "
+             "file.", "", "| run | state | command |", "|---|---|---|"]
+    for what, cmd, rnd in todo:
+        state = "not started" if rnd is None else f"checkpoint at round {rnd}"
+        lines.append(f"| {what} | {state} | `{cmd}` |")
+    return [*lines, ""]
 
 
 def available(names: list[str]) -> tuple[list[str], list[str]]:
@@ -109,8 +146,9 @@ def panacea_section(rounds: int, quick: bool, run_missing: bool = True,
         runs = []
         for novel in (False, True):
             cfg = panacea_config(name, novel, protocol)
-            runs.append(cached_run(cfg) if run_missing and name in chosen
-                        else load_cached(cfg))
+            runs.append(fetch(cfg, run_missing and name in chosen, "panacea",
+                              f"{name}, Table {'III' if novel else 'II'}",
+                              f"--only panacea --strategies {name}"))
         s2 = runs[0]["summary"] if runs[0] else None
         s3 = runs[1]["summary"] if runs[1] else None
         ours2 = (f"{pct(s2['test'])} / {pct(s2['test_per_client_best'])} / "
@@ -133,7 +171,7 @@ def panacea_section(rounds: int, quick: bool, run_missing: bool = True,
             "last round. Per-FedAvg and pFedMe are not implemented. Why the baselines "
             "differ from the paper: `benchmarks/results/fl60_protocol.md`."
             + (f" Not registered: {', '.join(missing)}." if missing else ""),
-            "", *rows, ""]
+            "", *rows, "", *pending_lines("panacea")]
 
 
 # -------------------------------------------------------------- B. pFedGraph T1
@@ -429,14 +467,25 @@ def _ft_twin(cfg: ExperimentConfig) -> ExperimentConfig | None:
     return dataclasses.replace(cfg, strategy=twin, overrides=over)
 
 
-def _fmnist_cells(jobs: list[tuple[str, ExperimentConfig]], run_missing: bool
-                  ) -> dict[str, dict | None]:
-    r"""Cached (or, with ``run_missing``, freshly run) outcomes by job name.
-    FedAvg runs also produce the FedAvg-FT cell of the same setting."""
+def _fmnist_cells(jobs: list[tuple[str, ExperimentConfig]], run_missing: bool,
+                  section: str) -> dict[str, dict | None]:
+    r"""Cached (or, with ``run_missing``, freshly run) outcomes by job name
+    (``level/strategy`` or ``attack/strategy``). FedAvg runs also produce the
+    FedAvg-FT cell of the same setting: a missing FedAvg-FT cell is run by
+    FedAvg's command."""
     out = {}
     for name, cfg in jobs:
-        out[name] = (cached_run(cfg, local_models_as=_ft_twin(cfg)) if run_missing
-                     else load_cached(cfg))
+        key, strategy = name.split("/")
+        runner = {"fedavg-ft": "fedavg", "fedprox-ft": "fedprox"}.get(strategy, strategy)
+        if section == "fmnist-t3":
+            what = f"{strategy}, attack {key}"
+            args = f"--only {section} --strategies {runner}"
+        else:
+            what = f"{strategy}, {key}" + (f" (in the {runner} run)" if runner != strategy
+                                          else "")
+            args = (f"--only {section} --levels {key} --strategies {runner}"
+                    if section == "fmnist-t1" else f"--only {section} --strategies {runner}")
+        out[name] = fetch(cfg, run_missing, section, what, args, twin=_ft_twin(cfg))
     return out
 
 
@@ -477,7 +526,7 @@ def fmnist_t1_section(strategies: list[str] | None, levels: list[str] | None,
     levels = levels or list(T1_LEVELS)
     jobs = [(f"{lv}/{n}", fmnist_config(lv, n, t1_protocol(lv, n)))
             for n in names for lv in levels]
-    cells = _fmnist_cells(jobs, run_missing)
+    cells = _fmnist_cells(jobs, run_missing, "fmnist-t1")
     head = " | ".join(f"{lv} ours / paper" for lv in T1_LEVELS)
     rows = [f"| strategy | {head} | AVG ours / paper |", "|---|" + "---:|" * 5]
     avgs: dict[str, tuple[float, float]] = {}
@@ -500,7 +549,6 @@ def fmnist_t1_section(strategies: list[str] | None, levels: list[str] | None,
         p_avg = f"{statistics.mean(paper):.2f}" if paper else "-"
         if not best:
             not_run.append(n)
-            continue
         rows.append(f"| {n} | " + " | ".join(parts) + f" | {avg} / {p_avg} |")
     best_name = max(avgs, key=lambda n: avgs[n][1]) if avgs else None
     # The goal: full-protocol cells within 3 points of the paper (per-client-best, the rule
@@ -509,9 +557,13 @@ def fmnist_t1_section(strategies: list[str] | None, levels: list[str] | None,
             "|---|---:|---:|---:|"]
     for n in FULL_STRATEGIES:
         entry = cells.get(f"extreme/{n}")
-        if entry is not None and n in PFEDGRAPH_T1_FMNIST:
+        if n not in PFEDGRAPH_T1_FMNIST:
+            continue
+        paper = PFEDGRAPH_T1_FMNIST[n][0]
+        if entry is None:
+            gaps.append(f"| extreme / {n} | pending | {paper:.2f} | - |")
+        else:
             ours = 100 * entry["summary"]["test_per_client_best"]
-            paper = PFEDGRAPH_T1_FMNIST[n][0]
             gaps.append(f"| extreme / {n} | {ours:.2f} | {paper:.2f} | {ours - paper:+.2f} |")
     notes = SECTION_NOTES.get("fmnist-t1", "")
     return ["## G. pFedGraph Table 1 on Fashion-MNIST", "", FMNIST_PROTOCOL_TEXT, "",
@@ -523,8 +575,9 @@ def fmnist_t1_section(strategies: list[str] | None, levels: list[str] | None,
             "model after its local training (`finetune_from=local`, as pFedGraph's code). "
             f"Best average (per-client-best) here: **{best_name or 'pending'}**."
             + (f" Not registered: {', '.join(missing)}." if missing else "")
-            + (f" Not run (CPU budget, left for a session with a GPU): {', '.join(not_run)}."
-               if not_run else ""), "", *rows, "", *gaps, "", *([notes, ""] if notes else [])]
+            + (f" Not run at all yet: {', '.join(not_run)}."
+               if not_run else ""), "", *rows, "", *gaps, "", *pending_lines("fmnist-t1"),
+            *([notes, ""] if notes else [])]
 
 
 PFEDGAT_LEVELS = ("homogeneous", "severe", "dirichlet-0.5")
@@ -536,7 +589,7 @@ def fmnist_pfedgat_section(strategies: list[str] | None, run_missing: bool) -> l
     names, missing = available(strategies or DEFAULT_PFEDGAT_STRATEGIES)
     jobs = [(f"{lv}/{n}", fmnist_config(lv, n, "reduced")) for n in names
             for lv in PFEDGAT_LEVELS]
-    cells = _fmnist_cells(jobs, run_missing)
+    cells = _fmnist_cells(jobs, run_missing, "fmnist-pfedgat")
     rows = ["| strategy | IID ours / paper | pathological ours / paper | "
             "Dirichlet(0.5) ours / paper | AVG ours / paper |", "|---|" + "---:|" * 4]
     avgs: dict[str, float] = {}
@@ -556,7 +609,6 @@ def fmnist_pfedgat_section(strategies: list[str] | None, run_missing: bool) -> l
         p_avg = f"{statistics.mean(paper):.2f}" if paper else "-"
         if not pcb:
             not_run.append(n)
-            continue
         rows.append(f"| {n} | " + " | ".join(parts) + f" | {avg} / {p_avg} |")
     best_name = max(avgs, key=avgs.get) if avgs else None
     notes = SECTION_NOTES.get("fmnist-pfedgat", "")
@@ -570,8 +622,9 @@ def fmnist_pfedgat_section(strategies: list[str] | None, run_missing: bool) -> l
             "best-round value is the comparable one; AVG: best-round. "
             f"Best average here: **{best_name or 'pending'}**."
             + (f" Not registered: {', '.join(missing)}." if missing else "")
-            + (f" Not run (CPU budget, left for a session with a GPU): {', '.join(not_run)}."
-               if not_run else ""), "", *rows, "", *([notes, ""] if notes else [])]
+            + (f" Not run at all yet: {', '.join(not_run)}."
+               if not_run else ""), "", *rows, "", *pending_lines("fmnist-pfedgat"),
+            *([notes, ""] if notes else [])]
 
 
 T3_STRATEGIES = ["local", "fedavg", "fedavg-ft", "ditto", "cfl", "pfedgraph"]
@@ -585,7 +638,7 @@ def fmnist_t3_section(strategies: list[str] | None, run_missing: bool) -> list[s
         # (any attack, same malicious clients) gives all four columns.
         for a in (T3_ATTACKS[:1] if n == "local" else T3_ATTACKS):
             jobs.append((f"{a}/{n}", fmnist_config("homogeneous", n, "reduced", attack=a)))
-    cells = _fmnist_cells(jobs, run_missing)
+    cells = _fmnist_cells(jobs, run_missing, "fmnist-t3")
     not_run: list[str] = []
     rows = ["| strategy | " + " | ".join(f"{a} ours / paper (CIFAR-10)" for a in T3_ATTACKS)
             + " | AVG ours / paper |", "|---|" + "---:|" * (len(T3_ATTACKS) + 1)]
@@ -600,7 +653,6 @@ def fmnist_t3_section(strategies: list[str] | None, run_missing: bool) -> list[s
         avg = pct(statistics.mean(pcb)) if len(pcb) == len(T3_ATTACKS) else "pending"
         if not pcb:
             not_run.append(n)
-            continue
         rows.append(f"| {n} | " + " | ".join(parts)
                     + f" | {avg} / {paper[4] if paper else '-'} |")
     return ["## I. pFedGraph Table 3 direction on Fashion-MNIST: model poisoning, IID", "",
@@ -613,8 +665,8 @@ def fmnist_t3_section(strategies: list[str] | None, run_missing: bool) -> list[s
             "cannot reach its benign clients). The paper's numbers are on CIFAR-10 and are "
             "shown for the direction only. AVG: per-client-best (the code's rule)."
             + (f" Not registered: {', '.join(missing)}." if missing else "")
-            + (f" Not run (CPU budget, left for a session with a GPU): {', '.join(not_run)}."
-               if not_run else ""), "", *rows, "",
+            + (f" Not run at all yet: {', '.join(not_run)}."
+               if not_run else ""), "", *rows, "", *pending_lines("fmnist-t3"),
             *([SECTION_NOTES["fmnist-t3"], ""] if "fmnist-t3" in SECTION_NOTES else [])]
 
 
@@ -634,7 +686,8 @@ def pfedgraph_alpha_section(run_missing: bool, levels: list[str] | None = None) 
         for rule in ("paper", "code"):
             cfg = alpha_config(lv, rule)
             run_it = run_missing and (levels is None or lv in levels)
-            entry = cached_run(cfg) if run_it else load_cached(cfg)
+            entry = fetch(cfg, run_it, "pfedgraph-alpha", f"pfedgraph alpha_rule={rule}, {lv}",
+                          f"--only pfedgraph-alpha --levels {lv}")
             n = FMNIST_LEVELS[lv][1]
             alpha = 0.08 * n if rule == "paper" else 1.25
             cells.append(f"{_both(entry)} (alpha {alpha:g})")
@@ -651,7 +704,7 @@ def pfedgraph_alpha_section(run_missing: bool, levels: list[str] | None = None) 
             "the quadratic term, i.e. alpha = 1 / 0.8 = 1.25 at any N (`alpha_rule=\"code\"`). "
             f"Both on the four levels of Table 1, reduced protocol ({_protocol_text(REDUCED)}), "
             "all else equal. The strategy's default `alpha_rule` is chosen by this table "
-            "(see the text below it).", "", *rows, "",
+            "(see the text below it).", "", *rows, "", *pending_lines("pfedgraph-alpha"),
             *([SECTION_NOTES["pfedgraph-alpha"], ""] if "pfedgraph-alpha" in SECTION_NOTES
               else [])]
 
@@ -662,7 +715,8 @@ def fedaghn_rule_section(run_missing: bool, level: str = "severe") -> list[str]:
     for rule in ("pfedhn", "code"):
         extra = {} if rule == "pfedhn" else {"hn_rule": "code"}
         cfg = fmnist_config(level, "fedaghn", "reduced", extra=extra)
-        entry = cached_run(cfg) if run_missing else load_cached(cfg)
+        entry = fetch(cfg, run_missing, "fedaghn-rule", f"fedaghn hn_rule={rule}, {level}",
+                      "--only fedaghn-rule")
         q = entry.get("final_self_weight") if entry else None
         rows.append(f"| {rule} | {_both(entry)} | "
                     f"{'-' if q is None else f'{q[0]:.3f}'} | "
@@ -673,10 +727,18 @@ def fedaghn_rule_section(run_missing: bool, level: str = "severe") -> list[str]:
             f"reduced protocol ({_protocol_text(REDUCED)}), FedAGHN's defaults (p = 5, "
             "q = 0.1, hn lr 0.005, momentum 0) with pFedHN's sign of eq. (10) (`pfedhn`, "
             "default) and the released code's opposite sign (`code`).", "", *rows, "",
+            *pending_lines("fedaghn-rule"),
             *([SECTION_NOTES["fedaghn-rule"], ""] if "fedaghn-rule" in SECTION_NOTES else [])]
 
 
 # -------------------------------------------------------------------- main
+#: Sections computed on every call (digits and FL-60 case studies, minutes).
+DIGITS_SECTIONS = ("t1", "t3", "fedaghn", "pfedgat", "fedcedar")
+#: Sections of cached runs (runs/claims_cache), read with --cached-only.
+CACHED_SECTIONS = ("panacea", "fmnist-t1", "fmnist-pfedgat", "fmnist-t3", "pfedgraph-alpha",
+                   "fedaghn-rule")
+
+
 def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
@@ -684,7 +746,9 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--threads", type=int, default=1,
                         help="torch intra-op threads (default: 1, see perf.py)")
     parser.add_argument("--only", default=None,
-                        help="comma list of sections: panacea,t1,t3,fedaghn,pfedgat,fedcedar")
+                        help="comma list of sections (default: all; with --quick, A-F): "
+                             "panacea,t1,t3,fedaghn,pfedgat,fedcedar,fmnist-t1,"
+                             "fmnist-pfedgat,fmnist-t3,pfedgraph-alpha,fedaghn-rule")
     parser.add_argument("--rounds", type=int, default=None, help="rounds of sections A-C, E")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--strategies", default=None,
@@ -692,7 +756,8 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--levels", default=None,
                         help="comma list of heterogeneity levels of sections G-I to run")
     parser.add_argument("--cached-only", action="store_true",
-                        help="sections G-I: only read runs/claims_cache, run nothing")
+                        help="cached sections (A, G-K): only read runs/claims_cache, run "
+                             "nothing, list what is missing with its command")
     parser.add_argument("--no-write", action="store_true",
                         help="run (and cache) without writing a results file")
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -701,7 +766,11 @@ def main(argv: list[str] | None = None) -> str:
     logging.getLogger("pyg_fedgraph").setLevel(logging.ERROR)
     q = args.quick
     rounds = args.rounds or (10 if q else 30)
-    sections = set((args.only or "panacea,t1,t3,fedaghn,pfedgat,fedcedar").split(","))
+    # Without --only: every section. The cached ones (A, G-K) run what is missing, which
+    # takes days on a CPU, unless --cached-only, which only reads the cache (and lists
+    # what is missing with its command); B-F are digits runs of a few minutes.
+    every = DIGITS_SECTIONS + (("panacea",) if q else CACHED_SECTIONS)
+    sections = set((args.only or ",".join(every)).split(","))
     quick_few = ["local", "fedavg", "fedavg-ft", "cfl", "fedamp", "pfedgraph"]
     load_start = os.getloadavg()[0]
     t_start = time.perf_counter()
@@ -709,13 +778,15 @@ def main(argv: list[str] | None = None) -> str:
              "Sections B-F: reduced scale and offline data: scikit-learn digits stand in for "
              "the papers' image datasets, models are small, runs are short, one seed. Read "
              "those rows for the pattern the paper claims, not for its absolute numbers. "
-             "Section A runs Panacea's own protocol on FL-60. The reproductions on real "
-             "Fashion-MNIST are in their own files: `repro_fmnist_t1.md` (pFedGraph Table 1), "
-             "`repro_fmnist_pfedgat.md` (pFedGAT Table 1), `repro_fmnist_t3.md` (pFedGraph "
-             "Table 3 direction), `repro_fmnist_options.md` (pFedGraph's alpha rules, "
-             "FedAGHN's sign); why FL-60's baselines differed: `fl60_protocol.md`. No GPU "
-             "was available when they were made: full-protocol rows beyond the extreme level "
-             "are left to be filled on one."
+             "Section A runs Panacea's own protocol on FL-60; sections G-K reproduce "
+             "pFedGraph Table 1, pFedGAT Table 1 and pFedGraph Table 3 (direction) on the "
+             "real Fashion-MNIST, and measure pFedGraph's alpha rules and FedAGHN's sign. "
+             "Their runs are cached in `runs/claims_cache/` (checkpointed every round); "
+             "`python benchmarks/claims.py --cached-only` rebuilds this file from the cache, "
+             "and each section lists the runs it still lacks with the command that runs "
+             "them. Why FL-60's baselines differ from Panacea's: `fl60_protocol.md`. No GPU "
+             "was available when they were made: the full protocol was run (or started) for "
+             "the extreme level of pFedGraph's Table 1 only."
              + (" --quick: very few rounds and 1 local epoch, a smoke test of the suite; "
                 "its numbers are far from converged." if q else ""), ""]
     run_missing = not args.cached_only
