@@ -77,17 +77,19 @@ COMMAND = "python benchmarks/claims.py --no-write"
 
 
 def fetch(cfg: ExperimentConfig, run_it: bool, section: str, what: str, args: str,
-          twin: ExperimentConfig | None = None) -> dict | None:
+          twin: ExperimentConfig | None = None,
+          runner: ExperimentConfig | None = None) -> dict | None:
     r"""The cached outcome of ``cfg``, run first when ``run_it``; when it is
     neither cached nor run, it is listed in :data:`PENDING` under ``section``
     with the command (``args`` after :data:`COMMAND`) that runs it, or
-    resumes it from its checkpoint."""
+    resumes it from its checkpoint (``runner``'s, for a run another one
+    produces)."""
     if run_it:
         return cached_run(cfg, local_models_as=twin)
     entry = load_cached(cfg)
     if entry is None:
         PENDING.setdefault(section, []).append((what, f"{COMMAND} {args}",
-                                                checkpoint_round(cfg)))
+                                                checkpoint_round(runner or cfg)))
     return entry
 
 
@@ -485,7 +487,13 @@ def _fmnist_cells(jobs: list[tuple[str, ExperimentConfig]], run_missing: bool,
                                           else "")
             args = (f"--only {section} --levels {key} --strategies {runner}"
                     if section == "fmnist-t1" else f"--only {section} --strategies {runner}")
-        out[name] = fetch(cfg, run_missing, section, what, args, twin=_ft_twin(cfg))
+        runs_it = None
+        if runner != strategy:  # the FedAvg (FedProx) configuration whose run yields it
+            over = {k: v for k, v in cfg.overrides.items() if k not in STRATEGY_SETTINGS[strategy]}
+            runs_it = dataclasses.replace(cfg, strategy=runner, overrides={
+                **over, **STRATEGY_SETTINGS.get(runner, {})})
+        out[name] = fetch(cfg, run_missing, section, what, args, twin=_ft_twin(cfg),
+                          runner=runs_it)
     return out
 
 
