@@ -69,3 +69,32 @@ def test_interrupted_run_resumes_to_the_uninterrupted_history(runs, tmp_path, mo
     _same(resumed, whole)
     _same(runs.load_cached(twin), whole_twin)
     assert not runs.checkpoint_file(cfg).exists()
+
+
+@pytest.fixture
+def claims(runs, monkeypatch):
+    module = importlib.import_module("claims")
+    monkeypatch.setattr(module, "PENDING", {})
+    monkeypatch.setattr(module, "load_cached", runs.load_cached)
+    monkeypatch.setattr(module, "checkpoint_round", runs.checkpoint_round)
+    yield module
+    sys.modules.pop("claims", None)
+
+
+def test_cached_only_lists_missing_runs_with_their_command(claims, runs):
+    cfg = claims.fmnist_config("extreme", "local", "full")
+    # A finished run of one cell (numbers made up for the test).
+    runs._store(cfg, {"config": runs._plain(cfg), "seconds": 1.0, "load": [0.0, 0.0],
+                      "date": "today", "val": [0.9], "test": [0.9],
+                      "summary": {"test": 0.9, "test_per_client_best": 0.95}})
+    text = "\n".join(claims.fmnist_t1_section(["local", "fedavg-ft"], None, run_missing=False))
+    assert "| local | 90.0 / 95.0 (full) / 99.46 | pending / 99.32 |" in text
+    assert "| extreme / local | 95.00 | 99.46 | -4.46 |" in text
+    assert "| extreme / fedavg | pending | 96.15 | - |" in text
+    cmd = "python benchmarks/claims.py --no-write --only fmnist-t1 --levels {} --strategies {}"
+    assert f"| local, severe | not started | `{cmd.format('severe', 'local')}` |" in text
+    assert f"`{cmd.format('extreme', 'local')}`" not in text  # cached: not listed
+    # FedAvg-FT comes from the FedAvg run: its command is FedAvg's.
+    assert (f"| fedavg-ft, modest (in the fedavg run) | not started | "
+            f"`{cmd.format('modest', 'fedavg')}` |") in text
+    assert text.count("not started") == 3 + 4  # local: 3 levels; fedavg-ft: 4
