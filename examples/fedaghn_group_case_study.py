@@ -43,6 +43,9 @@ def main() -> None:
     parser.add_argument("--sharpness", type=float, default=5.0)
     parser.add_argument("--self-weight", type=float, default=0.1)
     parser.add_argument("--hn-momentum", type=float, default=0.0)
+    parser.add_argument("--hn-rule", choices=("pfedhn", "code"), default="pfedhn",
+                        help="sign of the hypernetwork step: pFedHN's (default) or the "
+                             "authors' released code's (opposite)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true",
                         help="a smoke run: 10 clients, 3 rounds (a few seconds)")
@@ -55,6 +58,7 @@ def main() -> None:
                            overrides={"sharpness": args.sharpness,
                                       "self_weight": args.self_weight,
                                       "hn_momentum": args.hn_momentum,
+                                      "hn_rule": args.hn_rule,
                                       "eval_every": args.rounds})
     sim = build_simulator(cfg, progress=False)
     group = sim.dataset.client_labels
@@ -71,6 +75,7 @@ def main() -> None:
              f"last layer ({names[-1]})": lambda a: a[-1]}
     print(f"FedAGHN on digits, {args.clients} clients in {int(group.max()) + 1} groups, "
           f"p={args.sharpness}, q={args.self_weight}, hn momentum {args.hn_momentum}, "
+          f"hn rule {args.hn_rule}, "
           f"{args.rounds} rounds; "
           f"final test accuracy {sim.summary()['test_final']:.4f}")
     print(f"uniform weight 1/N = {1 / args.clients:.4f}")

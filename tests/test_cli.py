@@ -77,3 +77,24 @@ def test_unknown_dataset_exits_2(tmp_path, capsys):
     code = main(["run", "--dataset", "nope", "--out", str(tmp_path), "--quiet"])
     assert code == 2
     assert "unknown dataset 'nope'" in capsys.readouterr().err
+
+
+def test_progress_bar_only_on_a_terminal_with_a_width(monkeypatch):
+    import fcntl
+    import os
+    import struct
+    import sys
+    import termios
+
+    from pyg_fedgraph.cli.run import _is_terminal
+
+    main_fd, tty_fd = os.openpty()  # a fresh pseudo-terminal has 0 rows and 0 columns
+    try:
+        with os.fdopen(tty_fd, "w", closefd=False) as tty:
+            monkeypatch.setattr(sys, "stderr", tty)
+            assert tty.isatty() and not _is_terminal()  # tqdm would draw an empty bar
+            fcntl.ioctl(tty_fd, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+            assert _is_terminal()
+    finally:
+        os.close(main_fd)
+        os.close(tty_fd)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import shlex
 import signal
 import sys
@@ -94,12 +95,23 @@ def _catch_sigint() -> Iterator[_Stop]:
         signal.signal(signal.SIGINT, previous)
 
 
+def _is_terminal() -> bool:
+    r"""Whether stderr is a terminal a bar can be drawn on: a pseudo-terminal
+    without a size (``script`` run without one, some CI runners) reports 0
+    columns, where tqdm draws an empty bar, so it gets lines instead."""
+    try:
+        return sys.stderr.isatty() and os.get_terminal_size(sys.stderr.fileno()).columns > 0
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 @dataclass
 class _Progress:
     r"""A tqdm bar over a run's rounds on a terminal; one line per evaluated
-    round otherwise (logs, CI); nothing with ``--quiet``."""
+    round otherwise (logs, CI, a terminal without a width); nothing with
+    ``--quiet``."""
     quiet: bool
-    terminal: bool = field(default_factory=lambda: sys.stderr.isatty())
+    terminal: bool = field(default_factory=_is_terminal)
     bar: Any = None
 
     def start(self, name: str, sim: Simulator) -> None:

@@ -27,10 +27,17 @@ class ClientSplit:
             count are padding and never read.
         y (torch.Tensor): targets :math:`(N, n_{max}, *T)`.
         counts (torch.Tensor): samples per client :math:`(N,)`.
+        weight (torch.Tensor, optional): non-negative weight of every row
+            :math:`(N, n_{max})` for evaluation: a client's metric is then
+            :math:`\sum_s w_s m_s / \sum_s w_s` over its samples instead of
+            the plain mean (e.g. the label-weighted global test set of
+            pFedGraph's code, see :func:`~pyg_fedgraph.datasets.vision.federate_images`).
+            Training ignores it. (default: :obj:`None`, equal weights)
     """
     x: Tensor
     y: Tensor
     counts: Tensor
+    weight: Tensor | None = None
 
     def __post_init__(self) -> None:
         if self.x.size(0) != self.counts.numel() or self.y.size(0) != self.counts.numel():
@@ -41,25 +48,41 @@ class ClientSplit:
         if self.counts.numel() and int(self.counts.max()) > self.x.size(1):
             raise ValueError(f"a client claims {int(self.counts.max())} samples but only "
                              f"{self.x.size(1)} rows are stored")
+        if self.weight is not None:
+            if tuple(self.weight.shape) != tuple(self.x.shape[:2]):
+                raise ValueError(f"weight has shape {tuple(self.weight.shape)}, expected "
+                                 f"{tuple(self.x.shape[:2])}: one weight per stored row")
+            if bool((self.weight < 0).any()) or not bool(torch.isfinite(self.weight).all()):
+                raise ValueError("weight must be finite and non-negative")
 
     @classmethod
-    def from_lists(cls, xs: Sequence[Tensor], ys: Sequence[Tensor]) -> ClientSplit:
-        r"""Pads per-client tensors ``xs[i]`` :math:`(n_i, *F)`, ``ys[i]`` :math:`(n_i, *T)`."""
-        if len(xs) != len(ys):
-            raise ValueError(f"{len(xs)} input tensors but {len(ys)} target tensors")
+    def from_lists(cls, xs: Sequence[Tensor], ys: Sequence[Tensor],
+                   weights: Sequence[Tensor] | None = None) -> ClientSplit:
+        r"""Pads per-client tensors ``xs[i]`` :math:`(n_i, *F)`, ``ys[i]``
+        :math:`(n_i, *T)` and, optionally, evaluation weights ``weights[i]``
+        :math:`(n_i,)` (padding rows get weight 0)."""
+        if len(xs) != len(ys) or (weights is not None and len(weights) != len(xs)):
+            raise ValueError(f"{len(xs)} input tensors but {len(ys)} target tensors"
+                             + ("" if weights is None else f" and {len(weights)} weights"))
         if not xs:
             raise ValueError("from_lists needs at least one client")
         for i, (a, b) in enumerate(zip(xs, ys, strict=True)):
-            if a.size(0) != b.size(0):
-                raise ValueError(f"client {i}: {a.size(0)} inputs but {b.size(0)} targets")
+            if a.size(0) != b.size(0) or (weights is not None
+                                          and weights[i].numel() != a.size(0)):
+                raise ValueError(f"client {i}: {a.size(0)} inputs but {b.size(0)} targets"
+                                 + ("" if weights is None
+                                    else f" and {weights[i].numel()} weights"))
         counts = torch.tensor([a.size(0) for a in xs], dtype=torch.long)
         n_max = max(int(counts.max()), 1)
         x = xs[0].new_zeros((len(xs), n_max, *xs[0].shape[1:]))
         y = ys[0].new_zeros((len(ys), n_max, *ys[0].shape[1:]))
+        w = None if weights is None else torch.zeros(len(xs), n_max)
         for i, (a, b) in enumerate(zip(xs, ys, strict=True)):
             x[i, :a.size(0)] = a
             y[i, :b.size(0)] = b
-        return cls(x, y, counts)
+            if w is not None and weights is not None:
+                w[i, :a.size(0)] = weights[i].view(-1)
+        return cls(x, y, counts, w)
 
     def gather(self, index: Tensor, clients: Tensor | None = None) -> tuple[Tensor, Tensor]:
         r"""Rows ``index`` :math:`(S, B)` of clients ``clients`` :math:`(S,)`
@@ -71,10 +94,22 @@ class ClientSplit:
         index = index.to(device)
         return self.x[rows.unsqueeze(1), index], self.y[rows.unsqueeze(1), index]
 
+    def gather_weight(self, index: Tensor, clients: Tensor | None = None) -> Tensor | None:
+        r"""The evaluation weights of the rows :meth:`gather` returns
+        :math:`(S, B)` on the split's device, or :obj:`None` when the split
+        has none."""
+        if self.weight is None:
+            return None
+        device = self.weight.device
+        rows = (torch.arange(self.x.size(0), device=device) if clients is None
+                else clients.to(device))
+        return self.weight[rows.unsqueeze(1), index.to(device)]
+
     def to(self, device: torch.device | str) -> ClientSplit:
-        r"""The split with inputs and targets on ``device`` (counts stay on
-        the CPU: batch schedules are drawn there)."""
-        return ClientSplit(self.x.to(device), self.y.to(device), self.counts)
+        r"""The split with inputs, targets and evaluation weights on ``device``
+        (counts stay on the CPU: batch schedules are drawn there)."""
+        return ClientSplit(self.x.to(device), self.y.to(device), self.counts,
+                           None if self.weight is None else self.weight.to(device))
 
 
 @dataclass(frozen=True)
@@ -181,6 +216,13 @@ class FederatedDataset:
         """
         return self.splits[split].gather(index, clients)
 
+    def batch_weight(self, split: str, index: Tensor, clients: Tensor | None = None
+                     ) -> Tensor | None:
+        r"""Evaluation weights :math:`(S, B)` of the rows :meth:`batch`
+        returns, or :obj:`None` when ``split`` weighs all samples equally
+        (see :class:`ClientSplit`)."""
+        return self.splits[split].gather_weight(index, clients)
+
     @property
     def device(self) -> torch.device:
         r"""Where the samples are (:meth:`to` moves them)."""
@@ -201,7 +243,9 @@ class FederatedDataset:
         r"""The dataset restricted to ``clients`` (prior graph restricted too)."""
         from torch_geometric.utils import subgraph
         splits = {s: ClientSplit(sp.x[clients.to(sp.x.device)], sp.y[clients.to(sp.x.device)],
-                                 sp.counts[clients])
+                                 sp.counts[clients],
+                                 None if sp.weight is None
+                                 else sp.weight[clients.to(sp.weight.device)])
                   for s, sp in self.splits.items()}
         ei, ew = self.edge_index, self.edge_weight
         if ei is not None:

@@ -22,7 +22,7 @@ from pyg_fedgraph.datasets.idx import (
     read_idx,
 )
 from pyg_fedgraph.datasets.registry import register_dataset
-from pyg_fedgraph.datasets.vision import IMAGE_ARGS_DOC, federate_images
+from pyg_fedgraph.datasets.vision import IMAGE_ARGS_DOC, TestSet, federate_images
 
 __all__ = ["fashion_mnist", "mnist", "read_mnist", "MNISTArrays", "DEBIAN_FASHION_MNIST"]
 
@@ -177,18 +177,18 @@ def _federate(variant: Variant, root: str | Path | None, download: bool, fetch: 
     y = torch.from_numpy(np.concatenate([arrays.train_labels, arrays.test_labels]))
     title = _VARIANTS[variant].title
     return federate_images(variant, x, y, 10, source=f"{title} IDX files in {arrays.folder}",
-                           **options)
+                           num_official_train=int(arrays.train_labels.size), **options)
 
 
 @register_dataset("fashion-mnist")
 def fashion_mnist(root: str | Path | None = None, num_clients: int = 10,
                   partition: PartitionName = "pathological", classes_per_client: int = 2,
                   beta: float = 0.5, seed: int = 0,
-                  fractions: Sequence[float] = (0.7, 0.1, 0.2), download: bool = False,
+                  fractions: Sequence[float] | None = None, download: bool = False,
                   min_size: int = 10, num_groups: int = 5, iid_share: float = 0.2,
                   pairing: Pairing = "random", max_train_per_client: int | None = None,
                   max_val_per_client: int | None = None,
-                  max_test_per_client: int | None = None,
+                  max_test_per_client: int | None = None, test_set: TestSet = "client",
                   fetch: Fetch | None = None) -> FederatedDataset:
     return _federate("fashion-mnist", root, download, fetch, num_clients=num_clients,
                      partition=partition, classes_per_client=classes_per_client, beta=beta,
@@ -196,17 +196,17 @@ def fashion_mnist(root: str | Path | None = None, num_clients: int = 10,
                      iid_share=iid_share, pairing=pairing,
                      max_train_per_client=max_train_per_client,
                      max_val_per_client=max_val_per_client,
-                     max_test_per_client=max_test_per_client)
+                     max_test_per_client=max_test_per_client, test_set=test_set)
 
 
 @register_dataset("mnist")
 def mnist(root: str | Path | None = None, num_clients: int = 10,
           partition: PartitionName = "pathological", classes_per_client: int = 2,
-          beta: float = 0.5, seed: int = 0, fractions: Sequence[float] = (0.7, 0.1, 0.2),
+          beta: float = 0.5, seed: int = 0, fractions: Sequence[float] | None = None,
           download: bool = False, min_size: int = 10, num_groups: int = 5,
           iid_share: float = 0.2, pairing: Pairing = "random",
           max_train_per_client: int | None = None, max_val_per_client: int | None = None,
-          max_test_per_client: int | None = None,
+          max_test_per_client: int | None = None, test_set: TestSet = "client",
           fetch: Fetch | None = None) -> FederatedDataset:
     return _federate("mnist", root, download, fetch, num_clients=num_clients,
                      partition=partition, classes_per_client=classes_per_client, beta=beta,
@@ -214,7 +214,7 @@ def mnist(root: str | Path | None = None, num_clients: int = 10,
                      iid_share=iid_share, pairing=pairing,
                      max_train_per_client=max_train_per_client,
                      max_val_per_client=max_val_per_client,
-                     max_test_per_client=max_test_per_client)
+                     max_test_per_client=max_test_per_client, test_set=test_set)
 
 
 _PIXELS = r"""Pixels are scaled to :math:`[0, 1]` and not standardized:

@@ -1,6 +1,6 @@
 r"""The round engine: the server side of federated rounds, shared by the
 in-process simulator and the Flower integration."""
-from pyg_fedgraph.engine.history import History, RoundRecord
+from pyg_fedgraph.engine.history import PROTOCOLS, History, Protocol, RoundRecord
 from pyg_fedgraph.engine.rounds import (
     STATE_FORMAT,
     RoundEngine,
@@ -24,6 +24,8 @@ __all__ = [
     "snapshot",
     "History",
     "RoundRecord",
+    "Protocol",
+    "PROTOCOLS",
     "DEFAULT_MAX_NORM",
     "UpdateCheck",
     "UpdateValidator",

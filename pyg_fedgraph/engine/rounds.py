@@ -324,12 +324,19 @@ class RoundEngine:
         return record
 
     def summary(self) -> dict[str, Any]:
-        r"""The history's summary (the papers' protocol), plus ``test_novel``
-        when clients are held out."""
+        r"""The history's summary (``test`` at the round of best mean
+        validation metric), plus ``test_per_client_best`` (each client at its
+        own best validation round, the rule of pFedGraph's code; see
+        :class:`~pyg_fedgraph.engine.History`), and ``test_novel`` /
+        ``test_novel_per_client_best`` when clients are held out."""
         out = self.history.summary()
+        if len(self.history):
+            out["test_per_client_best"] = self.history.test_at_best(protocol="per-client-best")
         if self.novel_history is not None and len(self.novel_history):
             out["test_novel"] = self.novel_history.mean("test")[self.history.best_index]
             out["test_novel_final"] = self.novel_history.mean("test")[-1]
+            out["test_novel_per_client_best"] = self.novel_history.test_at_best(
+                protocol="per-client-best")
         return out
 
     # --------------------------------------------------------------- resume

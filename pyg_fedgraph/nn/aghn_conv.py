@@ -76,10 +76,22 @@ class AGHNConv(MessagePassing):
 
     (rows of ``delta_new`` for clients that did not train are zero), sets
     them as ``.grad`` and steps an SGD optimizer (paper: learning rate
-    0.005, Table 2 and Sec. 4; the authors' code adds momentum). Then it may call
+    0.005, Table 2 and Sec. 4; the authors' code has a momentum argument whose
+    default is 0, i.e. plain SGD). Then it may call
     :meth:`clamp_self_weight_`, as the authors' code clamps the stored
     :math:`q` to the threshold. The client's next node feature is
     :math:`\theta_i \leftarrow \tilde{\theta}_i + \Delta\theta_i^{\text{new}}`.
+    (The authors' code feeds ``grad_outputs`` of the opposite sign; see
+    :class:`~pyg_fedgraph.strategies.FedAGHN`'s ``hn_rule``.)
+
+    **A self weight at the threshold stays there.** The forward pass uses
+    :math:`\max(q, q_{\min})`, and :func:`torch.clamp` passes no gradient at
+    or below the bound; so once :math:`q_{il}` reaches :math:`q_{\min}`
+    (stepped below it and projected back by :meth:`clamp_self_weight_`, or
+    not), its gradient is 0 and plain SGD never moves it again: the client
+    gives itself weight :math:`q_{\min}/(1+q_{\min})` (0 for the default
+    threshold) in layer :math:`l` for the rest of the run. Only a momentum
+    buffer built before can still move it.
 
     Args:
         num_clients (int): number of rows :math:`N` of the parameter tables.
@@ -150,9 +162,12 @@ class AGHNConv(MessagePassing):
     @torch.no_grad()
     def clamp_self_weight_(self) -> None:
         r"""Projects the stored self weights onto :math:`q \ge q_{\min}` in
-        place. Call it after each optimizer step, as the authors' code does:
-        otherwise a :math:`q` that stepped below the threshold gets zero
-        gradient through the clamp and stays there."""
+        place, as the authors' code does after each optimizer step, so that
+        the stored table equals the weights the forward pass uses (without
+        it a :math:`q` that stepped below the threshold would keep its stale
+        value). It does not let such a :math:`q` recover: at the threshold the
+        clamp in the forward pass still passes no gradient (see the class
+        docstring)."""
         self.self_weight.clamp_(min=self.self_weight_min)
 
     def forward(self, x: Tensor, delta: Tensor | None, layer_ptr: Tensor,

@@ -19,6 +19,8 @@ from torch import Tensor
 from pyg_fedgraph.nn.functional import pairwise_cosine
 
 __all__ = [
+    "DEFAULT_ALPHA_PER_CLIENT",
+    "CODE_ALPHA",
     "update_similarity",
     "project_simplex",
     "CollaborationQP",
@@ -30,6 +32,10 @@ log = logging.getLogger(__name__)
 
 #: Appendix C.1.4 of the paper: ":math:`\alpha = K \cdot 0.08` is a pleasant choice".
 DEFAULT_ALPHA_PER_CLIENT = 0.08
+#: The authors' scripts pass ``--alpha 0.8`` as the weight :math:`\lambda` of the
+#: quadratic term (see :class:`CollaborationQP`), i.e. :math:`\alpha = 1 / 0.8`
+#: here, whatever the number of clients.
+CODE_ALPHA = 1.0 / 0.8
 
 #: Tolerances of the cvxpy reference. The error of the solution is about the square
 #: root of the duality gap (the objective is 2-strongly convex), so the gap must be

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Annotated
+from typing import Annotated, Literal
 
 import torch
 from torch import Tensor
@@ -19,7 +19,10 @@ from pyg_fedgraph.strategies.base import (
 from pyg_fedgraph.strategies.registry import register_strategy
 from pyg_fedgraph.utils.graph import complete_graph
 
-__all__ = ["FedAGHN"]
+__all__ = ["FedAGHN", "HNRule"]
+
+#: The sign of the hypernetwork step (see :class:`FedAGHN`).
+HNRule = Literal["pfedhn", "code"]
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +55,26 @@ class FedAGHN(ServerOptimizerState, Strategy):
     client's node feature for the next round is its upload,
     :math:`\theta_i \leftarrow \tilde{\theta}_i + \Delta\theta_i`, which
     the round engine writes to the client table.
+
+    **Sign of the step** (``hn_rule``). The pFedHN rule above (default
+    ``"pfedhn"``) is gradient descent on
+    :math:`\frac{1}{2}\|\tilde{\theta}_i - (\tilde{\theta}_i + \Delta\theta_i)\|^2`
+    with the trained model held fixed: it moves the personalized initial
+    model towards where local training went. The authors' released code
+    (``update_hn`` in ``serverfedaghn.py``) feeds ``-diff`` as
+    ``grad_outputs`` where its client returns ``diff`` = model before minus
+    model after training, i.e. :math:`+\Delta\theta_i`, and steps the same SGD
+    optimizer: the opposite sign,
+
+    .. math::
+        (p_i, q_i) \leftarrow (p_i, q_i) - \eta_{hn}
+        \Big(\frac{\partial \tilde{\theta}_i}{\partial (p_i, q_i)}\Big)^{\top}
+        \Delta\theta_i ,
+
+    which moves :math:`\tilde{\theta}_i` away from the trained model.
+    ``hn_rule="code"`` reproduces the released code; the paper's eq. (10)
+    and pFedHN / pFedLA, which it cites, have the default's sign.
+    Measurements of both: ``benchmarks/results/claims.md`` (sections D, J).
 
     Implementation choices:
 
@@ -110,6 +133,9 @@ class FedAGHN(ServerOptimizerState, Strategy):
             (default: :obj:`0.0`)
         self_weight_min (float, optional): threshold :math:`q_{\min}` of the
             self weight (authors' code: 0) (default: :obj:`0.0`)
+        hn_rule (str, optional): sign of the hypernetwork step: ``"pfedhn"``
+            (eq. (10), pFedHN's rule) or ``"code"`` (the opposite sign, as
+            the authors' released code) (default: ``"pfedhn"``)
 
     The node features :math:`\theta_j` are the engine's client table
     (:attr:`FederationContext.clients`: every client's latest upload).
@@ -125,7 +151,7 @@ class FedAGHN(ServerOptimizerState, Strategy):
                  self_weight: Annotated[float, Search(0.01, 0.3, log=True)] = 0.1,
                  hn_lr: Annotated[float, Range(gt=0.0), Search(1e-3, 5e-2, log=True)] = 0.005,
                  hn_momentum: Annotated[float, Range(ge=0.0, lt=1.0)] = 0.0,
-                 self_weight_min: float = 0.0) -> None:
+                 self_weight_min: float = 0.0, hn_rule: HNRule = "pfedhn") -> None:
         super().__init__()
         if self_weight < self_weight_min:
             raise ValueError(f"self_weight={self_weight} lies below self_weight_min="
@@ -135,6 +161,7 @@ class FedAGHN(ServerOptimizerState, Strategy):
         self.hn_lr = hn_lr
         self.hn_momentum = hn_momentum
         self.self_weight_min = self_weight_min
+        self.hn_rule = hn_rule
         self.conv: AGHNConv | None = None
         self.server_optimizer: torch.optim.SGD | None = None
         self.register_buffer("last_delta", torch.empty(0))
@@ -177,9 +204,12 @@ class FedAGHN(ServerOptimizerState, Strategy):
         # clients started from, now with the graph to p and q.
         theta_tilde = self._personalize()
         if theta_tilde.requires_grad:
+            # pFedHN: descend along J^T (theta_tilde - theta_trained) = J^T (-delta);
+            # the authors' code feeds +delta (see the class docstring).
             grads = torch.autograd.grad(theta_tilde[ids],
                                         [self.conv.sharpness, self.conv.self_weight],
-                                        grad_outputs=-delta)
+                                        grad_outputs=-delta if self.hn_rule == "pfedhn"
+                                        else delta)
             self.server_optimizer.zero_grad(set_to_none=True)
             self.conv.sharpness.grad, self.conv.self_weight.grad = grads
             self.server_optimizer.step()

@@ -1,7 +1,7 @@
 """Local training, FedAvg and FedAvg with local fine-tuning."""
 from __future__ import annotations
 
-from typing import Annotated, ClassVar
+from typing import Annotated, ClassVar, Literal
 
 import torch
 from torch import Tensor
@@ -13,7 +13,10 @@ from pyg_fedgraph.strategies.base import FederationContext, Strategy, TrainPlan
 from pyg_fedgraph.strategies.registry import register_strategy
 from pyg_fedgraph.train.jobs import FineTune
 
-__all__ = ["Local", "FedAvg", "FedAvgFT", "weighted_average"]
+__all__ = ["Local", "FedAvg", "FedAvgFT", "weighted_average", "FinetuneFrom"]
+
+#: What FedAvg-FT evaluates (see :class:`FedAvgFT`).
+FinetuneFrom = Literal["global", "local"]
 
 
 def weighted_average(x: Tensor, num_samples: Tensor) -> Tensor:
@@ -93,14 +96,37 @@ class FedAvgFT(FedAvg):
     training the global model. This is "FedAvg-finetune" of the Panacea paper
     (Table II) and "FedAvg-FT" of pFedGraph.
 
+    Two ways to get the fine-tuned models:
+
+    * ``finetune_from="global"`` (default): at every evaluation each client
+      fine-tunes the *current* global model for ``finetune_epochs`` (the
+      run's local schedule by default). This doubles the local computation
+      of a run.
+    * ``finetune_from="local"``: each client is evaluated with its model
+      right after its last local training, which started from the global
+      model of that round. This is what pFedGraph's released code reports as
+      FedAvg-FT (``fedavg_ft.py`` tests every client's model after its local
+      iterations, before aggregation) and costs no extra training; the model
+      is fine-tuned from the *previous* global model, for one round's local
+      schedule, and ``finetune_epochs`` is not used.
+
     Args:
         finetune_epochs (int, optional): local epochs of fine-tuning; ``None``
             uses the run's local epochs (default: ``None``).
+        finetune_from (str, optional): ``"global"`` or ``"local"``, see above
+            (default: ``"global"``).
     """
 
-    def __init__(self, finetune_epochs: Annotated[int | None, Range(ge=0)] = None) -> None:
+    def __init__(self, finetune_epochs: Annotated[int | None, Range(ge=0)] = None,
+                 finetune_from: FinetuneFrom = "global") -> None:
         super().__init__()
         self.finetune_epochs = finetune_epochs
+        self.finetune_from = finetune_from
+
+    def personalized_params(self, clients: Tensor) -> Tensor | None:
+        if self.finetune_from == "local":
+            return None  # each client's own model after its last local training
+        return super().personalized_params(clients)
 
     def finetune_job(self) -> FineTune | None:
-        return FineTune(self.finetune_epochs)
+        return None if self.finetune_from == "local" else FineTune(self.finetune_epochs)

@@ -8,7 +8,7 @@ from torch import Tensor
 
 from pyg_fedgraph.hparams import Range, Search
 from pyg_fedgraph.strategies.base import TrainPlan
-from pyg_fedgraph.strategies.fedavg import FedAvg
+from pyg_fedgraph.strategies.fedavg import FedAvg, FinetuneFrom
 from pyg_fedgraph.strategies.registry import register_strategy
 from pyg_fedgraph.train.engine import Regularizer
 from pyg_fedgraph.train.jobs import FineTune
@@ -81,19 +81,31 @@ class FedProxFT(FedProx):
 
     Fine-tuning is plain local SGD (no proximal term); the fine-tuned models
     are used only for evaluation, the federation keeps training the global
-    model, as in :class:`~pyg_fedgraph.strategies.FedAvgFT`.
+    model, as in :class:`~pyg_fedgraph.strategies.FedAvgFT`. With
+    ``finetune_from="local"`` each client is evaluated with its model right
+    after its last (proximal) local training instead, as pFedGraph's code does,
+    at no extra cost.
 
     Args:
         mu (float, optional): proximal coefficient :math:`\mu`, see
             :class:`FedProx` (default: :obj:`0.01`)
         finetune_epochs (int, optional): local epochs of fine-tuning; ``None``
             uses the run's local epochs (default: ``None``).
+        finetune_from (str, optional): ``"global"`` or ``"local"``, see
+            :class:`~pyg_fedgraph.strategies.FedAvgFT` (default: ``"global"``).
     """
 
     def __init__(self, mu: Mu = 0.01,
-                 finetune_epochs: Annotated[int | None, Range(ge=0)] = None) -> None:
+                 finetune_epochs: Annotated[int | None, Range(ge=0)] = None,
+                 finetune_from: FinetuneFrom = "global") -> None:
         super().__init__(mu=mu)
         self.finetune_epochs = finetune_epochs
+        self.finetune_from = finetune_from
+
+    def personalized_params(self, clients: Tensor) -> Tensor | None:
+        if self.finetune_from == "local":
+            return None
+        return super().personalized_params(clients)
 
     def finetune_job(self) -> FineTune | None:
-        return FineTune(self.finetune_epochs)
+        return None if self.finetune_from == "local" else FineTune(self.finetune_epochs)

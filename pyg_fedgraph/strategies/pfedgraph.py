@@ -12,6 +12,7 @@ from pyg_fedgraph.data.federation import FederationGraph
 from pyg_fedgraph.hparams import Range, Search
 from pyg_fedgraph.nn.aggregation import GraphAggregation, dense_to_edges
 from pyg_fedgraph.nn.collaboration_qp import (
+    CODE_ALPHA,
     DEFAULT_ALPHA_PER_CLIENT,
     CollaborationQP,
     initial_collaboration_graph,
@@ -28,6 +29,7 @@ log = logging.getLogger(__name__)
 
 SolverName = Literal["projection", "cvxpy"]
 EvaluateName = Literal["local", "aggregated"]
+AlphaRule = Literal["paper", "code"]
 
 # Guards the cosine against a zero vector (a model whose parameters are all zero).
 _EPS = 1e-12
@@ -154,10 +156,24 @@ class PFedGraph(Strategy):
     searched: its scale grows with :math:`N`, and the paper finds it
     insensitive around the default :math:`0.08 N`.
 
+    **Default** :math:`\alpha`. The paper's text (Appendix C.1.4) weights the
+    similarity term by :math:`\alpha = 0.08 N`, which grows with the number
+    of clients (0.4 for 5 clients, 0.8 for 10). The authors' scripts pass
+    ``--alpha 0.8`` as the weight of the *quadratic* term, i.e.
+    :math:`\alpha = 1/0.8 = 1.25` here at any :math:`N`
+    (:data:`~pyg_fedgraph.nn.collaboration_qp.CODE_ALPHA`). With
+    ``alpha=None``, ``alpha_rule="paper"`` uses the former and
+    ``alpha_rule="code"`` the latter; an explicit ``alpha`` overrides both.
+    A larger :math:`\alpha` gives similar clients (and the client itself,
+    :math:`S_{ii} = 1`) more weight.
+
     Args:
         alpha (float, optional): similarity weight :math:`\alpha` of the QP;
-            :obj:`None` uses :math:`0.08 N` with :math:`N` the number of
-            clients of the federation (Appendix C.1.4) (default: :obj:`None`).
+            :obj:`None` follows ``alpha_rule`` (default: :obj:`None`).
+        alpha_rule (str, optional): the default of :math:`\alpha` when
+            ``alpha=None``: ``"paper"`` (:math:`0.08 N`, Appendix C.1.4, with
+            :math:`N` the clients of the federation) or ``"code"``
+            (:math:`1.25`, the authors' scripts) (default: ``"paper"``).
         lam (float, optional): regularization weight :math:`\lambda` of eq.
             (3) (default: :obj:`0.01`, Appendix C.1.4).
         threshold (float, optional): similarities above it become :math:`1`;
@@ -190,6 +206,7 @@ class PFedGraph(Strategy):
     """
 
     def __init__(self, alpha: Annotated[float | None, Range(ge=0.0)] = None,
+                 alpha_rule: AlphaRule = "paper",
                  lam: Annotated[float, Range(ge=0.0), Search(1e-3, 1.0, log=True)] = 0.01,
                  threshold: Annotated[float | None, Range(ge=-1.0, le=1.0)] = 0.9,
                  layers: str | list[str] | None = None,
@@ -199,15 +216,17 @@ class PFedGraph(Strategy):
         if isinstance(layers, list) and not (layers and all(layers)):
             raise ValueError(f"layers must be a module-name substring, a non-empty list of "
                              f"them, or None for all layers; got {layers!r}")
+        self.alpha_rule = alpha_rule
         self.lam = lam
         self.threshold = threshold
         self.layers = layers
         self.normalized_aggregate = normalized_aggregate
         self.solver = solver
         self.evaluate = evaluate
-        # alpha is checked by the operator; None is resolved to 0.08 N in setup().
-        self.qp = CollaborationQP(alpha, solver=solver)
-        self.alpha = self.qp.alpha
+        # alpha is checked by the operator; the paper's None is resolved to 0.08 N in setup().
+        self.qp = CollaborationQP(CODE_ALPHA if alpha is None and alpha_rule == "code"
+                                  else alpha, solver=solver)
+        self.alpha = alpha
         self.aggregation = GraphAggregation()
         # Derived from `layers` and the layout in setup(): not state.
         self.register_buffer("similarity_mask", None, persistent=False)
@@ -216,7 +235,7 @@ class PFedGraph(Strategy):
 
     def setup(self, ctx: FederationContext) -> None:
         super().setup(ctx)
-        if self.alpha is None:
+        if self.alpha is None and self.alpha_rule == "paper":
             # Appendix C.1.4: alpha = 0.08 K for the K clients of the federation, not
             # for however many have trained so far.
             self.qp = CollaborationQP(DEFAULT_ALPHA_PER_CLIENT * ctx.num_clients,

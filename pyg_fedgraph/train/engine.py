@@ -517,7 +517,9 @@ class ClientTrainer:
     def evaluate(self, clients: Tensor, params: Tensor, buffers: Tensor | None = None,
                  split: str = "test") -> dict[str, Tensor]:
         r"""Per-client metrics on ``split``: ``{name: (S,)}`` (NaN for a client
-        with no samples in that split), on the device of ``params``."""
+        with no samples in that split), on the device of ``params``. Each is
+        the mean over the client's samples, or the weighted mean when the split
+        carries evaluation weights (:attr:`~pyg_fedgraph.data.ClientSplit.weight`)."""
         clients = clients.to(torch.long).cpu()
         buffers = self._check(clients, params, buffers)
         home = params.device
@@ -538,18 +540,28 @@ class ClientTrainer:
         n_max = int(counts.max()) if counts.numel() else 0
         counts_dev = counts.to(self.device)
         fwd = vmap(self._forward) if self.execution == "vmap" else self._forward_each
+        # Splits with evaluation weights (ClientSplit.weight) report weighted means.
+        weighted = False
+        denom = params.new_zeros(clients.numel())
         for start in range(0, n_max, self.eval_batch_size):
             pos = torch.arange(start, min(start + self.eval_batch_size, n_max))
             valid = pos.unsqueeze(0) < counts.unsqueeze(1)  # (S, b)
             index = torch.where(valid, pos.unsqueeze(0), torch.zeros_like(pos).unsqueeze(0))
             xb, yb = self.dataset.batch(split, index, clients)
-            out = fwd(params, bufs, xb)
+            wb = self.dataset.batch_weight(split, index, clients)
             valid_dev = valid.to(self.device)
+            w = (valid_dev.to(params.dtype) if wb is None
+                 else wb.to(self.device, params.dtype) * valid_dev)
+            weighted = weighted or wb is not None
+            denom += w.sum(1)
+            out = fwd(params, bufs, xb)
             for k, fn in fns.items():
                 vals = vmap(fn)(out, yb)
-                sums[k] += (vals * valid_dev).sum(1)
-        denom = counts_dev.to(params.dtype)
-        return {k: torch.where(counts_dev > 0, v / denom.clamp(min=1), torch.nan)
+                sums[k] += (vals * w).sum(1)
+        if not weighted:
+            denom = counts_dev.to(params.dtype)
+        return {k: torch.where((counts_dev > 0) & (denom > 0), v / denom.clamp(min=1e-30),
+                               torch.nan)
                 for k, v in sums.items()}
 
     def _forward_each(self, params: Tensor, bufs: dict[str, Tensor], xb: Tensor) -> Tensor:

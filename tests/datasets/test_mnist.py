@@ -15,6 +15,7 @@ from pyg_fedgraph.data import DatasetDefaults
 from pyg_fedgraph.datasets.idx import IDXFile
 from pyg_fedgraph.datasets.mnist import DEBIAN_FASHION_MNIST, fashion_mnist, mnist, read_mnist
 from pyg_fedgraph.datasets.registry import DATASETS, load_dataset
+from pyg_fedgraph.datasets.vision import label_weighted_test_split
 
 # The package re-exports the builder ``mnist`` under the module's name.
 mnist_module = importlib.import_module("pyg_fedgraph.datasets.mnist")
@@ -198,6 +199,44 @@ def test_fixed_pairing_and_caps_through_the_builder(tmp_path):
     assert ds.num_samples("val").tolist() == [2] * 10
     assert ds.num_samples("test").tolist() == [3] * 10
     assert ds.info["pairing"] == "fixed"
+
+
+def test_global_weighted_test_set_through_the_builder(tmp_path):
+    write_mnist(tmp_path, per_class_train=10, per_class_test=3)  # 100 train, 30 test images
+    ds = fashion_mnist(tmp_path, num_clients=5, pairing="fixed", test_set="global-weighted")
+    assert ds.info["test_set"] == "global-weighted"
+    # Only the 100 official training images are dealt: 20 per client, 80 / 20 train / val.
+    assert ds.num_samples("train").tolist() == [16] * 5
+    assert ds.num_samples("val").tolist() == [4] * 5
+    # Client i is tested on the 6 official test images of its classes (2i, 2i + 1),
+    # each weighing 1/2, its share of either class.
+    assert ds.num_samples("test").tolist() == [6] * 5
+    test = ds.splits["test"]
+    for i in range(5):
+        assert sorted(test.y[i].tolist()) == [2 * i] * 3 + [2 * i + 1] * 3
+        assert torch.equal(test.weight[i], torch.full((6,), 0.5))
+        # Pixels equal 20 * label / 255: the rows are the test images of those labels.
+        assert torch.allclose(test.x[i].amax(dim=(1, 2, 3)), 20 * test.y[i] / 255.0)
+    capped = fashion_mnist(tmp_path, num_clients=5, pairing="fixed",
+                           test_set="global-weighted", max_test_per_client=4)
+    assert capped.num_samples("test").tolist() == [4] * 5
+    with pytest.raises(ValueError, match=r"fractions must give no share to a client test"):
+        fashion_mnist(tmp_path, num_clients=5, test_set="global-weighted",
+                      fractions=(0.7, 0.1, 0.2))
+    with pytest.raises(ValueError, match="unknown test_set 'global'"):
+        fashion_mnist(tmp_path, num_clients=5, test_set="global")
+
+
+def test_label_weighted_test_split_by_hand():
+    counts = torch.tensor([[3, 1, 0], [0, 0, 2]])
+    x = torch.arange(4.0).view(4, 1)
+    y = torch.tensor([0, 1, 2, 0])
+    split = label_weighted_test_split(x, y, counts)
+    assert split.counts.tolist() == [3, 1]
+    assert split.y[0].tolist() == [0, 1, 0] and split.x[0].view(-1).tolist() == [0.0, 1.0, 3.0]
+    assert split.weight[0].tolist() == [0.75, 0.25, 0.75]
+    # Padding rows weigh 0.
+    assert split.y[1, :1].tolist() == [2] and split.weight[1].tolist() == [1.0, 0.0, 0.0]
 
 
 # ------------------------------------------------------------------ command line

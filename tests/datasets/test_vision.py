@@ -90,7 +90,8 @@ def test_cifar_options_without_torchvision(monkeypatch):
     # The torchvision reader stubbed: 10 classes x 6 images, pixel value = 10 * label.
     y = torch.arange(10).repeat_interleave(6)
     x = (10 * y).to(torch.uint8).view(-1, 1, 1, 1).expand(60, 3, 32, 32).contiguous()
-    monkeypatch.setattr(vision, "_load", lambda kind, root, download: (x, y))
+    # (pooled images, labels, size of the official training set)
+    monkeypatch.setattr(vision, "_load", lambda kind, root, download: (x, y, 50))
     ds = vision.cifar10("unused", num_clients=10, pairing="fixed", max_train_per_client=3,
                         max_test_per_client=1, seed=0)
     assert ds.defaults is vision.IMAGE_DEFAULTS and ds.defaults.model == "cnn"

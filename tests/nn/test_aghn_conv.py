@@ -345,3 +345,19 @@ def test_shape_errors():
         conv(x, delta, ptr, torch.tensor([0, 1]))
     with pytest.raises(ValueError, match="outside"):
         conv(x, delta, ptr, torch.tensor([[0, 3], [1, 1]]))
+
+
+def test_self_weight_at_the_threshold_gets_no_gradient():
+    # Once q sits at q_min (here 0, after clamp_self_weight_), the forward clamp passes
+    # no gradient: plain SGD can never raise it again.
+    conv = AGHNConv(3, 1, sharpness=2.0, self_weight=0.3)
+    with torch.no_grad():
+        conv.self_weight[0] = -0.5
+    conv.clamp_self_weight_()
+    assert conv.self_weight[0, 0] == 0.0
+    gen = torch.Generator().manual_seed(0)
+    x, delta = torch.randn(3, 4, generator=gen), torch.randn(3, 4, generator=gen)
+    out = conv(x, delta, torch.tensor([0, 4]))
+    grad_q, = torch.autograd.grad(out, [conv.self_weight],
+                                  grad_outputs=torch.randn(3, 4, generator=gen))
+    assert grad_q[0, 0] == 0.0 and bool((grad_q[1:] != 0).all())

@@ -150,6 +150,21 @@ def test_fedavg_ft_beats_fedavg_on_opposite_groups():
     assert torch.equal(ft.strategy.global_params, fedavg.strategy.global_params)
 
 
+def test_fedavg_ft_from_local_evaluates_the_last_local_models():
+    fedavg = simulate(FedAvg())
+    fedavg.run()
+    ft = simulate(FedAvgFT(finetune_from="local"))
+    ft.run()
+    assert ft.strategy.finetune_job() is None
+    params, _ = ft.personalized_models()
+    # Each client's model right after its last local training (from the global model of
+    # round 2), with no extra training, while the federation trains FedAvg's global model.
+    assert torch.equal(params, fedavg.local_params)
+    assert torch.equal(ft.strategy.global_params, fedavg.strategy.global_params)
+    assert not torch.equal(params[0], ft.strategy.global_params)
+    assert ft.summary()["test"] > fedavg.summary()["test"] + 0.1
+
+
 # ------------------------------------------------------ held-out and sampling
 def test_held_out_clients_never_train():
     held = torch.tensor([4, 1])
@@ -285,6 +300,44 @@ def test_history_eval_clients_restrict_the_mean():
         benign.append(r)
     assert everyone.best_round == 1   # mean 0.667 vs 0.5
     assert benign.best_round == 2     # mean 0.5 vs 0.75 without client 2
+
+
+def test_history_per_client_best_by_hand():
+    h = History("accuracy", higher_is_better=True)
+    for r in RECORDS:
+        h.append(r)
+    # Clients 0 and 1 peak at rounds 2 and 4 (0.75): the earliest, round 2, test 0.25.
+    # Client 2 has NaN in rounds 2-3 and peaks at round 4: test 0.5.
+    assert h.per_client_best_index().tolist() == [1, 1, 3]
+    assert h.test_at_best(protocol="per-client-best") == pytest.approx(1.0 / 3.0)
+    s = h.summary("per-client-best")
+    assert s == {"metric": "accuracy", "higher_is_better": True, "test": pytest.approx(1 / 3),
+                 "test_final": 0.625, "val_best": 0.75, "best_round": None,
+                 "protocol": "per-client-best", "rounds": 5}
+    assert h.summary() == h.summary("best-round")
+    low = History("accuracy", higher_is_better=False)
+    for r in RECORDS:
+        low.append(r)
+    assert low.per_client_best_index().tolist() == [0, 0, 0]
+    assert low.test_at_best(protocol="per-client-best") == 0.125
+
+
+def test_history_per_client_best_differs_from_best_round():
+    recs = [record(1, [0.875, 0.125, NAN], [0.75, 0.25, 1.0]),
+            record(2, [0.25, 0.75, NAN], [0.375, 0.625, 1.0])]
+    h = History("accuracy", True)
+    benign = History("accuracy", True, eval_clients=torch.tensor([1, 2]))
+    for r in recs:
+        h.append(r)
+        benign.append(r)
+    # One round for everyone: round 1 (mean val 0.5 vs 0.5, earliest wins).
+    assert h.test_at_best() == pytest.approx((0.75 + 0.25 + 1.0) / 3)
+    # Each client its own round; client 2 never has a validation value and is left out.
+    assert h.per_client_best_index().tolist() == [0, 1, -1]
+    assert h.test_at_best(protocol="per-client-best") == (0.75 + 0.625) / 2
+    assert benign.test_at_best(protocol="per-client-best") == 0.625
+    with pytest.raises(ValueError, match="unknown protocol 'best'"):
+        h.summary("best")
 
 
 def test_history_empty_equality_and_state_dict():

@@ -48,7 +48,8 @@ def test_registered_and_hparams():
     assert STRATEGIES["fedaghn"] is FedAGHN
     strategy = build_strategy("fedaghn", sharpness=10.0, self_weight=0.03)
     assert strategy.hparams() == {"sharpness": 10.0, "self_weight": 0.03, "hn_lr": 0.005,
-                                  "hn_momentum": 0.0, "self_weight_min": 0.0}
+                                  "hn_momentum": 0.0, "self_weight_min": 0.0,
+                                  "hn_rule": "pfedhn"}
     assert str(strategy).startswith("FedAGHN(sharpness=10.0, self_weight=0.03")
 
 
@@ -82,9 +83,10 @@ def test_round_one_is_uniform_and_skips_the_hypernetwork_step():
     assert bool(strategy.ctx.table.trained.all())
 
 
-@pytest.mark.parametrize("momentum", [0.0, 0.9])
-def test_update_matches_hand_run_autograd(momentum):
-    strategy = FedAGHN(sharpness=2.0, self_weight=0.2, hn_lr=0.05, hn_momentum=momentum)
+@pytest.mark.parametrize("momentum, rule", [(0.0, "pfedhn"), (0.9, "pfedhn"), (0.0, "code")])
+def test_update_matches_hand_run_autograd(momentum, rule):
+    strategy = FedAGHN(sharpness=2.0, self_weight=0.2, hn_lr=0.05, hn_momentum=momentum,
+                       hn_rule=rule)
     strategy.setup(_context())
     everyone = torch.arange(4)
     plan = strategy.configure_train(1, everyone)
@@ -104,8 +106,11 @@ def test_update_matches_hand_run_autograd(momentum):
         conv.self_weight.copy_(q0)
     out = conv(theta, last_delta, strategy.ctx.layout.ptr)
     torch.testing.assert_close(plan.params, out[sampled].detach())
+    # pFedHN's rule feeds -delta (pull theta_tilde towards the trained model); the
+    # authors' code feeds +delta.
+    sign = -1.0 if rule == "pfedhn" else 1.0
     grad_p, grad_q = torch.autograd.grad(out[sampled], [conv.sharpness, conv.self_weight],
-                                         grad_outputs=-graph.delta)
+                                         grad_outputs=sign * graph.delta)
     p1, q1 = _params(strategy)
     # First step with a gradient: the momentum buffer is the gradient itself.
     torch.testing.assert_close(p1, p0 - 0.05 * grad_p)
@@ -116,6 +121,23 @@ def test_update_matches_hand_run_autograd(momentum):
     # Node features of sampled clients are their trained models, others kept.
     torch.testing.assert_close(strategy.ctx.table.params[sampled], graph.x)
     torch.testing.assert_close(strategy.ctx.table.params[[0, 2]], theta[[0, 2]])
+
+
+def test_code_rule_steps_opposite_to_pfedhn():
+    steps = {}
+    for rule in ("pfedhn", "code"):
+        strategy = FedAGHN(sharpness=2.0, self_weight=0.2, hn_lr=0.01, hn_rule=rule)
+        strategy.setup(_context())
+        everyone = torch.arange(4)
+        for rnd in (1, 2):
+            plan = strategy.configure_train(rnd, everyone)
+            aggregate(strategy, rnd, _graph(strategy, everyone, plan.params, seed=rnd))
+        p, q = _params(strategy)
+        steps[rule] = (p - 2.0, q - 0.2)
+    # Same state before the first hypernetwork step (round 2), opposite steps.
+    torch.testing.assert_close(steps["code"][0], -steps["pfedhn"][0])
+    torch.testing.assert_close(steps["code"][1], -steps["pfedhn"][1])
+    assert steps["code"][0].abs().sum() > 0
 
 
 def test_self_weight_is_clamped_after_the_step():

@@ -23,7 +23,10 @@ def test_registered_hparams_and_errors():
     assert STRATEGIES["fedprox-ft"] is FedProxFT
     assert build_strategy("fedprox").hparams() == {"mu": 0.01}
     assert build_strategy("fedprox-ft", mu=0.1, finetune_epochs=2).hparams() == {
-        "mu": 0.1, "finetune_epochs": 2}
+        "mu": 0.1, "finetune_epochs": 2, "finetune_from": "global"}
+    # finetune_from="local": the model after the (proximal) local training, no extra job.
+    local = FedProxFT(finetune_from="local")
+    assert local.finetune_job() is None and local.personalized_params(torch.arange(2)) is None
     assert str(FedProx(mu=0.5)) == "FedProx(mu=0.5)"
     assert FedProxFT().finetune_job() is not None and FedProx().finetune_job() is None
     with pytest.raises(ValueError, match="mu must be >= 0"):

@@ -63,14 +63,33 @@ def _simulator(strategy, rounds=4, callbacks=()):
 def test_registered_hparams_and_repr():
     assert STRATEGIES["pfedgraph"] is PFedGraph
     s = build_strategy("pfedgraph", lam=0.1, layers=["head"])
-    assert s.hparams() == {"alpha": None, "lam": 0.1, "threshold": 0.9, "layers": ["head"],
-                           "normalized_aggregate": True, "solver": "projection",
-                           "evaluate": "local"}
+    assert s.hparams() == {"alpha": None, "alpha_rule": "paper", "lam": 0.1, "threshold": 0.9,
+                           "layers": ["head"], "normalized_aggregate": True,
+                           "solver": "projection", "evaluate": "local"}
     assert "lam=0.1" in str(s) and "CollaborationQP(alpha=0.08*N" in str(s)
     # Appendix C.1.4: alpha = 0.08 N, resolved for the whole federation at setup.
     s = _strategy(10, torch.zeros(3))
     assert s.qp.alpha == pytest.approx(0.8)
     assert _strategy(10, torch.zeros(3), alpha=2.0).qp.alpha == 2.0
+
+
+@pytest.mark.parametrize("n", [5, 10, 20])
+def test_alpha_rule_code_is_the_scripts_constant(n):
+    # The authors' scripts: lambda = 0.8 on the quadratic term, i.e. alpha = 1 / 0.8 at any N.
+    s = _strategy(n, torch.zeros(3), alpha_rule="code")
+    assert s.qp.alpha == 1.25 and "alpha=1.25" in str(PFedGraph(alpha_rule="code"))
+    assert _strategy(n, torch.zeros(3)).qp.alpha == pytest.approx(0.08 * n)
+    assert _strategy(n, torch.zeros(3), alpha=0.5, alpha_rule="code").qp.alpha == 0.5
+    # The code's QP, min 0.8 x'x + (-s - 1.6 p)'x on the simplex, has the same solution.
+    cp = pytest.importorskip("cvxpy")
+    sim = torch.eye(5, dtype=torch.float64)
+    sim[0] = sim[:, 0] = torch.tensor([1.0, 0.3, -0.2, 0.95, 0.1], dtype=torch.float64)
+    p = torch.full((5,), 0.2, dtype=torch.float64)
+    ours = s.qp(sim, p)
+    x = cp.Variable(5)
+    cp.Problem(cp.Minimize(0.8 * cp.sum_squares(x) + (-sim[0].numpy() - 1.6 * p.numpy()) @ x),
+               [x >= 0, cp.sum(x) == 1]).solve(solver="CLARABEL")
+    assert torch.allclose(ours[0], torch.as_tensor(x.value), atol=1e-6)
 
 
 @pytest.mark.parametrize("kwargs, error, match", [

@@ -268,6 +268,44 @@ def test_evaluate_regression_metrics():
         assert torch.allclose(got["loss"][i], err.pow(2).mean(), atol=1e-6)
 
 
+def test_evaluate_weighted_split_by_hand():
+    # A model that always predicts class 0: accuracy is the weight of the class-0 rows.
+    xs = [torch.zeros(3, 1), torch.zeros(2, 1)]
+    ys = [torch.tensor([0, 1, 1]), torch.tensor([1, 0])]
+    weighted = ClientSplit.from_lists(xs, ys, [torch.tensor([0.6, 0.2, 0.2]),
+                                               torch.tensor([0.25, 0.0])])
+    plain = ClientSplit.from_lists(xs, ys)
+    data = FederatedDataset("w", "classification", {"train": plain, "val": plain,
+                                                    "test": weighted}, num_classes=2)
+    model = nn.Linear(1, 2)
+    with torch.no_grad():
+        model.weight.zero_()
+        model.bias.copy_(torch.tensor([1.0, 0.0]))
+    trainer = ClientTrainer(model, data, eval_batch_size=2)
+    params = trainer.layout.flatten(model).repeat(2, 1)
+    test = trainer.evaluate(torch.arange(2), params, split="test")
+    val = trainer.evaluate(torch.arange(2), params, split="val")
+    # Client 0: 0.6 / (0.6 + 0.2 + 0.2); client 1: only the class-1 row weighs.
+    assert torch.allclose(test["accuracy"], torch.tensor([0.6, 0.0]))
+    assert torch.allclose(val["accuracy"], torch.tensor([1 / 3, 0.5]))
+    ce = F.cross_entropy(torch.tensor([[1.0, 0.0]]), torch.tensor([1]))
+    assert torch.allclose(test["loss"][1], ce)
+    # The subset keeps the weights.
+    sub = data.subset(torch.tensor([1]))
+    assert torch.equal(sub.splits["test"].weight, weighted.weight[1:])
+
+
+def test_client_split_weight_checks():
+    with pytest.raises(ValueError, match="one weight per stored row"):
+        ClientSplit(torch.zeros(2, 3, 1), torch.zeros(2, 3), torch.tensor([3, 3]),
+                    torch.ones(2, 2))
+    with pytest.raises(ValueError, match="finite and non-negative"):
+        ClientSplit(torch.zeros(1, 2, 1), torch.zeros(1, 2), torch.tensor([2]),
+                    torch.tensor([[1.0, -1.0]]))
+    with pytest.raises(ValueError, match="and 1 weights"):
+        ClientSplit.from_lists([torch.zeros(2, 1)], [torch.zeros(2)], [torch.ones(1)])
+
+
 @pytest.mark.parametrize("model_fn", [make_mlp, make_bn_model], ids=["mlp", "batchnorm"])
 def test_loss_gradient_matches_autograd(model_fn):
     data = make_dataset()

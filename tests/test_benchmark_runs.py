@@ -1,0 +1,100 @@
+"""The reproduction's cached runs (benchmarks/_runs.py) survive interruption:
+a run stopped mid-way resumes from its per-round checkpoint and ends with the
+history and summary of an uninterrupted run."""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+
+from pyg_fedgraph.experiment import ExperimentConfig
+
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+@pytest.fixture
+def runs(monkeypatch, tmp_path):
+    monkeypatch.syspath_prepend(str(BENCH))
+    module = importlib.import_module("_runs")
+    monkeypatch.setattr(module, "CACHE", tmp_path / "cache")
+    monkeypatch.setattr(module, "USED", {})
+    yield module
+    sys.modules.pop("_runs", None)
+
+
+class Interrupted(Exception):
+    pass
+
+
+def _configs():
+    cfg = ExperimentConfig(dataset="digits", strategy="fedavg", clients=3, rounds=4,
+                           partition="pathological", overrides={"steps": 3})
+    twin = dataclasses.replace(cfg, strategy="fedavg-ft",
+                               overrides={**cfg.overrides, "finetune_from": "local"})
+    return cfg, twin
+
+
+def _same(a: dict, b: dict) -> None:
+    assert a["val"] == b["val"] and a["test"] == b["test"]
+    assert a["summary"] == b["summary"]
+
+
+def test_interrupted_run_resumes_to_the_uninterrupted_history(runs, tmp_path, monkeypatch):
+    cfg, twin = _configs()
+    whole = runs.cached_run(cfg, local_models_as=twin, log=lambda *a, **k: None)
+    whole_twin = runs.load_cached(twin)
+    assert len(whole["test"]) == 4 and whole_twin is not None
+    assert not runs.checkpoint_file(cfg).exists()  # removed once the entry is stored
+
+    monkeypatch.setattr(runs, "CACHE", tmp_path / "second")
+
+    def stop_in_round_3(msg, **_):
+        if msg.startswith("  round 3:"):
+            raise Interrupted
+    with pytest.raises(Interrupted):
+        runs.cached_run(cfg, local_models_as=twin, log=stop_in_round_3)
+    assert runs.load_cached(cfg) is None
+    assert runs.checkpoint_round(cfg) == 2
+    # A checkpoint is only taken up by its own configuration.
+    assert runs.checkpoint_round(dataclasses.replace(cfg, seed=1)) is None
+
+    lines: list[str] = []
+    resumed = runs.cached_run(cfg, local_models_as=twin, log=lambda m, **_: lines.append(m))
+    assert any(m.startswith("  resuming fedavg at round 2 of 4") for m in lines)
+    assert [m.split(":")[0] for m in lines if m.startswith("  round")] == ["  round 3",
+                                                                          "  round 4"]
+    _same(resumed, whole)
+    _same(runs.load_cached(twin), whole_twin)
+    assert not runs.checkpoint_file(cfg).exists()
+
+
+@pytest.fixture
+def claims(runs, monkeypatch):
+    module = importlib.import_module("claims")
+    monkeypatch.setattr(module, "PENDING", {})
+    monkeypatch.setattr(module, "load_cached", runs.load_cached)
+    monkeypatch.setattr(module, "checkpoint_round", runs.checkpoint_round)
+    yield module
+    sys.modules.pop("claims", None)
+
+
+def test_cached_only_lists_missing_runs_with_their_command(claims, runs):
+    cfg = claims.fmnist_config("extreme", "local", "full")
+    # A finished run of one cell (numbers made up for the test).
+    runs._store(cfg, {"config": runs._plain(cfg), "seconds": 1.0, "load": [0.0, 0.0],
+                      "date": "today", "val": [0.9], "test": [0.9],
+                      "summary": {"test": 0.9, "test_per_client_best": 0.95}})
+    text = "\n".join(claims.fmnist_t1_section(["local", "fedavg-ft"], None, run_missing=False))
+    assert "| local | 90.0 / 95.0 (full) / 99.46 | pending / 99.32 |" in text
+    assert "| extreme / local | 95.00 | 99.46 | -4.46 |" in text
+    assert "| extreme / fedavg | pending | 96.15 | - |" in text
+    cmd = "python benchmarks/claims.py --no-write --only fmnist-t1 --levels {} --strategies {}"
+    assert f"| local, severe | not started | `{cmd.format('severe', 'local')}` |" in text
+    assert f"`{cmd.format('extreme', 'local')}`" not in text  # cached: not listed
+    # FedAvg-FT comes from the FedAvg run: its command is FedAvg's.
+    assert (f"| fedavg-ft, modest (in the fedavg run) | not started | "
+            f"`{cmd.format('modest', 'fedavg')}` |") in text
+    assert text.count("not started") == 3 + 4  # local: 3 levels; fedavg-ft: 4
