@@ -27,7 +27,12 @@ NOT_RUN = {"python3.11 -m venv": "installs (what .ci/run does)",
            "tensorboard ": "starts a server", "mlflow ui": "starts a server",
            "flwr ": "starts a Flower deployment (tests/integrations)",
            "sphinx-build": "builds the docs (.ci/run)", "pip ": "installs",
-           ". .venv/bin/activate": "activates the virtual environment"}
+           ". .venv/bin/activate": "activates the virtual environment",
+           "python benchmarks/": "reproduction and benchmark runs, minutes to hours",
+           "setsid ": "starts a reproduction run in the background",
+           "echo 19 > /proc/": "lowers a background job's priority",
+           "mkdir -p runs/queue": "prepares the reproduction queue",
+           "cp benchmarks/": "prepares the reproduction queue"}
 
 
 def readme_commands(text: str) -> list[str]:
