@@ -332,6 +332,10 @@ PARITY_KWARGS = {
     "cfl": {"warmup_rounds": 1, "eps1": 10.0, "eps2": 0.0},  # splits after round 1
     "pfedgraph": {},
     "ifca": {"num_clusters": 2},                  # a start job: clients choose their model
+    "per-fedavg": {"alpha": 0.05, "variant": "hf"},  # a 3-batch rule, one-step fine-tuning
+    "pfedme": {"inner_steps": 2},                 # a rule with an extra output (personal_x)
+    "fedrep": {"head_epochs": 1},                 # a start job training the client's own head
+    "fedrod": {},                                 # a rule using the client's class counts
 }
 
 
