@@ -64,15 +64,19 @@ class FedRep(Strategy):
     :class:`~pyg_fedgraph.data.ParamLayout`: its last ``head_layers`` layers
     (default: the last, the classifier, as the paper's experiments). The
     head trains for ``head_epochs`` epochs (the authors' scripts run
-    ``--local_ep 11 --local_rep_ep 1``: 10 head epochs, 1 body epoch), the
+    ``--local_ep 11 --local_rep_ep 1``: 10 head epochs, 1 body epoch), or
+    ``head_steps`` steps when given (for runs that count local steps, where
+    10 epochs of head training can be far more work than the body's), the
     body for ``body_epochs`` epochs, or the run's local schedule when
-    ``None``; both with the run's learning rate, momentum and weight decay.
+    ``None``; all with the run's learning rate, momentum and weight decay.
 
     Args:
         head_layers (int, optional): layers, counted from the last, that form
             the head (default: :obj:`1`).
         head_epochs (int, optional): epochs of head training per round
             (default: :obj:`10`).
+        head_steps (int, optional): steps of head training per round
+            instead; wins over ``head_epochs`` (default: :obj:`None`).
         body_epochs (int, optional): epochs of body training per round;
             ``None`` uses the run's local schedule (default: :obj:`None`).
 
@@ -85,10 +89,12 @@ class FedRep(Strategy):
 
     def __init__(self, head_layers: Annotated[int, Range(ge=1)] = 1,
                  head_epochs: Annotated[int, Range(ge=0), Search(1, 10)] = 10,
+                 head_steps: Annotated[int | None, Range(ge=0)] = None,
                  body_epochs: Annotated[int | None, Range(ge=1)] = None) -> None:
         super().__init__()
         self.head_layers = head_layers
         self.head_epochs = head_epochs
+        self.head_steps = head_steps
         self.body_epochs = body_epochs
         self.register_buffer("global_params", torch.empty(0))
         # Derived from the layout at setup, not state.
@@ -102,14 +108,16 @@ class FedRep(Strategy):
                   ctx.layout.layer_names[-self.head_layers:], int(self.head.sum()),
                   self.head.numel())
 
-    def _shared(self, epochs: int) -> SharedBody:
-        return SharedBody(self.global_params[~self.head].clone(), self.head.clone(), epochs)
+    def _shared(self, epochs: int, steps: int | None = None) -> SharedBody:
+        return SharedBody(self.global_params[~self.head].clone(), self.head.clone(), epochs,
+                          steps)
 
     def configure_train(self, rnd: int, clients: Tensor) -> TrainPlan:
         ctx = self._require_setup()
         config = None if self.body_epochs is None else \
             dataclasses.replace(ctx.local, epochs=self.body_epochs, steps=None)
-        return TrainPlan(params=None, start_job=self._shared(self.head_epochs),
+        return TrainPlan(params=None,
+                         start_job=self._shared(self.head_epochs, self.head_steps),
                          rule=SGD(mask=~self.head), config=config)
 
     def aggregate_train(self, rnd: int, graph: FederationGraph) -> None:

@@ -47,7 +47,7 @@ class FedRoD(FedAvg):
     Every model is a body :math:`\phi` with two heads: the generic head
     :math:`g`, which the federation trains with FedAvg together with the body
     under the balanced-softmax loss (robust to each client's class
-    imbalance; paper Sec. 4, "BSM"), and a personal head :math:`p_i` that
+    imbalance; the paper's "BSM"), and a personal head :math:`p_i` that
     stays with client :math:`i` and learns, with cross-entropy, what the
     generic logits miss on its data. Client :math:`i` predicts with the sum
 

@@ -27,7 +27,7 @@ class PerFedAvg(FedAvg):
     <https://arxiv.org/abs/2002.07948>`_ paper (Fallah et al., NeurIPS 2020).
 
     The federation learns a global model :math:`w` that is a good starting
-    point for one local gradient step (paper eq. (3)):
+    point for one local gradient step:
 
     .. math::
         \min_w \frac{1}{n} \sum_{i=1}^n F_i\big(w - \alpha \nabla F_i(w)\big).
@@ -38,7 +38,7 @@ class PerFedAvg(FedAvg):
     with a third for the Hessian-vector correction, ``variant="hf"``) and the
     server averages the results, as FedAvg. A client is evaluated with the
     global model after one step of size :math:`\alpha` on one of its training
-    mini-batches (the paper's personalization, Sec. 5; a
+    mini-batches (the paper's personalization; a
     :class:`~pyg_fedgraph.train.jobs.FineTune` of one step, batch order
     ``(seed, "finetune", round, client)``).
 

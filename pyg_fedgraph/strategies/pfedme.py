@@ -25,7 +25,7 @@ class PFedMe(FedAvg):
     Envelopes" <https://arxiv.org/abs/2006.08848>`_ paper (T. Dinh et al.,
     NeurIPS 2020).
 
-    Client :math:`i`'s personalized model solves (paper eq. (2))
+    Client :math:`i`'s personalized model solves (its Moreau envelope)
 
     .. math::
         \hat{\theta}_i(w) = \arg\min_{\theta}\; f_i(\theta) + \frac{\lambda}{2}
@@ -56,6 +56,12 @@ class PFedMe(FedAvg):
     :math:`\lambda \in \{15, 20, 30\}`, :math:`K = 5`; the search spaces
     span these grids. Their inner optimizer adds :math:`\mu \hat{\theta}`
     with :math:`\mu = 0.001`; here it is the run's weight decay (default 0).
+
+    Stability: without the loss, a local step multiplies the gap
+    :math:`w_i - \hat{\theta}_i` by :math:`|1 - \nu\lambda|^K
+    |1 - \eta\lambda|`; settings where that is 1 or more diverge and are
+    refused at setup (with :math:`\lambda = 15` the run's learning rate must
+    stay below about :math:`2 / 15`).
 
     Args:
         lam (float, optional): :math:`\lambda` (default: :obj:`15.0`).
@@ -94,6 +100,16 @@ class PFedMe(FedAvg):
 
     def setup(self, ctx: FederationContext) -> None:
         super().setup(ctx)
+        # Without the loss, each local step multiplies the gap w - theta by
+        # |1 - nu lam|^K |1 - eta lam|: at 1 or more the two models run away.
+        eta = ctx.local.lr
+        growth = abs(1 - self.inner_lr * self.lam) ** self.inner_steps * abs(1 - eta * self.lam)
+        if growth >= 1:
+            raise ValueError(
+                f"pFedMe diverges with lr={eta:g}, lam={self.lam:g}, inner_lr={self.inner_lr:g}, "
+                f"inner_steps={self.inner_steps}: each local step multiplies the gap between "
+                f"the local and the personalized model by {growth:.3g} >= 1; lower lr "
+                f"(below {2 / self.lam:.3g} for lam={self.lam:g}) or lam")
         if ctx.local.momentum:
             log.info("pFedMe's local steps use no momentum (momentum=%g is ignored)",
                      ctx.local.momentum)

@@ -265,22 +265,25 @@ class SharedBody(StartJob):
     where :math:`\phi` is what the server sent (the coordinates outside
     ``head_mask``) and :math:`h_i` the head of the client's own latest model
     (:attr:`ClientStart.local`): the server never sends a head. The head
-    phase uses the run's local settings with ``epochs`` epochs, batch order
-    ``(seed, "head", round, client)``; its BatchNorm statistics are not kept
-    (the main training starts from the round's). The mean loss of the head
-    phase lands on ``graph.head_loss`` :math:`(S,)` (zeros when
-    ``epochs = 0``, as in an evaluation).
+    phase uses the run's local settings with ``epochs`` epochs (or ``steps``
+    steps), batch order ``(seed, "head", round, client)``; its BatchNorm
+    statistics are not kept (the main training starts from the round's). The
+    mean loss of the head phase lands on ``graph.head_loss`` :math:`(S,)`
+    (zeros without a head phase, as in an evaluation).
 
     Args:
         body (torch.Tensor): the shared body :math:`(D - H,)`, the values of
             the coordinates outside ``head_mask`` in order.
         head_mask (torch.Tensor): :math:`(D,)` bool, ``True`` for the head.
         epochs (int, optional): epochs of head training (default: :obj:`0`).
+        steps (int, optional): steps of head training instead, each on a
+            fresh mini-batch; wins over ``epochs`` (default: :obj:`None`).
     """
     output: ClassVar[str] = "head_loss"
     body: Tensor
     head_mask: Tensor
     epochs: int = 0
+    steps: int | None = None
 
     def prepare(self, trainer: ClientTrainer, start: ClientStart, *, seed: int, rnd: int,
                 parallel: bool = True) -> tuple[Tensor, dict[str, Tensor]]:
@@ -295,12 +298,11 @@ class SharedBody(StartJob):
                              f"{start.local.size(1)} parameters")
         params = start.local.clone()
         params[:, ~head] = self.body.to(params)
-        if self.epochs == 0:
+        if (self.steps if self.steps is not None else self.epochs) == 0:
             return params, {self.output: params.new_zeros(params.size(0))}
         gens = [make_generator(seed, "head", rnd, int(i)) for i in start.ids]
-        res = trainer.train(start.rows, params, start.buffers.clone(),
-                            config=dataclasses.replace(trainer.config, epochs=self.epochs,
-                                                       steps=None),
+        config = dataclasses.replace(trainer.config, epochs=self.epochs, steps=self.steps)
+        res = trainer.train(start.rows, params, start.buffers.clone(), config=config,
                             rule=SGD(mask=head), generator=gens, parallel=parallel)
         return res.params, {self.output: res.loss}
 

@@ -231,7 +231,7 @@ class PerFedAvgStep(LocalRule):
     r"""The first-order meta step of Per-FedAvg from `"Personalized Federated
     Learning with Theoretical Guarantees: A Model-Agnostic Meta-Learning
     Approach" <https://arxiv.org/abs/2002.07948>`_ (Fallah et al., NeurIPS
-    2020), Algorithm 1 with the FO gradient estimate (Sec. 4.1): one step
+    2020), Algorithm 1 with the first-order estimate, Per-FedAvg (FO): one step
     takes two mini-batches :math:`\mathcal{D}, \mathcal{D}'`,
 
     .. math::
@@ -275,7 +275,7 @@ class PerFedAvgStep(LocalRule):
 @dataclass
 class PerFedAvgHFStep(PerFedAvgStep):
     r"""The Hessian-free meta step of Per-FedAvg (Fallah et al., 2020,
-    Algorithm 1 with the HF estimate, Sec. 4.2): a third mini-batch
+    Algorithm 1 with the Hessian-free estimate, Per-FedAvg (HF)): a third mini-batch
     :math:`\mathcal{D}''` corrects the first-order gradient,
 
     .. math::
@@ -308,14 +308,14 @@ class PFedMeStep(LocalRule):
     Moreau Envelopes" <https://arxiv.org/abs/2006.08848>`_ (T. Dinh et al.,
     NeurIPS 2020), Algorithm 1: on one mini-batch :math:`\mathcal{D}`, the
     personalized model :math:`\hat{\theta}` approximately solves the
-    Moreau-envelope problem (paper eq. (7)) with :math:`K` gradient steps of
+    Moreau-envelope problem with :math:`K` gradient steps of
     size :math:`\nu` (the "personal learning rate"),
 
     .. math::
         \hat{\theta} \leftarrow \hat{\theta} - \nu \left(\nabla f(\hat{\theta};
         \mathcal{D}) + \lambda (\hat{\theta} - w)\right) \quad (K \text{ times}),
 
-    then the local model moves towards it (eq. (8)) with the run's learning
+    then the local model moves towards it with the run's learning
     rate :math:`\eta`:
 
     .. math::
@@ -365,7 +365,8 @@ class PFedMeStep(LocalRule):
 class FedRoDStep(LocalRule):
     r"""The local step of FedRoD from `"On Bridging Generic and Personalized
     Federated Learning for Image Classification"
-    <https://arxiv.org/abs/2107.00778>`_ (Chen and Chao, ICLR 2022), Sec. 4:
+    <https://arxiv.org/abs/2107.00778>`_ (Chen and Chao, ICLR 2022), Fed-RoD
+    with the balanced-softmax (BSM) loss and a linear personalized head:
     a body :math:`\phi` and a generic head :math:`g` are trained with the
     balanced-softmax loss of the client's class counts :math:`n_{i,c}`, and
     a personal head :math:`p` with cross-entropy on the sum of the detached

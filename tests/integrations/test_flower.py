@@ -333,7 +333,7 @@ PARITY_KWARGS = {
     "pfedgraph": {},
     "ifca": {"num_clusters": 2},                  # a start job: clients choose their model
     "per-fedavg": {"alpha": 0.05, "variant": "hf"},  # a 3-batch rule, one-step fine-tuning
-    "pfedme": {"inner_steps": 2},                 # a rule with an extra output (personal_x)
+    "pfedme": {"inner_steps": 2, "lam": 2.0},     # a rule with an extra output (personal_x)
     "fedrep": {"head_epochs": 1},                 # a start job training the client's own head
     "fedrod": {},                                 # a rule using the client's class counts
 }

@@ -32,7 +32,7 @@ def test_head_mask_by_hand():
 def test_registered_hparams():
     assert STRATEGIES["fedrep"] is FedRep
     assert build_strategy("fedrep").hparams() == {"head_layers": 1, "head_epochs": 10,
-                                                  "body_epochs": None}
+                                                  "head_steps": None, "body_epochs": None}
 
 
 def _start(trainer, seed=1):
@@ -56,6 +56,14 @@ def test_shared_body_takes_the_clients_own_head_and_trains_only_it():
     assert torch.equal(trained[:, ~head], params[:, ~head])      # the body is frozen
     assert not torch.allclose(trained[:, head], params[:, head])
     assert bool((out["head_loss"] > 0).all())
+    # Steps win over epochs: 3 steps train the head alone, differently from 2 epochs.
+    stepped, _ = SharedBody(body, head, epochs=2, steps=3).prepare(trainer, start, seed=0,
+                                                                    rnd=1)
+    assert torch.equal(stepped[:, ~head], params[:, ~head])
+    assert not torch.allclose(stepped[:, head], trained[:, head])
+    no_step, _ = SharedBody(body, head, epochs=2, steps=0).prepare(trainer, start, seed=0,
+                                                                    rnd=1)
+    assert torch.equal(no_step, params)
     # Batched over clients equals one client at a time.
     for i in range(4):
         one = ClientStart(start.rows[i:i + 1], start.ids[i:i + 1], start.params[i:i + 1],

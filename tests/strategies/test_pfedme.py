@@ -96,3 +96,14 @@ def test_simulated_rounds_keep_each_clients_personalized_model():
     assert torch.equal(out[~trained], sim.strategy.global_params.expand(1, -1))
     assert not torch.allclose(out[trained], sim.local_params[trained], atol=1e-4)
     assert torch.equal(out[trained], sim.strategy.personal_params[trained])
+
+
+def test_settings_that_diverge_are_refused():
+    # |1 - 0.01 * 15|^5 |1 - 0.5 * 15| = 0.444 * 6.5 > 1: the gap w - theta grows.
+    data = least_squares_dataset(2)
+    with pytest.raises(ValueError, match=r"pFedMe diverges with lr=0.5, lam=15.*multiplies "
+                                         r"the gap .* by 2\.88 >= 1; lower lr \(below 0\.133"):
+        Simulator(data, linear_model(), PFedMe(), rounds=1, progress=False,
+                  local=LocalConfig(lr=0.5))
+    Simulator(data, linear_model(), PFedMe(lam=1.0), rounds=1, progress=False,
+              local=LocalConfig(lr=0.5))

@@ -225,7 +225,7 @@ def _fedrod_loop(model, layout, params, generic_head, steps, counts, cfg):
             opt_p.zero_grad()
             loss_p.backward()
             opt_p.step()
-            total += float(loss_bsm) + float(loss_p)
+            total += float(loss_bsm.detach()) + float(loss_p.detach())
         uploads.append(flat_of(net))
         heads.append(flat_of(personal))
         losses.append(total / max(len(client_steps), 1))
