@@ -8,13 +8,14 @@ decide who learns from whom are message-passing modules in
 
 The top-level names are imported on first use (PEP 562), so that
 ``import pyg_fedgraph`` (and the command line's ``--help``) does not load torch.
+``__version__`` is read on first use from the installed package's metadata,
+whose source is the ``version`` in ``pyproject.toml`` (the one place it is
+written).
 """
 from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING, Any
-
-__version__ = "0.1.0"
 
 _LAZY = {
     "FederationGraph": "pyg_fedgraph.data",
@@ -28,11 +29,23 @@ __all__ = ["FederationGraph", "ParamLayout", "FederatedDataset", "ClientSplit", 
            "__version__"]
 
 if TYPE_CHECKING:
+    __version__: str
     from pyg_fedgraph.data import ClientSplit, FederatedDataset, FederationGraph, ParamLayout
     from pyg_fedgraph.simulation import Simulator
 
 
+def _read_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("pyg-fedgraph")
+    except PackageNotFoundError:  # a source tree that was never installed
+        return "0+unknown"
+
+
 def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        value = globals()["__version__"] = _read_version()  # read once
+        return value
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'pyg_fedgraph' has no attribute {name!r}")

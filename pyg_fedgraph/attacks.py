@@ -79,11 +79,13 @@ def shuffle_params(x: Tensor, *, generator: torch.Generator | None = None,
     segment_ptr = segment_ptr.to(torch.long)
     if int(segment_ptr[0]) != 0 or int(segment_ptr[-1]) != d:
         raise ValueError(f"segment_ptr must run from 0 to {d}, got {segment_ptr.tolist()}")
+    segment_ptr = segment_ptr.cpu()
     segment = torch.repeat_interleave(torch.arange(segment_ptr.numel() - 1),
                                       segment_ptr[1:] - segment_ptr[:-1])
     # Sorting random keys offset by the segment id permutes within segments only.
+    # The draws come from a CPU generator (the same on any device), then move.
     keys = torch.rand(s, d, generator=generator, dtype=torch.float64) + segment.double()
-    return x.gather(1, keys.argsort(dim=1))
+    return x.gather(1, keys.argsort(dim=1).to(x.device))
 
 
 def same_value_params(x: Tensor, value: float = 1.0) -> Tensor:
@@ -120,7 +122,7 @@ def gaussian_params(x: Tensor, std: float = 1.0, *,
         std (float, optional): :math:`\sigma` (default: :obj:`1.0`).
         generator (torch.Generator, optional): source of the draws.
     """
-    return torch.randn(x.shape, generator=generator, dtype=x.dtype) * float(std)
+    return torch.randn(x.shape, generator=generator, dtype=x.dtype).to(x.device) * float(std)
 
 
 def scaled_negative_params(x: Tensor, start: Tensor, scale: float = 0.5) -> Tensor:
@@ -189,12 +191,13 @@ def blend_trigger(x: Tensor, trigger: Tensor, blend: float = 0.2) -> Tensor:
     """
     if not 0.0 <= blend <= 1.0:
         raise ValueError(f"blend must be in [0, 1], got {blend}")
-    return blend * trigger.to(x.dtype) + (1.0 - blend) * x
+    return blend * trigger.to(device=x.device, dtype=x.dtype) + (1.0 - blend) * x
 
 
 def _real_rows(split: ClientSplit) -> Tensor:
     r"""Mask of the stored rows that hold samples, :math:`(N, n_{max})`."""
-    return torch.arange(split.x.size(1)).unsqueeze(0) < split.counts.unsqueeze(1)
+    return (torch.arange(split.x.size(1)).unsqueeze(0) < split.counts.unsqueeze(1)).to(
+        split.x.device)
 
 
 def _value_range(split: ClientSplit) -> tuple[float, float]:
@@ -210,8 +213,9 @@ def triggered_test_split(dataset: FederatedDataset, trigger: Tensor, target: int
     trigger blended in and relabelled ``target``: the accuracy of a model on
     it is the backdoor's attack success rate (ASR, Panacea Table V)."""
     sp = dataset.splits[split]
-    keep = _real_rows(sp) & (sp.y != target)
-    xs = [blend_trigger(sp.x[i][keep[i]], trigger, blend) for i in range(sp.counts.numel())]
+    keep = (_real_rows(sp) & (sp.y != target)).cpu()
+    xs = [blend_trigger(sp.x[i].cpu()[keep[i]], trigger, blend)
+          for i in range(sp.counts.numel())]
     ys = [torch.full((int(keep[i].sum()),), target, dtype=sp.y.dtype)
           for i in range(sp.counts.numel())]
     return ClientSplit.from_lists(xs, ys)

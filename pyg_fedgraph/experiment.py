@@ -24,6 +24,7 @@ from pyg_fedgraph.simulation import Simulator
 from pyg_fedgraph.strategies import STRATEGIES, Strategy, build_strategy
 from pyg_fedgraph.train import LocalConfig
 from pyg_fedgraph.train.engine import LOCAL_SCHEMA
+from pyg_fedgraph.utils.device import Precision, resolve_device
 from pyg_fedgraph.utils.seeds import derive_seed, make_generator
 
 __all__ = ["ExperimentConfig", "CONFIG_SCHEMA", "DATASET_DEFAULTS", "build_dataset",
@@ -97,6 +98,12 @@ class ExperimentConfig:
     attack_ratio: Annotated[float, Range(gt=0.0, lt=1.0)] = 0.4
     dropout: Annotated[float, Range(ge=0.0, lt=1.0)] = 0.0
     reject_policy: RejectPolicy = "drop"
+    # Where and how it computes (see pyg_fedgraph.utils.device): the compute device
+    # ("auto": CUDA when available), torch's intra-op threads (None: torch's choice;
+    # applied by the command line, a process-wide setting) and the autocast precision.
+    device: str = "auto"
+    threads: Annotated[int | None, Range(ge=1)] = None
+    precision: Precision = "fp32"
 
     def __post_init__(self) -> None:
         for name, hp in CONFIG_SCHEMA.items():
@@ -114,7 +121,8 @@ class ExperimentConfig:
 CONFIG_SCHEMA = schema(ExperimentConfig)
 #: ``--set`` keys of the simulator, declared by :class:`Simulator`.
 SIM_SCHEMA = {k: v for k, v in schema(Simulator).items()
-              if k in ("sample_fraction", "eval_every", "parallel")}
+              if k in ("sample_fraction", "eval_every", "parallel", "parallel_clients",
+                       "execution", "state_device")}
 
 
 def route_overrides(cfg: ExperimentConfig, model: str | None = None
@@ -249,7 +257,10 @@ def check_config(cfg: ExperimentConfig, dataset: FederatedDataset) -> None:
     options and requirements (a prior graph, enough clients per round), the
     model against the data, and settings that leave nothing to learn (every
     client held out, or malicious). Raises one :class:`ValueError`."""
+    resolve_device(cfg.device)
     plan = _plan(cfg, dataset)
+    if "state_device" in plan.parts["sim"]:
+        resolve_device(plan.parts["sim"]["state_device"])
     trainable = dataset.num_clients - plan.held_out
     if trainable < 1:
         raise ValueError(f"novel_clients={cfg.novel_clients} holds out all "
@@ -291,4 +302,4 @@ def build_simulator(cfg: ExperimentConfig, *, dataset: FederatedDataset | None =
     return Simulator(data, model, plan.strategy, rounds=plan.rounds, local=plan.local,
                      seed=cfg.seed, held_out=held_out, progress=progress, callbacks=callbacks,
                      attack=attack, dropout=cfg.dropout, reject_policy=cfg.reject_policy,
-                     **plan.parts["sim"])
+                     device=cfg.device, precision=cfg.precision, **plan.parts["sim"])

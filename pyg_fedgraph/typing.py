@@ -6,6 +6,8 @@ WITH_TORCHVISION: bool = importlib.util.find_spec("torchvision") is not None
 WITH_FLWR: bool = importlib.util.find_spec("flwr") is not None
 WITH_PANDAS: bool = importlib.util.find_spec("pandas") is not None
 WITH_H5PY: bool = importlib.util.find_spec("h5py") is not None
+WITH_TENSORBOARD: bool = importlib.util.find_spec("tensorboard") is not None
+WITH_MLFLOW: bool = importlib.util.find_spec("mlflow") is not None
 
 
 def require(flag: bool, package: str, extra: str) -> None:

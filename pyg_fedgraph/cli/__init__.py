@@ -79,6 +79,25 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--classes-per-client", type=int, default=None,
                    help="classes per client for the pathological split")
     p.add_argument("--seed", type=int, default=0, help="seed of data, model and training")
+    p.add_argument("--tracker", action="append", default=[],
+                   choices=literal_choices("tracking.py", "TrackerName"),
+                   help="also log to TensorBoard (event files in <out>/<run>) or MLflow (the "
+                        "store <out>/mlflow.db); extras 'tensorboard', 'mlflow'; repeat for both")
+
+
+def _device_options(p: argparse.ArgumentParser) -> None:
+    r"""Where and how a command computes."""
+    p.add_argument("--device", default="auto", metavar="DEVICE",
+                   help="auto (CUDA when available), cpu, cuda, cuda:N or mps (default: auto)")
+    p.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="torch's intra-op threads (default: torch's choice; 1 is often "
+                        "fastest on a machine shared with other jobs)")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"],
+                   help="autocast precision of local training and evaluation; parameters "
+                        "and aggregation stay float32 (default: fp32)")
+    p.add_argument("--deterministic", action="store_true",
+                   help="torch's deterministic algorithms only (reproducible CUDA runs, "
+                        "slower; CPU runs are reproducible anyway)")
 
 
 def _logging_options(p: argparse.ArgumentParser) -> None:
@@ -130,7 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--resume", type=Path, default=None, metavar="DIR",
                      help="continue the run (or the comparison) in DIR with its saved "
                           "settings, writing to the same outputs; only --rounds (to extend), "
-                          "--checkpoint-every, --quiet and --log-level may be given")
+                          "--checkpoint-every, --device, --threads, --deterministic, --quiet "
+                          "and --log-level may be given")
     run.add_argument("--out", type=Path, default=None,
                      help="output directory (default: runs/<dataset>-<time>); refused if it "
                           "holds a run, unless --overwrite")
@@ -139,8 +159,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--set", dest="overrides", type=key_value, action="append", default=[],
                      metavar="KEY=VALUE",
                      help="override a setting: lr, momentum, weight_decay, batch_size, epochs, "
-                          "steps, sample_fraction, eval_every, model, model.<arg>, data.<arg>, "
-                          "or a strategy option")
+                          "steps, sample_fraction, eval_every, parallel_clients, execution, "
+                          "state_device, model, model.<arg>, data.<arg>, or a strategy option")
+    _device_options(run)
     _logging_options(run)
 
     tune = sub.add_parser(
@@ -154,8 +175,8 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--strategy", required=True, metavar="NAME", help="strategy name")
     tune.add_argument("--n-trials", type=int, required=True, help="trials this process adds")
     tune.add_argument("--storage", default="sqlite:///study.db",
-                      help="Optuna storage: database URL or a journal file *.log "
-                           "(default: sqlite:///study.db)")
+                      help="Optuna storage: a database URL or the path of a journal file "
+                           "ending in .log (default: sqlite:///study.db)")
     tune.add_argument("--study-name", default=None,
                       help="default: <strategy>-<dataset>[-<partition>]")
     tune.add_argument("--pruner", choices=["median", "hyperband", "none"], default="median")
@@ -173,6 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="seed of the TPE sampler (give each worker its own)")
     tune.add_argument("--timeout", type=float, default=None,
                       help="stop starting trials after this many seconds")
+    _device_options(tune)
     _logging_options(tune)
     return p
 

@@ -58,8 +58,13 @@ MANIFEST = "run.json"
 MANIFEST_FORMAT = 1
 #: Files a comparison writes beside its runs' folders.
 _COMPARISON_FILES = ("comparison.json", "learning_curves.png")
+#: Files of ``--tracker`` (TensorBoard's events in a run's folder, MLflow's store).
+_TRACKER_FILES = ("events.out.tfevents.*", "mlflow.db")
 #: The options ``--resume`` accepts (the others come from the manifest).
-RESUME_OPTIONS = ("--resume", "--rounds", "--checkpoint-every", "--quiet", "--log-level")
+RESUME_OPTIONS = ("--resume", "--rounds", "--checkpoint-every", "--device", "--threads",
+                  "--deterministic", "--quiet", "--log-level")
+#: Settings a resumed run may change: where it computes, not what.
+_PLACEMENT = ("strategy", "rounds", "device", "threads")
 
 
 @dataclass
@@ -136,7 +141,7 @@ def _run_files(folder: Path) -> list[Path]:
     from pyg_fedgraph.simulation.report import RUN_FILES
 
     patterns = (*RUN_FILES, CHECKPOINT_NAME, f".{CHECKPOINT_NAME}.*.tmp", MANIFEST,
-                *_COMPARISON_FILES)
+                *_COMPARISON_FILES, *_TRACKER_FILES)
     found = sorted({p for pattern in patterns for p in folder.glob(pattern) if p.is_file()})
     for sub in sorted(p for p in folder.iterdir() if p.is_dir()):
         found += sorted({p for pattern in patterns for p in sub.glob(pattern) if p.is_file()})
@@ -196,6 +201,31 @@ def _strategy_list(text: str | None) -> list[str]:
     return names
 
 
+@contextmanager
+def _placement(base: ExperimentConfig, deterministic: bool) -> Iterator[None]:
+    r"""The process-wide settings of a run, restored afterwards (the command
+    line may run in a process that goes on): torch's threads, deterministic
+    algorithms (with the cuBLAS workspace they need on CUDA). Checks the
+    device first."""
+    import os
+
+    import torch
+
+    from pyg_fedgraph.utils.device import deterministic_algorithms, resolve_device, set_threads
+
+    resolve_device(base.device)
+    threads = torch.get_num_threads()
+    set_threads(base.threads)
+    if deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    try:
+        with deterministic_algorithms(deterministic or
+                                      torch.are_deterministic_algorithms_enabled()):
+            yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 def _build_data(base: ExperimentConfig, names: Sequence[str]) -> FederatedDataset:
     r"""The data set of the runs, after checking every ``--set`` value of
     every strategy; then each strategy's requirements on that data."""
@@ -247,11 +277,12 @@ def _checkpoint(sim: Simulator, cfg: ExperimentConfig, out: Path, every: int,
 
 
 def _train(sim: Simulator, cfg: ExperimentConfig, out: Path, every: int, seconds: float,
-           progress: _Progress, stop: _Stop, saved: _Saved) -> bool:
+           progress: _Progress, stop: _Stop, saved: _Saved) -> float | None:
     r"""Runs ``sim`` to its last round, checkpointing every ``every`` rounds
-    and at the end; returns ``False`` when a Ctrl-C stopped it (after a
-    checkpoint of the round it finished). ``seconds`` are those of the run's
-    earlier parts; the checkpoint and summary add this part's."""
+    and at the end; returns the run's seconds so far (``seconds``, those of
+    its earlier parts, plus this part's, as the final checkpoint records
+    them), or ``None`` when a Ctrl-C stopped it (after a checkpoint of the
+    round it finished)."""
     t0 = time.perf_counter()
     name = cfg.strategy
     progress.start(name, sim)
@@ -265,11 +296,12 @@ def _train(sim: Simulator, cfg: ExperimentConfig, out: Path, every: int, seconds
                                          seconds + time.perf_counter() - t0)
                 saved.round = sim.round
                 if stop.requested:
-                    return False
-        _checkpoint(sim, cfg, out, every, seconds + time.perf_counter() - t0)
+                    return None
+        total = seconds + time.perf_counter() - t0
+        _checkpoint(sim, cfg, out, every, total)
     finally:
         progress.close()
-    return True
+    return total
 
 
 def _summary(sim: Simulator, cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
@@ -281,23 +313,31 @@ def _summary(sim: Simulator, cfg: ExperimentConfig, seconds: float) -> dict[str,
 
 
 def _write(sim: Simulator, cfg: ExperimentConfig, out: Path, summary: dict[str, Any]) -> None:
-    from pyg_fedgraph.simulation.report import write_run
+    import torch
 
+    from pyg_fedgraph.simulation.report import write_run
     config = {**cfg.to_dict(), "resolved": {
         "rounds": sim.rounds, "local": vars(sim.trainer.config),
         "model": repr(sim.trainer.model), "strategy": sim.strategy.hparams(),
-        "num_params": sim.layout.num_params}}
+        "num_params": sim.layout.num_params, "device": str(sim.device),
+        "state_device": str(sim.state_device), "execution": sim.execution,
+        "parallel_clients": sim.parallel_clients, "precision": sim.trainer.precision,
+        "threads": torch.get_num_threads(),
+        "deterministic": torch.are_deterministic_algorithms_enabled()}}
     write_run(out, sim.history, config, summary, collaboration=sim.strategy.collaboration_graph(),
               groups=sim.dataset.client_labels, prior_edge_index=sim.dataset.edge_index)
 
 
 def _run_all(root: Path, base: ExperimentConfig, names: Sequence[str],
              dataset: FederatedDataset, every: int, quiet: bool,
-             states: dict[str, dict[str, Any]], outcome: _Outcome) -> None:
+             states: dict[str, dict[str, Any]], outcome: _Outcome,
+             trackers: Sequence[str] = ()) -> None:
     r"""Runs (or continues, from ``states``) every strategy of the manifest,
-    filling ``outcome`` (also when a second Ctrl-C aborts it)."""
+    filling ``outcome`` (also when a second Ctrl-C aborts it), logging each
+    run to ``trackers``."""
     from pyg_fedgraph.experiment import build_simulator
     from pyg_fedgraph.simulation.checkpoint import remove_partial_writes
+    from pyg_fedgraph.tracking import build_tracker
 
     progress = _Progress(quiet)
     with _catch_sigint() as stop:
@@ -306,7 +346,10 @@ def _run_all(root: Path, base: ExperimentConfig, names: Sequence[str],
             out = _run_dir(root, name, names)
             out.mkdir(parents=True, exist_ok=True)
             remove_partial_writes(out)
-            sim = build_simulator(cfg, dataset=dataset, progress=False)
+            tracking = [build_tracker(t, root, run=name, experiment=root.resolve().name,
+                                      hparams=cfg.to_dict()) for t in trackers]
+            sim = build_simulator(cfg, dataset=dataset, progress=False,
+                                  callbacks=tuple(tracking))
             seconds = 0.0
             state = states.get(name)
             if state is not None:
@@ -317,19 +360,25 @@ def _run_all(root: Path, base: ExperimentConfig, names: Sequence[str],
             saved = _Saved()
             if state is not None:
                 saved = _Saved(out / "checkpoint.pt", sim.round)
-            t0 = time.perf_counter()
             try:
-                finished = _train(sim, cfg, out, every, seconds, progress, stop, saved)
+                total = _train(sim, cfg, out, every, seconds, progress, stop, saved)
             except KeyboardInterrupt:
                 if saved.path is not None:
                     outcome.stopped = (name, saved.round, sim.rounds, saved.path)
+                for tracker in tracking:
+                    tracker.close("stopped")
                 raise
-            if not finished:
+            except BaseException:
+                for tracker in tracking:
+                    tracker.close("failed")
+                raise
+            for tracker in tracking:
+                tracker.close("finished" if total is not None else "stopped")
+            if total is None:
                 assert saved.path is not None  # _train checkpoints before it stops
                 outcome.stopped = (name, sim.round, sim.rounds, saved.path)
                 return
-            seconds += time.perf_counter() - t0
-            summary = _summary(sim, cfg, seconds)
+            summary = _summary(sim, cfg, total)
             _write(sim, cfg, out, summary)
             outcome.rows.append(summary)
             outcome.histories[name] = sim.history
@@ -375,11 +424,12 @@ def _finish(root: Path, base: ExperimentConfig, names: Sequence[str],
 
 def _write_manifest(root: Path, names: Sequence[str], base: ExperimentConfig, every: int,
                     command: str, started: str | None = None,
-                    resumed: list[dict[str, Any]] | None = None) -> None:
+                    resumed: list[dict[str, Any]] | None = None,
+                    trackers: Sequence[str] = ()) -> None:
     manifest = {"format": MANIFEST_FORMAT, "strategies": list(names), "config": base.to_dict(),
                 "checkpoint_every": every, "command": command,
                 "started": started or datetime.now().isoformat(timespec="seconds"),
-                "resumed": resumed or []}
+                "resumed": resumed or [], "trackers": list(trackers)}
     (root / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str))
 
 
@@ -404,26 +454,40 @@ def run_main(args: argparse.Namespace, argv: Sequence[str]) -> int:
         raise ValueError(f"--checkpoint-every must be >= 0, got {args.checkpoint_every}")
     if args.resume is not None:
         return _resume(args, argv)
+    trackers = _check_trackers(args.tracker)
     names = _strategy_list(args.strategy)
     base = ExperimentConfig(dataset=args.dataset, strategy=names[0], rounds=args.rounds,
                             clients=args.clients, partition=args.partition, beta=args.beta,
                             classes_per_client=args.classes_per_client, seed=args.seed,
                             novel_clients=args.novel_clients, attack=args.attack,
                             attack_ratio=args.attack_ratio, dropout=args.dropout,
-                            reject_policy=args.reject_policy,
+                            reject_policy=args.reject_policy, device=args.device,
+                            threads=args.threads, precision=args.precision,
                             overrides={k: parse_value(v) for k, v in args.overrides})
-    dataset = _build_data(base, names)
-    root: Path = args.out or Path("runs") / f"{args.dataset}-{datetime.now():%Y%m%d-%H%M%S}"
-    prepare_output(root, overwrite=args.overwrite)
-    _write_manifest(root, names, base, args.checkpoint_every,
-                    "pyg-fedgraph " + shlex.join(argv))
-    print(f"{dataset}" + ("  [synthetic data]" if dataset.info.get("synthetic") else ""))
-    outcome = _Outcome()
-    try:
-        _run_all(root, base, names, dataset, args.checkpoint_every, args.quiet, {}, outcome)
-    except KeyboardInterrupt:
-        return _interrupted(outcome, root)
-    return _finish(root, base, names, dataset, outcome)
+    with _placement(base, args.deterministic):
+        dataset = _build_data(base, names)
+        root: Path = args.out or Path("runs") / f"{args.dataset}-{datetime.now():%Y%m%d-%H%M%S}"
+        prepare_output(root, overwrite=args.overwrite)
+        _write_manifest(root, names, base, args.checkpoint_every,
+                        "pyg-fedgraph " + shlex.join(argv), trackers=trackers)
+        print(f"{dataset}" + ("  [synthetic data]" if dataset.info.get("synthetic") else ""))
+        outcome = _Outcome()
+        try:
+            _run_all(root, base, names, dataset, args.checkpoint_every, args.quiet, {}, outcome,
+                     trackers)
+        except KeyboardInterrupt:
+            return _interrupted(outcome, root)
+        return _finish(root, base, names, dataset, outcome)
+
+
+def _check_trackers(names: Sequence[str]) -> list[str]:
+    r"""The ``--tracker`` names, each once, after checking that each is known
+    and installed (before any work)."""
+    from pyg_fedgraph.tracking import check_tracker
+
+    for name in names:
+        check_tracker(name)
+    return list(dict.fromkeys(names))
 
 
 def _read_manifest(root: Path) -> tuple[list[str], dict[str, Any], int, dict[str, Any]]:
@@ -470,6 +534,7 @@ def _resume(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if not root.is_dir():
         raise FileNotFoundError(f"--resume {root}: no such directory")
     names, config, every, manifest = _read_manifest(root)
+    trackers = _check_trackers([str(t) for t in manifest.get("trackers", [])])
     base = ExperimentConfig(**config)
     states: dict[str, dict[str, Any]] = {}
     for name in names:  # every checkpoint is read and checked before anything runs
@@ -478,8 +543,8 @@ def _resume(args: argparse.Namespace, argv: Sequence[str]) -> int:
             continue  # never started: runs from round 1
         state = load_checkpoint(path)
         saved = dict(state.get("run", {}).get("config", {}))
-        if {k: v for k, v in saved.items() if k not in ("strategy", "rounds")} != \
-                {k: v for k, v in base.to_dict().items() if k not in ("strategy", "rounds")} \
+        if {k: v for k, v in saved.items() if k not in _PLACEMENT} != \
+                {k: v for k, v in base.to_dict().items() if k not in _PLACEMENT} \
                 or saved.get("strategy") != name:
             raise ValueError(f"{path} belongs to another run than {root / MANIFEST} describes")
         if args.rounds is not None and int(state["round"]) > args.rounds:
@@ -488,19 +553,25 @@ def _resume(args: argparse.Namespace, argv: Sequence[str]) -> int:
         states[name] = state
     if args.rounds is not None:
         base = replace(base, rounds=args.rounds)
-    if "--checkpoint-every" in _given(argv):
+    given = _given(argv)
+    if "--device" in given:
+        base = replace(base, device=args.device)
+    if "--threads" in given:
+        base = replace(base, threads=args.threads)
+    if "--checkpoint-every" in given:
         every = args.checkpoint_every
-    dataset = _build_data(base, names)
-    resumed = [*manifest.get("resumed", []), {
-        "at": datetime.now().isoformat(timespec="seconds"),
-        "rounds": {n: int(s["round"]) for n, s in states.items()}}]
-    _write_manifest(root, names, base, every, str(manifest.get("command", "")),
-                    manifest.get("started"), resumed)
-    print(f"{dataset}" + ("  [synthetic data]" if dataset.info.get("synthetic") else ""))
-    outcome = _Outcome()
-    try:
-        _run_all(root, base, names, dataset, every, args.quiet, states, outcome)
-    except KeyboardInterrupt:
-        return _interrupted(outcome, root)
-    return _finish(root, base, names, dataset, outcome)
+    with _placement(base, args.deterministic):
+        dataset = _build_data(base, names)
+        resumed = [*manifest.get("resumed", []), {
+            "at": datetime.now().isoformat(timespec="seconds"),
+            "rounds": {n: int(s["round"]) for n, s in states.items()}}]
+        _write_manifest(root, names, base, every, str(manifest.get("command", "")),
+                        manifest.get("started"), resumed, trackers)
+        print(f"{dataset}" + ("  [synthetic data]" if dataset.info.get("synthetic") else ""))
+        outcome = _Outcome()
+        try:
+            _run_all(root, base, names, dataset, every, args.quiet, states, outcome, trackers)
+        except KeyboardInterrupt:
+            return _interrupted(outcome, root)
+        return _finish(root, base, names, dataset, outcome)
 

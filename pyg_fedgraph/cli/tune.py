@@ -3,11 +3,39 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from pyg_fedgraph.cli.run import _placement
 from pyg_fedgraph.cli.syntax import parse_distribution, run_command
 
+if TYPE_CHECKING:
+    import optuna
+
+    from pyg_fedgraph.experiment import ExperimentConfig
+
 __all__ = ["tune_main"]
+
+
+def _trial_trackers(names: Sequence[str], out: Path, study: str, cfg: ExperimentConfig
+                    ) -> Callable[[optuna.trial.Trial], list[Any]] | None:
+    r"""``--tracker``: each trial logged as the run ``trial-<number>`` under
+    ``out`` (checked before the study starts)."""
+    from pyg_fedgraph.tracking import build_tracker, check_tracker
+
+    names = list(dict.fromkeys(names))
+    for name in names:
+        check_tracker(name)
+    if not names:
+        return None
+
+    def trackers(trial: optuna.trial.Trial) -> list[Any]:
+        hparams = {**cfg.to_dict(), "optuna": {"study": study, "trial": trial.number}}
+        return [build_tracker(t, out, run=f"trial-{trial.number}", experiment=study,
+                              hparams=hparams) for t in names]
+
+    return trackers
 
 
 def tune_main(args: argparse.Namespace) -> int:
@@ -25,6 +53,7 @@ def tune_main(args: argparse.Namespace) -> int:
     cfg = ExperimentConfig(dataset=args.dataset, strategy=args.strategy, rounds=args.rounds,
                            clients=args.clients, partition=args.partition, beta=args.beta,
                            classes_per_client=args.classes_per_client, seed=args.seed,
+                           device=args.device, threads=args.threads, precision=args.precision,
                            overrides={k: parse_value(v) for k, v in args.overrides})
     route_overrides(cfg)  # every --set value, before the study starts
     params = {k: parse_distribution(v) for k, v in args.params}
@@ -32,11 +61,13 @@ def tune_main(args: argparse.Namespace) -> int:
     if args.storage.startswith("sqlite:///") and args.storage != "sqlite:///:memory:":
         Path(args.storage[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
     sampler = optuna.samplers.TPESampler(seed=args.sampler_seed)
-    study = tune(cfg, args.n_trials, storage=args.storage, study_name=name,
-                 pruner=args.pruner, sampler=sampler, params=params,
-                 tune_local=args.tune_local, timeout=args.timeout,
-                 show_progress_bar=not args.quiet)
     out: Path = args.out or Path("runs") / f"tune-{name}"
+    trial_callbacks = _trial_trackers(args.tracker, out, name, cfg)
+    with _placement(cfg, args.deterministic):
+        study = tune(cfg, args.n_trials, storage=args.storage, study_name=name,
+                     pruner=args.pruner, sampler=sampler, params=params,
+                     tune_local=args.tune_local, timeout=args.timeout,
+                     show_progress_bar=not args.quiet, trial_callbacks=trial_callbacks)
     written = write_study(study, out, run_command)
     summary = json.loads(written["best"].read_text())
     counts = ", ".join(f"{n} {state}" for state, n in sorted(summary["trials"].items()))

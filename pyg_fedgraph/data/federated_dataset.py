@@ -1,6 +1,7 @@
 """Per-client data, stored so that all clients can be batched at once."""
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -62,9 +63,18 @@ class ClientSplit:
 
     def gather(self, index: Tensor, clients: Tensor | None = None) -> tuple[Tensor, Tensor]:
         r"""Rows ``index`` :math:`(S, B)` of clients ``clients`` :math:`(S,)`
-        (all clients when ``None``). Returns :math:`(S, B, *F)` and :math:`(S, B, *T)`."""
-        rows = torch.arange(self.x.size(0)) if clients is None else clients
+        (all clients when ``None``). Returns :math:`(S, B, *F)` and :math:`(S, B, *T)`
+        on the split's device (the indices may live anywhere)."""
+        device = self.x.device
+        rows = (torch.arange(self.x.size(0), device=device) if clients is None
+                else clients.to(device))
+        index = index.to(device)
         return self.x[rows.unsqueeze(1), index], self.y[rows.unsqueeze(1), index]
+
+    def to(self, device: torch.device | str) -> ClientSplit:
+        r"""The split with inputs and targets on ``device`` (counts stay on
+        the CPU: batch schedules are drawn there)."""
+        return ClientSplit(self.x.to(device), self.y.to(device), self.counts)
 
 
 @dataclass(frozen=True)
@@ -171,10 +181,27 @@ class FederatedDataset:
         """
         return self.splits[split].gather(index, clients)
 
+    @property
+    def device(self) -> torch.device:
+        r"""Where the samples are (:meth:`to` moves them)."""
+        return self.splits["train"].x.device
+
+    def to(self, device: torch.device | str) -> FederatedDataset:
+        r"""A copy whose samples live on ``device`` (moved once, so that
+        training reads its batches there); the same object when they already
+        do. Sample counts, the prior graph and the metadata stay where they
+        are (the round engine places what it computes with)."""
+        device = torch.device(device)
+        if self.device == device or (device.index is None and self.device.type == device.type):
+            return self
+        return dataclasses.replace(self, splits={s: sp.to(device)
+                                                 for s, sp in self.splits.items()})
+
     def subset(self, clients: Tensor) -> FederatedDataset:
         r"""The dataset restricted to ``clients`` (prior graph restricted too)."""
         from torch_geometric.utils import subgraph
-        splits = {s: ClientSplit(sp.x[clients], sp.y[clients], sp.counts[clients])
+        splits = {s: ClientSplit(sp.x[clients.to(sp.x.device)], sp.y[clients.to(sp.x.device)],
+                                 sp.counts[clients])
                   for s, sp in self.splits.items()}
         ei, ew = self.edge_index, self.edge_weight
         if ei is not None:

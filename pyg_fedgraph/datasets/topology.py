@@ -10,7 +10,6 @@ import torch
 from pyg_fedgraph.data.federated_dataset import FederatedDataset
 from pyg_fedgraph.data.partition import build_federated_dataset
 from pyg_fedgraph.datasets.registry import register_dataset
-from pyg_fedgraph.utils.clustering import adjusted_rand_index, rand_index
 
 __all__ = ["topology", "ring_topology", "topology_edges", "rand_index_callback"]
 
@@ -151,7 +150,8 @@ def rand_index_callback(scores: list, *, adjusted: bool = False
     r"""A :class:`~pyg_fedgraph.simulation.Simulator` callback scoring the
     strategy's latest clustering against the dataset's ``client_labels`` with
     the Rand index (FedCEDAR, Sec. 4.4, Fig. 3), over the clients clustered
-    in that round.
+    in that round: scikit-learn's :func:`~sklearn.metrics.rand_score`, or
+    :func:`~sklearn.metrics.adjusted_rand_score` with ``adjusted=True``.
 
     After each evaluated round it appends
     ``{"round": t, "rand_index": score, "num_clustered": B}`` to ``scores``
@@ -165,7 +165,9 @@ def rand_index_callback(scores: list, *, adjusted: bool = False
         adjusted (bool, optional): score with the adjusted Rand index
             instead (default: :obj:`False`).
     """
-    score_fn = adjusted_rand_index if adjusted else rand_index
+    from sklearn.metrics import adjusted_rand_score, rand_score
+
+    score_fn = adjusted_rand_score if adjusted else rand_score
     key = "adjusted_rand_index" if adjusted else "rand_index"
 
     def callback(simulator: Any, record: Any) -> None:
@@ -178,7 +180,7 @@ def rand_index_callback(scores: list, *, adjusted: bool = False
             raise ValueError(f"dataset {simulator.dataset.name!r} has no client_labels to "
                              f"score the clustering against; use the 'topology' dataset")
         clients, assignment = strategy.last_assignment()
-        score = score_fn(assignment.cpu(), truth[clients.cpu()])
+        score = float(score_fn(truth.cpu()[clients.cpu()].numpy(), assignment.cpu().numpy()))
         scores.append({"round": record.round, key: score, "num_clustered": clients.numel()})
         record.extra[key] = score
 

@@ -134,11 +134,14 @@ class RoundEngine:
                  held_out: Tensor | None = None, sample_fraction: float | None = None,
                  seed: int = 0, rounds: int | None = None, eval_every: int = 1,
                  eval_clients: Tensor | None = None, reject_policy: RejectPolicy = "drop",
-                 max_update_norm: float | None = DEFAULT_MAX_NORM) -> None:
+                 max_update_norm: float | None = DEFAULT_MAX_NORM,
+                 device: str | torch.device | None = None) -> None:
         if not isinstance(strategy, Strategy):
             raise TypeError(f"strategy must be a pyg_fedgraph Strategy, got "
                             f"{type(strategy).__name__}")
-        init = init_params.detach()
+        #: Where the client table and the strategy live (see :attr:`device`).
+        self.device = init_params.device if device is None else torch.device(device)
+        init = init_params.detach().to(self.device)
         if tuple(init.shape) != (layout.num_params,):
             raise ValueError(f"initial parameters have shape {tuple(init.shape)}, the model has "
                              f"{layout.num_params} parameters")
@@ -155,10 +158,12 @@ class RoundEngine:
         self.rounds = rounds
         self.eval_every = int(eval_every)
         self.table = ClientTable(init, n)
+        place = self.device
         self.ctx = FederationContext(
             num_clients=n, layout=layout, init_params=init.clone(),
-            num_samples=num_samples.detach().to(torch.long).clone(), edge_index=edge_index,
-            edge_weight=edge_weight, seed=self.seed,
+            num_samples=num_samples.detach().to(device=place, dtype=torch.long, copy=True),
+            edge_index=None if edge_index is None else edge_index.to(place),
+            edge_weight=None if edge_weight is None else edge_weight.to(place), seed=self.seed,
             held_out=torch.zeros(0, dtype=torch.long) if held_out is None else held_out,
             task=task, local=local or LocalConfig(), objective=objective, clients=self.table)
         self.held_out = self.ctx.held_out
@@ -188,7 +193,9 @@ class RoundEngine:
         self.accepted_total = 0
         self._said_nothing_accepted = False
         strategy.check_federation(n, self.num_sampled, edge_index is not None)
+        strategy.to(place)  # its parameters and buffers (and the optimizers built in setup)
         strategy.setup(self.ctx)
+        strategy.to(place)  # tensors setup assigned to buffers from CPU constructors
 
     @property
     def num_clients(self) -> int:
@@ -244,7 +251,7 @@ class RoundEngine:
         k = clients.numel()
         if k:
             check = self.validator.check(params, reference=start, client_id=clients, rnd=rnd)
-            accepted, reasons = check.keep, check.reasons
+            accepted, reasons = check.keep.cpu(), check.reasons
         else:
             accepted, reasons = torch.zeros(0, dtype=torch.bool), []
         kept = accepted.nonzero().view(-1)
@@ -277,6 +284,7 @@ class RoundEngine:
     def _graph(self, clients: Tensor, x: Tensor, delta: Tensor,
                outputs: dict[str, Tensor]) -> FederationGraph:
         ei, ew = self.ctx.edge_index, self.ctx.edge_weight
+        clients = clients.to(self.device)
         if ei is not None:
             ei, ew = subgraph(clients, ei, ew, relabel_nodes=True, num_nodes=self.num_clients)
         return FederationGraph(x=x, delta=delta, num_samples=self.ctx.num_samples[clients],
@@ -305,6 +313,9 @@ class RoundEngine:
                extra: dict[str, float] | None = None) -> RoundRecord:
         r"""Appends the per-client metrics of round ``rnd`` (``{metric: (N,)}``,
         NaN for clients not evaluated) to the history and returns the record."""
+        # Histories live on the CPU, whatever device the metrics were computed on.
+        val = {k: v.detach().cpu() for k, v in val.items()}
+        test = {k: v.detach().cpu() for k, v in test.items()}
         record = RoundRecord(rnd, train_loss, val, test, seconds, num_sampled,
                              extra=dict(extra or {}))
         self.history.append(record)
@@ -364,6 +375,7 @@ class RoundEngine:
                              f"differ from this run's {self.held_out.tolist()}")
         self.table.load_state_dict(state["table"])
         self.strategy.load_state_dict(state["strategy"])
+        self.strategy.to(self.device)  # state a strategy re-assigned on load comes from the CPU
         self.history.load_state_dict(state["history"])
         if self.novel_history is not None:
             self.novel_history.load_state_dict(state["novel_history"])
@@ -376,11 +388,13 @@ class RoundEngine:
 
 
 def snapshot(obj: Any) -> Any:
-    r"""A deep copy of a state (nested dicts / lists / tuples, tensors cloned,
-    state dicts keeping their ``_metadata``): what a consumer that keeps a
-    state dict in memory takes, since live state dicts share storage."""
+    r"""A deep copy of a state on the CPU (nested dicts / lists / tuples,
+    tensors copied to host memory, state dicts keeping their ``_metadata``):
+    what a consumer that keeps a state dict in memory takes, since live state
+    dicts share storage; and what a checkpoint holds, so that it resumes on
+    any device."""
     if isinstance(obj, Tensor):
-        return obj.detach().clone()
+        return obj.detach().to("cpu", copy=True)
     if isinstance(obj, OrderedDict):
         out = OrderedDict((k, snapshot(v)) for k, v in obj.items())
         meta = getattr(obj, "_metadata", None)

@@ -4,7 +4,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 from torch_geometric.nn.conv import MessagePassing
-from torch_geometric.utils import spmm, to_torch_csr_tensor
+from torch_geometric.utils import dense_to_sparse, spmm, to_torch_csr_tensor
+
+from pyg_fedgraph.utils.graph import complete_graph
 
 __all__ = ["GraphAggregation", "dense_to_edges"]
 
@@ -156,6 +158,11 @@ def dense_to_edges(weight: Tensor, keep_zeros: bool = False) -> tuple[Tensor, Te
     :math:`i` = weights client :math:`i` gives to every :math:`j`) to
     ``edge_index`` (edges :math:`j \rightarrow i`) and ``edge_weight``.
 
+    This is :func:`torch_geometric.utils.dense_to_sparse` with the edges
+    reversed: PyG reads entry :math:`(i, j)` of an adjacency matrix as the
+    edge :math:`i \rightarrow j`, while row :math:`i` of :math:`W` holds what
+    client :math:`i` receives. Edges are ordered by target, then source.
+
     Args:
         weight (torch.Tensor): :math:`(N, N)`.
         keep_zeros (bool, optional): keep zero-weight edges (default: ``False``).
@@ -163,9 +170,7 @@ def dense_to_edges(weight: Tensor, keep_zeros: bool = False) -> tuple[Tensor, Te
     if weight.dim() != 2 or weight.size(0) != weight.size(1):
         raise ValueError(f"weight must be square (N, N), got {tuple(weight.shape)}")
     if keep_zeros:
-        tgt, src = torch.meshgrid(torch.arange(weight.size(0)), torch.arange(weight.size(1)),
-                                  indexing="ij")
-        tgt, src = tgt.reshape(-1), src.reshape(-1)
-    else:
-        tgt, src = weight.nonzero(as_tuple=True)
-    return torch.stack([src, tgt]), weight[tgt, src]
+        edge_index = complete_graph(weight.size(0), device=weight.device)
+        return edge_index, weight[edge_index[1], edge_index[0]]
+    edge_index, edge_weight = dense_to_sparse(weight)  # (i, j): the edge i -> j
+    return edge_index.flip(0), edge_weight

@@ -11,6 +11,7 @@ from torch_geometric.utils import remove_self_loops, scatter, softmax
 
 from pyg_fedgraph.nn.aggregation import GraphAggregation
 from pyg_fedgraph.nn.functional import pairwise_cosine
+from pyg_fedgraph.utils.graph import complete_graph
 
 __all__ = ["AGHNConv"]
 
@@ -181,7 +182,7 @@ class AGHNConv(MessagePassing):
         n, layer_ptr, client_id = self._check_inputs(x, delta, layer_ptr, client_id)
         x = x.detach()
         if edge_index is None:
-            edge_index = _complete_graph(n, x.device)
+            edge_index = complete_graph(n, self_loops=False, device=x.device)
         else:
             if edge_index.dim() != 2 or edge_index.size(0) != 2:
                 raise ValueError(f"edge_index must be (2, E), got {tuple(edge_index.shape)}")
@@ -269,7 +270,3 @@ class AGHNConv(MessagePassing):
         return (f"{self.__class__.__name__}(num_clients={self.num_clients}, "
                 f"num_layers={self.num_layers})")
 
-
-def _complete_graph(n: int, device: torch.device) -> Tensor:
-    tgt, src = (~torch.eye(n, dtype=torch.bool, device=device)).nonzero(as_tuple=True)
-    return torch.stack([src, tgt])

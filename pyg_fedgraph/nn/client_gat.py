@@ -12,6 +12,7 @@ from torch_geometric.nn.conv import GATConv
 
 from pyg_fedgraph.nn.aggregation import GraphAggregation
 from pyg_fedgraph.nn.functional import pairwise_cosine
+from pyg_fedgraph.utils.graph import complete_graph
 
 __all__ = ["ClientGAT", "AllocationLogits", "allocation_backward", "client_similarity"]
 
@@ -263,8 +264,7 @@ class ClientGAT(torch.nn.Module):
         device = torch.device("cpu") if device is None else torch.device(device)
         ei = self._edge_index
         if ei is None or ei.size(1) != num_clients * num_clients or ei.device != device:
-            idx = torch.arange(num_clients, device=device)
-            ei = torch.stack([idx.repeat(num_clients), idx.repeat_interleave(num_clients)])
+            ei = complete_graph(num_clients, device=device)
             self._edge_index = ei
         return ei
 

@@ -26,6 +26,7 @@ from pyg_fedgraph.engine.validation import (
 from pyg_fedgraph.hparams import Range
 from pyg_fedgraph.strategies.base import Strategy
 from pyg_fedgraph.train.engine import ClientTrainer, LocalConfig
+from pyg_fedgraph.train.execution import ExecutionName
 from pyg_fedgraph.train.jobs import (
     ClientStart,
     EvaluatePlan,
@@ -34,6 +35,7 @@ from pyg_fedgraph.train.jobs import (
     run_plan,
 )
 from pyg_fedgraph.train.objective import Objective
+from pyg_fedgraph.utils.device import Precision, resolve_device
 from pyg_fedgraph.utils.seeds import make_generator
 
 __all__ = ["Simulator", "sample_clients"]
@@ -121,6 +123,22 @@ class Simulator:
         max_update_norm (float, optional): uploads whose update norm
             :math:`\|\theta_i - \theta_i^{start}\|` exceeds it are rejected;
             ``None`` disables the bound (default: ``1e6``).
+        device (str or torch.device, optional): where local training and
+            evaluation run: ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:N"``,
+            ``"mps"`` (default: where the dataset's samples are, usually the
+            CPU). The dataset and model move there once.
+        state_device (str or torch.device, optional): where the client table,
+            the clients' own models and the strategy live (default:
+            ``device``); ``"cpu"`` keeps an :math:`N \times D` table larger than
+            the device's memory on the host (pinned for CUDA) and moves only
+            the sampled clients.
+        parallel_clients (int, optional): clients per batched computation
+            (default: all on the CPU, an estimate that fits on a GPU; see
+            :class:`~pyg_fedgraph.train.ClientTrainer`).
+        execution (str, optional): ``"auto"`` (the measured table of
+            :mod:`pyg_fedgraph.train.execution`), ``"vmap"`` or ``"loop"``.
+        precision (str, optional): ``"fp32"``, ``"bf16"`` or ``"fp16"``
+            autocast for local training and evaluation (default: ``"fp32"``).
     """
 
     def __init__(self, dataset: FederatedDataset, model: nn.Module, strategy: Strategy, *,
@@ -132,7 +150,11 @@ class Simulator:
                  held_out: Tensor | None = None, progress: bool = True,
                  callbacks: Sequence[Callback] = (), dropout: float = 0.0,
                  attack: Attack | None = None, reject_policy: RejectPolicy = "drop",
-                 max_update_norm: float | None = DEFAULT_MAX_NORM) -> None:
+                 max_update_norm: float | None = DEFAULT_MAX_NORM,
+                 device: str | torch.device | None = None,
+                 state_device: str | torch.device | None = None,
+                 parallel_clients: Annotated[int | None, Range(ge=1)] = None,
+                 execution: ExecutionName = "auto", precision: Precision = "fp32") -> None:
         if rounds < 0:
             raise ValueError(f"rounds must be >= 0, got {rounds}")
         if isinstance(dropout, bool) or not 0.0 <= float(dropout) <= 1.0:
@@ -168,21 +190,47 @@ class Simulator:
         benign[self.malicious] = False
         self.benign = benign.nonzero().view(-1)
         check_dataset(dataset)
-        self.dataset = dataset
-        self.trainer = ClientTrainer(model, dataset, objective, local or LocalConfig())
+        self.trainer = ClientTrainer(model, dataset, objective, local or LocalConfig(),
+                                     device=device, parallel_clients=parallel_clients,
+                                     execution=execution, precision=precision)
+        #: Where local training and evaluation run.
+        self.device = self.trainer.device
+        #: Where the client table, the clients' own models and the strategy live.
+        self.state_device = self.device if state_device is None else resolve_device(
+            state_device)
+        self.dataset = self.trainer.dataset
         self.layout = self.trainer.layout
-        init = self.layout.flatten(model)
+        init = self.layout.flatten(model).to(self.state_device)
         # The simulated clients' own state: each client's local model and buffers.
-        self.local_params = init.unsqueeze(0).repeat(n, 1)
-        self.local_buffers = self.trainer.initial_buffers(n)
+        self.local_params = self._host(init.unsqueeze(0).repeat(n, 1))
+        self.local_buffers = self._host(self.trainer.initial_buffers(n).to(self.state_device))
+        place = self.state_device
         self.engine = RoundEngine(
             strategy, layout=self.layout, init_params=init,
             num_samples=dataset.num_samples("train"), task=dataset.task,
             objective=self.trainer.objective, local=self.trainer.config,
-            edge_index=dataset.edge_index, edge_weight=dataset.edge_weight, held_out=held,
-            sample_fraction=sample_fraction, seed=seed, rounds=rounds, eval_every=eval_every,
-            eval_clients=self.benign, reject_policy=reject_policy,
-            max_update_norm=max_update_norm)
+            edge_index=None if dataset.edge_index is None else dataset.edge_index.to(place),
+            edge_weight=None if dataset.edge_weight is None else dataset.edge_weight.to(place),
+            held_out=held, sample_fraction=sample_fraction, seed=seed, rounds=rounds,
+            eval_every=eval_every, eval_clients=self.benign, reject_policy=reject_policy,
+            max_update_norm=max_update_norm, device=place)
+
+    def _host(self, t: Tensor) -> Tensor:
+        # A table kept on the host for a GPU run is pinned: its rows copy to the device
+        # without staging.
+        if self.state_device.type == "cpu" and self.device.type == "cuda":
+            return t.pin_memory()
+        return t
+
+    @property
+    def execution(self) -> str:
+        r"""How a chunk of clients computes (``"vmap"`` or ``"loop"``)."""
+        return self.trainer.execution
+
+    @property
+    def parallel_clients(self) -> int | None:
+        r"""Clients per batched computation (``None``: all sampled clients)."""
+        return self.trainer.parallel_clients
 
     # ------------------------------------------------- views of the engine
     @property
@@ -364,7 +412,10 @@ class Simulator:
                                 {"train": split, "val": split, "test": split},
                                 self.dataset.num_classes)
         trainer = ClientTrainer(self.trainer.model, data, self.trainer.objective,
-                                self.trainer.config)
+                                self.trainer.config, device=self.device,
+                                parallel_clients=self.trainer.parallel_clients,
+                                execution=self.trainer.execution,
+                                precision=self.trainer.precision)
         params, buffers = self.personalized_models()
         everyone = torch.arange(self.dataset.num_clients)
         return trainer.evaluate(everyone, params, buffers, "test")["accuracy"]
@@ -399,8 +450,8 @@ class Simulator:
                              f"with the saved run's attack settings")
         state = snapshot(state)
         self.engine.load_state_dict(state)
-        self.local_params = state["local_params"]
-        self.local_buffers = state["local_buffers"]
+        self.local_params = self._host(state["local_params"].to(self.state_device))
+        self.local_buffers = self._host(state["local_buffers"].to(self.state_device))
         torch.set_rng_state(state["torch_rng"])
 
     def __repr__(self) -> str:

@@ -17,6 +17,7 @@ from pyg_fedgraph.strategies.base import (
     TrainPlan,
 )
 from pyg_fedgraph.strategies.registry import register_strategy
+from pyg_fedgraph.utils.graph import complete_graph
 
 __all__ = ["FedAGHN"]
 
@@ -241,7 +242,5 @@ class FedAGHN(ServerOptimizerState, Strategy):
 def _edges_from(sources: Tensor) -> Tensor:
     r"""Edges :math:`j \rightarrow i` from every client with ``sources[j]`` to
     every other client, as :math:`(2, E)`."""
-    n = sources.numel()
-    mask = sources.unsqueeze(1) & ~torch.eye(n, dtype=torch.bool, device=sources.device)
-    src, tgt = mask.nonzero(as_tuple=True)
-    return torch.stack([src, tgt])
+    edge_index = complete_graph(sources.numel(), self_loops=False, device=sources.device)
+    return edge_index[:, sources[edge_index[0]]]

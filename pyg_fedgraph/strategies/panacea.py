@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import random
 from dataclasses import replace
 from typing import Annotated, Literal
 
@@ -289,13 +290,22 @@ class Panacea(ServerOptimizerState, Strategy):
         return hn(edge_index, edge_weight, clients=clients)
 
     def _negative_edges(self, edge_index: Tensor, rnd: int, step: int) -> Tensor:
-        # PyG's negative_sampling draws from the global RNG: seed it from the
-        # stream (seed, "negative-sampling", round, step), leaving the caller's
-        # random state untouched.
+        # PyG's negative_sampling draws from torch's global RNG and, for large
+        # populations, from Python's `random` module (random.sample): seed both
+        # from the stream (seed, "negative-sampling", round, step), leaving the
+        # caller's random states untouched. (Seeding torch's alone left runs
+        # irreproducible from one process to the next.)
         ctx = self._require_setup()
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(derive_seed(ctx.seed, "negative-sampling", rnd, step))
-            return negative_sampling(edge_index, num_nodes=ctx.num_clients)
+        seed = derive_seed(ctx.seed, "negative-sampling", rnd, step)
+        python_state = random.getstate()
+        try:
+            random.seed(seed)
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                return negative_sampling(edge_index.cpu(), num_nodes=ctx.num_clients).to(
+                    edge_index.device)
+        finally:
+            random.setstate(python_state)
 
 
 @register_strategy("pfedhn")

@@ -10,11 +10,15 @@ if TYPE_CHECKING:
 
 __all__ = ["STRATEGIES", "register_strategy", "build_strategy", "strategy_kwargs"]
 
+#: CLI name -> strategy class, filled by :func:`register_strategy`.
 STRATEGIES: dict[str, type[Strategy]] = {}
 T = TypeVar("T", bound="type[Strategy]")
 
 
 def register_strategy(name: str) -> Callable[[T], T]:
+    r"""Class decorator registering a strategy under its CLI name ``name``
+    (``@register_strategy("fedavg")``), in :data:`STRATEGIES`; sets the
+    class's ``name``. A :class:`ValueError` when another class has the name."""
     def wrap(cls: T) -> T:
         if name in STRATEGIES and STRATEGIES[name] is not cls:
             raise ValueError(f"strategy name {name!r} is already taken by {STRATEGIES[name]}")

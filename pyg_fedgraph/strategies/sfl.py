@@ -15,6 +15,7 @@ from pyg_fedgraph.nn.khop import KHopPropagation
 from pyg_fedgraph.strategies.base import FederationContext, Strategy, TrainPlan
 from pyg_fedgraph.strategies.registry import register_strategy
 from pyg_fedgraph.train.engine import Regularizer
+from pyg_fedgraph.utils.graph import complete_graph
 
 __all__ = ["SFL", "sfl_penalty"]
 
@@ -187,8 +188,7 @@ class SFL(Strategy):
                                  "missing_graph='complete' to fall back to the complete graph")
             log.warning("sfl: the dataset has no prior client graph; falling back to the "
                         "complete graph over %d clients (every client averages all models)", n)
-            row, col = torch.meshgrid(torch.arange(n), torch.arange(n), indexing="ij")
-            edge_index = torch.stack([row.reshape(-1), col.reshape(-1)])
+            edge_index = complete_graph(n)
             edge_weight = None
         if edge_index.dim() != 2 or edge_index.size(0) != 2:
             raise ValueError(f"the prior edge_index must be (2, E), got {tuple(edge_index.shape)}")

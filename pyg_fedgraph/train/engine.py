@@ -24,13 +24,20 @@ from torch.func import functional_call, grad_and_value, vmap
 from pyg_fedgraph.data.federated_dataset import FederatedDataset
 from pyg_fedgraph.data.layout import ParamLayout
 from pyg_fedgraph.hparams import Range, Search, schema
+from pyg_fedgraph.train.execution import Execution, ExecutionName, auto_chunk, choose_execution
 from pyg_fedgraph.train.objective import Objective
 from pyg_fedgraph.train.rules import SGD, LocalProblem, LocalRule, class_counts
+from pyg_fedgraph.utils.device import Precision, amp_dtype, autocast, resolve_device
 
 __all__ = ["LocalConfig", "LOCAL_SCHEMA", "Regularizer", "TrainResult", "ClientTrainer",
            "batch_schedule"]
 
 log = logging.getLogger(__name__)
+
+#: fp16 loss scaling (as :class:`torch.amp.GradScaler`): the initial scale,
+#: and its growth per step without overflow (doubling every 2000 steps).
+FP16_INIT_SCALE = 2.0 ** 16
+FP16_GROWTH = 2.0 ** (1 / 2000)
 
 
 @dataclass
@@ -194,6 +201,25 @@ def batch_schedule(counts: Tensor, batch_size: int, *, epochs: int | None = None
 class ClientTrainer:
     r"""Trains and evaluates many clients of one model architecture at once.
 
+    **Where and how.** Local work runs on ``device`` (the dataset's samples
+    and the model move there once); tensors passed in may live anywhere (for
+    instance a client table kept on the host) and results come back on the
+    device of the parameters passed in. The sampled clients train in chunks of
+    at most ``parallel_clients`` clients per batched computation, which bounds
+    the memory (``1`` uses the per-client loop's); every chunk draws the same
+    batches as it would in one piece, so results agree to float rounding.
+    Within a chunk, ``execution`` says how the clients' gradients are
+    computed: ``"vmap"`` (one :func:`torch.vmap` call over the chunk) or
+    ``"loop"`` (the same functional gradient, client after client, which is
+    faster for convolutions on the CPU); ``"auto"`` takes the choice of
+    :func:`~pyg_fedgraph.train.execution.choose_execution`, a table measured
+    by ``benchmarks/devices.py``, never a measurement at run time. Both give
+    the same results to float rounding. ``precision`` runs the forward passes
+    under autocast (``"bf16"``, ``"fp16"``); parameters, gradients and the
+    update rule's state stay float32, and with ``"fp16"`` the loss is scaled
+    (a per-client scale halved whenever a client's gradient overflows, whose
+    step is then skipped, as :class:`torch.amp.GradScaler` does).
+
     Args:
         model (torch.nn.Module): the client architecture (its values are not
             used: parameters come from the flat matrices passed in).
@@ -203,17 +229,39 @@ class ClientTrainer:
         config (LocalConfig, optional): local SGD settings.
         eval_batch_size (int, optional): rows per client evaluated at once
             (default: ``1024``).
+        device (str or torch.device, optional): where local work runs
+            (default: where the dataset's samples are; see
+            :func:`~pyg_fedgraph.utils.device.resolve_device`).
+        parallel_clients (int, optional): clients per batched computation
+            (default: all on the CPU; on a GPU chosen from the model and batch
+            size to fit, see :func:`~pyg_fedgraph.train.execution.auto_chunk`).
+        execution (str, optional): ``"auto"``, ``"vmap"`` or ``"loop"``
+            (default: ``"auto"``).
+        precision (str, optional): ``"fp32"``, ``"bf16"`` or ``"fp16"``
+            (default: ``"fp32"``).
     """
 
     def __init__(self, model: nn.Module, dataset: FederatedDataset,
                  objective: Objective | None = None, config: LocalConfig | None = None,
-                 eval_batch_size: int = 1024) -> None:
-        self.model = copy.deepcopy(model)
+                 eval_batch_size: int = 1024, *, device: str | torch.device | None = None,
+                 parallel_clients: int | None = None, execution: ExecutionName = "auto",
+                 precision: Precision = "fp32") -> None:
+        self.device = dataset.device if device is None else resolve_device(device)
+        if parallel_clients is not None and (isinstance(parallel_clients, bool)
+                                             or parallel_clients < 1):
+            raise ValueError(f"parallel_clients must be a positive integer, got "
+                             f"{parallel_clients!r}")
+        amp_dtype(precision)  # checks the name
+        self.model = copy.deepcopy(model).to(self.device)
         self.layout = ParamLayout.from_module(self.model)
-        self.dataset = dataset
+        self.dataset = dataset.to(self.device)
         self.objective = objective or dataset.objective
         self.config = config or LocalConfig()
         self.eval_batch_size = eval_batch_size
+        self.precision: Precision = precision
+        self.execution: Execution = choose_execution(self.model, self.device, execution)
+        self.parallel_clients = parallel_clients if parallel_clients is not None else \
+            auto_chunk(self.model, self.dataset.input_shape, self.config.batch_size, self.device)
         # Integer buffers (BatchNorm's num_batches_tracked) are bookkeeping, not
         # federated state: fresh zeros are passed so functional_call can mutate them.
         self._int_buffers = {n: b for n, b in self.model.named_buffers()
@@ -223,13 +271,13 @@ class ClientTrainer:
     def _buffer_dict(self, buffers: Tensor) -> dict[str, Tensor]:
         out = {k: v.clone() for k, v in self.layout.unflatten_buffers(buffers).items()}
         s = buffers.size(0)
-        out.update({k: torch.zeros(s, *v.shape, dtype=v.dtype)
+        out.update({k: torch.zeros(s, *v.shape, dtype=v.dtype, device=buffers.device)
                     for k, v in self._int_buffers.items()})
         return out
 
     def _flat_buffers(self, d: dict[str, Tensor], s: int) -> Tensor:
         if not self.layout.buffers:
-            return torch.zeros(s, 0)
+            return torch.zeros(s, 0, device=self.device)
         return torch.cat([d[e.name].reshape(s, -1).to(torch.get_default_dtype())
                           for e in self.layout.buffers], dim=1)
 
@@ -239,25 +287,36 @@ class ClientTrainer:
             raise ValueError(f"params must be ({s}, {self.layout.num_params}) for {s} clients, "
                              f"got {tuple(params.shape)}")
         if buffers is None:
-            buffers = self.layout.flatten_buffers(self.model).unsqueeze(0).repeat(s, 1) \
-                if self.layout.num_buffers else params.new_zeros(s, 0)
+            buffers = self.initial_buffers(s).to(params.device)
         if tuple(buffers.shape) != (s, self.layout.num_buffers):
             raise ValueError(f"buffers must be ({s}, {self.layout.num_buffers}), "
                              f"got {tuple(buffers.shape)}")
         return buffers
 
     def initial_buffers(self, num_clients: int) -> Tensor:
-        r"""The template model's buffers repeated for ``num_clients`` clients."""
-        return self.layout.flatten_buffers(self.model).unsqueeze(0).repeat(num_clients, 1) \
-            if self.layout.num_buffers else torch.zeros(num_clients, 0)
+        r"""The template model's buffers repeated for ``num_clients`` clients
+        (on the CPU)."""
+        return self.layout.flatten_buffers(self.model).cpu().unsqueeze(0) \
+            .repeat(num_clients, 1) if self.layout.num_buffers else torch.zeros(num_clients, 0)
+
+    def chunks(self, num_clients: int) -> list[slice]:
+        r"""The positions of ``num_clients`` clients in batched computations
+        of at most :attr:`parallel_clients` each."""
+        k = self.parallel_clients or max(num_clients, 1)
+        return [slice(i, min(i + k, num_clients)) for i in range(0, num_clients, k)]
+
+    def _forward(self, theta: Tensor, buffers: dict[str, Tensor], xb: Tensor) -> Tensor:
+        with autocast(self.device, self.precision):
+            out = functional_call(self.model, (self.layout.unflatten(theta), buffers), (xb,))
+        return out.float() if out.is_floating_point() else out
 
     def _client_loss(self, theta: Tensor, buffers: dict[str, Tensor], xb: Tensor, yb: Tensor,
-                     reg_fn: Callable[..., Tensor] | None, *refs: Tensor) -> Tensor:
-        out = functional_call(self.model, (self.layout.unflatten(theta), buffers), (xb,))
-        loss = self.objective.loss(out, yb).mean()
+                     reg_fn: Callable[..., Tensor] | None, scale: Tensor | None,
+                     *refs: Tensor) -> Tensor:
+        loss = self.objective.loss(self._forward(theta, buffers, xb), yb).mean()
         if reg_fn is not None:
             loss = loss + reg_fn(theta, *refs)
-        return loss
+        return loss if scale is None else loss * scale
 
     # ---------------------------------------------------------------- train
     def train(self, clients: Tensor, params: Tensor, buffers: Tensor | None = None, *,
@@ -276,97 +335,151 @@ class ClientTrainer:
                 :class:`~pyg_fedgraph.train.SGD`).
             generator (torch.Generator or list, optional): source of the batch
                 order, one per client or one for all (see :func:`batch_schedule`).
-            parallel (bool, optional): batched ``vmap`` path (default) or the
-                per-client reference loop.
+            parallel (bool, optional): the batched path (default: chunks of
+                :attr:`parallel_clients`, :attr:`execution`) or the per-client
+                reference loop with :class:`torch.optim.SGD`.
         """
         cfg = config or self.config
-        rule = rule or SGD()
-        clients = clients.to(torch.long)
+        rule = (rule or SGD()).to(self.device)
+        clients = clients.to(torch.long).cpu()
+        home = params.device
         buffers = self._check(clients, params, buffers)
         if regularizer is not None and any(r.size(0) != clients.numel() for r in regularizer.refs):
             raise ValueError("every regularizer reference needs one row per trained client")
         counts = self.dataset.num_samples("train")[clients]
         index, active = batch_schedule(counts, cfg.batch_size, epochs=cfg.epochs,
                                        steps=cfg.steps, generator=generator)
-        theta, buffers = params.detach().clone(), buffers.detach().clone()
+        theta = params.detach().to(self.device, copy=True)
+        buffers = buffers.detach().to(self.device, copy=True)
+        if regularizer is not None:
+            regularizer = Regularizer(regularizer.fn, *(r.to(self.device)
+                                                        for r in regularizer.refs))
         if parallel:
-            return self._train_parallel(clients, theta, buffers, index, active, regularizer,
-                                        cfg, rule)
-        if type(rule) is SGD and rule.mask is None:
-            return self._train_loop(clients, theta, buffers, index, active, regularizer, cfg)
-        # Other rules have no torch.optim twin: run the batched code one client at a time.
-        parts = [self._train_parallel(clients[i:i + 1], theta[i:i + 1], buffers[i:i + 1],
-                                      index[:, i:i + 1], active[:, i:i + 1],
-                                      None if regularizer is None
-                                      else regularizer.select(torch.tensor([i])), cfg, rule)
-                 for i in range(clients.numel())]
-        return TrainResult(torch.cat([p.params for p in parts]),
-                           torch.cat([p.buffers for p in parts]),
-                           torch.cat([p.loss for p in parts]), torch.cat([p.steps for p in parts]),
-                           {k: torch.cat([p.extra[k] for p in parts]) for k in parts[0].extra})
+            parts = [self._train_batched(clients[c], theta[c], buffers[c], index[:, c],
+                                         active[:, c], None if regularizer is None
+                                         else regularizer.select(torch.arange(
+                                             c.start, c.stop, device=self.device)), cfg, rule)
+                     for c in self.chunks(clients.numel())]
+        elif type(rule) is SGD and rule.mask is None:
+            parts = [self._train_loop(clients, theta, buffers, index, active, regularizer, cfg)]
+        else:
+            # Other rules have no torch.optim twin: run the batched code one client at a time.
+            parts = [self._train_batched(clients[i:i + 1], theta[i:i + 1], buffers[i:i + 1],
+                                         index[:, i:i + 1], active[:, i:i + 1],
+                                         None if regularizer is None
+                                         else regularizer.select(torch.tensor(
+                                             [i], device=self.device)), cfg, rule)
+                     for i in range(clients.numel())]
+        return _concat(parts, home)
 
     def problem(self, clients: Tensor, bufs: dict[str, Tensor],
-                regularizer: Regularizer | None, split: str = "train") -> LocalProblem:
+                regularizer: Regularizer | None, split: str = "train",
+                scale: Tensor | None = None) -> LocalProblem:
         r"""The clients' mini-batch objectives on ``split`` as a
         :class:`~pyg_fedgraph.train.LocalProblem` (BatchNorm statistics in
-        ``bufs`` are updated in place by every forward in training mode)."""
+        ``bufs`` are updated in place by every forward in training mode),
+        computed as :attr:`execution` says. With a loss ``scale``
+        :math:`(S,)` (fp16), gradients are of the scaled loss divided back."""
         reg_fn = regularizer.fn if regularizer is not None else None
         refs = regularizer.refs if regularizer is not None else ()
-        in_dims = (0, 0, 0, 0, None) + (0,) * len(refs)
-        value_and_grad = vmap(grad_and_value(self._client_loss), in_dims=in_dims,
-                              randomness="different")
-
-        def grad(theta: Tensor, batch: Tensor) -> tuple[Tensor, Tensor]:
-            xb, yb = self.dataset.batch(split, batch, clients)
-            g, loss = value_and_grad(theta, bufs, xb, yb, reg_fn, *refs)
-            return g, loss.detach()
+        value_and_grad = grad_and_value(self._client_loss)
 
         def one_hvp(theta: Tensor, b: dict[str, Tensor], xb: Tensor, yb: Tensor,
                     v: Tensor, *r: Tensor) -> Tensor:
             def g(t: Tensor) -> Tensor:
-                return torch.func.grad(self._client_loss)(t, b, xb, yb, reg_fn, *r)
+                return torch.func.grad(self._client_loss)(t, b, xb, yb, reg_fn, None, *r)
             return torch.func.jvp(g, (theta,), (v,))[1]
 
-        batched_hvp = vmap(one_hvp, in_dims=(0, 0, 0, 0, 0) + (0,) * len(refs),
-                           randomness="different")
+        if self.execution == "vmap":
+            in_dims = (0, 0, 0, 0, None, None if scale is None else 0) + (0,) * len(refs)
+            batched_grad = vmap(value_and_grad, in_dims=in_dims, randomness="different")
+            batched_hvp = vmap(one_hvp, in_dims=(0, 0, 0, 0, 0) + (0,) * len(refs),
+                               randomness="different")
+
+            def grads(theta: Tensor, b: dict[str, Tensor], xb: Tensor, yb: Tensor
+                      ) -> tuple[Tensor, Tensor]:
+                return batched_grad(theta, b, xb, yb, reg_fn, scale, *refs)
+
+            def hvps(theta: Tensor, b: dict[str, Tensor], xb: Tensor, yb: Tensor,
+                     v: Tensor) -> Tensor:
+                return batched_hvp(theta, b, xb, yb, v, *refs)
+        else:
+            def one_grad(theta_i: Tensor, b: dict[str, Tensor], xb: Tensor, yb: Tensor,
+                         scale_i: Tensor | None, *r: Tensor) -> tuple[Tensor, Tensor]:
+                # Plain autograd, no function transform: the cheapest per-client gradient.
+                with torch.enable_grad():
+                    leaf = theta_i.detach().requires_grad_()
+                    loss = self._client_loss(leaf, b, xb, yb, reg_fn, scale_i, *r)
+                    (g,) = torch.autograd.grad(loss, leaf)
+                return g, loss.detach()
+
+            def grads(theta: Tensor, b: dict[str, Tensor], xb: Tensor, yb: Tensor
+                      ) -> tuple[Tensor, Tensor]:
+                out = [one_grad(theta[i], {k: v[i] for k, v in b.items()}, xb[i], yb[i],
+                                None if scale is None else scale[i], *(r[i] for r in refs))
+                       for i in range(theta.size(0))]
+                return torch.stack([g for g, _ in out]), torch.stack([lo for _, lo in out])
+
+            def hvps(theta: Tensor, b: dict[str, Tensor], xb: Tensor, yb: Tensor,
+                     v: Tensor) -> Tensor:
+                return torch.stack([one_hvp(theta[i], {k: w[i] for k, w in b.items()}, xb[i],
+                                            yb[i], v[i], *(r[i] for r in refs))
+                                    for i in range(theta.size(0))])
+
+        def grad(theta: Tensor, batch: Tensor) -> tuple[Tensor, Tensor]:
+            xb, yb = self.dataset.batch(split, batch, clients)
+            g, loss = grads(theta, bufs, xb, yb)
+            if scale is not None:
+                g, loss = g / scale.unsqueeze(1), loss / scale
+            return g, loss.detach()
 
         def hvp(theta: Tensor, batch: Tensor, vector: Tensor) -> Tensor:
             xb, yb = self.dataset.batch(split, batch, clients)
-            return batched_hvp(theta, bufs, xb, yb, vector, *refs)
+            return hvps(theta, bufs, xb, yb, vector)
 
         counts = (functools.partial(class_counts, self.dataset, clients, split)
                   if self.dataset.task == "classification" else None)
         return LocalProblem(grad, hvp, counts)
 
-    def _train_parallel(self, clients: Tensor, theta: Tensor, buffers: Tensor, index: Tensor,
-                        active: Tensor, reg: Regularizer | None, cfg: LocalConfig,
-                        rule: LocalRule) -> TrainResult:
+    def _train_batched(self, clients: Tensor, theta: Tensor, buffers: Tensor, index: Tensor,
+                       active: Tensor, reg: Regularizer | None, cfg: LocalConfig,
+                       rule: LocalRule) -> TrainResult:
         s = clients.numel()
         self.model.train()
         bufs = self._buffer_dict(buffers)
-        problem = self.problem(clients, bufs, reg)
+        scale = (torch.full((s,), FP16_INIT_SCALE, device=self.device)
+                 if self.precision == "fp16" else None)
+        problem = self.problem(clients, bufs, reg, scale=scale)
         state = rule.init_state(theta, cfg)
         loss_sum = theta.new_zeros(s)
         k = rule.batches_per_step
         num_steps = index.size(0) // k
-        steps = theta.new_zeros(s, dtype=torch.long)
+        steps = torch.zeros(s, dtype=torch.long)
         for t in range(num_steps):
             # A client steps only when its schedule holds all k batches of the step.
             act = active[t * k:(t + 1) * k].all(dim=0)
             if not bool(act.any()):
                 continue
+            act_dev = act.to(self.device)
             old = {name: v.clone() for name, v in bufs.items()} if bufs else {}
             new, new_state, loss = rule.step(problem, theta, state,
                                              list(index[t * k:(t + 1) * k].unbind(0)), cfg)
-            theta = torch.where(act.unsqueeze(1), new, theta)
-            state = {name: _keep_inactive(act, v, state.get(name)) for name, v in new_state.items()}
-            loss_sum += torch.where(act, loss, loss_sum.new_zeros(()))
-            steps += act.to(steps.dtype)
+            if scale is not None:
+                # fp16: a client whose scaled gradient overflowed skips the step and halves
+                # its scale; the others grow theirs slowly (torch.amp.GradScaler's rule).
+                finite = torch.isfinite(new).all(dim=1) & torch.isfinite(loss)
+                act_dev = act_dev & finite
+                scale.copy_(torch.where(finite, scale * FP16_GROWTH, scale * 0.5))
+            theta = torch.where(act_dev.unsqueeze(1), new, theta)
+            state = {name: _keep_inactive(act_dev, v, state.get(name))
+                     for name, v in new_state.items()}
+            loss_sum += torch.where(act_dev, loss, loss_sum.new_zeros(()))
+            steps += act_dev.cpu().to(steps.dtype)
             for name in bufs:  # inactive clients keep their BatchNorm statistics
-                bufs[name] = _keep_inactive(act, bufs[name], old[name])
+                bufs[name] = _keep_inactive(act_dev, bufs[name], old[name])
         params, extra = rule.finish(theta, state)
         return TrainResult(params, self._flat_buffers(bufs, s),
-                           loss_sum / steps.clamp(min=1), steps, extra)
+                           loss_sum / steps.to(loss_sum.device).clamp(min=1), steps, extra)
 
     def _train_loop(self, clients: Tensor, theta: Tensor, buffers: Tensor, index: Tensor,
                     active: Tensor, reg: Regularizer | None, cfg: LocalConfig) -> TrainResult:
@@ -384,7 +497,9 @@ class ClientTrainer:
                     continue
                 xb, yb = self.dataset.batch("train", index[t, i:i + 1], clients[i:i + 1])
                 opt.zero_grad()
-                loss = self.objective.loss(model(xb[0]), yb[0]).mean()
+                with autocast(self.device, self.precision):
+                    out = model(xb[0])
+                loss = self.objective.loss(out.float(), yb[0]).mean()
                 if reg is not None:
                     flat = torch.cat([p.reshape(-1) for p in model.parameters()])
                     loss = loss + reg.fn(flat, *(r[i] for r in reg.refs))
@@ -397,47 +512,71 @@ class ClientTrainer:
             losses.append(total)
         steps = active.sum(0)
         return TrainResult(torch.stack(out_p), torch.stack(out_b),
-                           torch.tensor(losses, dtype=theta.dtype) / steps.clamp(min=1), steps)
+                           torch.tensor(losses, dtype=theta.dtype, device=theta.device)
+                           / steps.to(theta.device).clamp(min=1), steps)
 
     # ------------------------------------------------------------- evaluate
     @torch.no_grad()
     def evaluate(self, clients: Tensor, params: Tensor, buffers: Tensor | None = None,
                  split: str = "test") -> dict[str, Tensor]:
         r"""Per-client metrics on ``split``: ``{name: (S,)}`` (NaN for a client
-        with no samples in that split)."""
-        clients = clients.to(torch.long)
+        with no samples in that split), on the device of ``params``."""
+        clients = clients.to(torch.long).cpu()
         buffers = self._check(clients, params, buffers)
+        home = params.device
+        parts = [self._evaluate(clients[c], params[c].to(self.device),
+                                buffers[c].to(self.device), split)
+                 for c in self.chunks(clients.numel())]
+        if not parts:
+            return {k: params.new_zeros(0) for k in self.objective.all_metrics()}
+        return {k: torch.cat([p[k] for p in parts]).to(home) for k in parts[0]}
+
+    def _evaluate(self, clients: Tensor, params: Tensor, buffers: Tensor, split: str
+                  ) -> dict[str, Tensor]:
         self.model.eval()
         bufs = self._buffer_dict(buffers)
         counts = self.dataset.num_samples(split)[clients]
         fns = self.objective.all_metrics()
         sums = {k: params.new_zeros(clients.numel()) for k in fns}
         n_max = int(counts.max()) if counts.numel() else 0
-
-        def forward(theta: Tensor, b: dict[str, Tensor], xb: Tensor) -> Tensor:
-            return functional_call(self.model, (self.layout.unflatten(theta), b), (xb,))
-
-        fwd = vmap(forward)
+        counts_dev = counts.to(self.device)
+        fwd = vmap(self._forward) if self.execution == "vmap" else self._forward_each
         for start in range(0, n_max, self.eval_batch_size):
             pos = torch.arange(start, min(start + self.eval_batch_size, n_max))
             valid = pos.unsqueeze(0) < counts.unsqueeze(1)  # (S, b)
             index = torch.where(valid, pos.unsqueeze(0), torch.zeros_like(pos).unsqueeze(0))
             xb, yb = self.dataset.batch(split, index, clients)
             out = fwd(params, bufs, xb)
+            valid_dev = valid.to(self.device)
             for k, fn in fns.items():
                 vals = vmap(fn)(out, yb)
-                sums[k] += (vals * valid).sum(1)
-        denom = counts.to(params.dtype)
-        return {k: torch.where(counts > 0, v / denom.clamp(min=1), torch.nan)
+                sums[k] += (vals * valid_dev).sum(1)
+        denom = counts_dev.to(params.dtype)
+        return {k: torch.where(counts_dev > 0, v / denom.clamp(min=1), torch.nan)
                 for k, v in sums.items()}
+
+    def _forward_each(self, params: Tensor, bufs: dict[str, Tensor], xb: Tensor) -> Tensor:
+        return torch.stack([self._forward(params[i], {k: v[i] for k, v in bufs.items()}, xb[i])
+                            for i in range(params.size(0))])
 
     def loss_gradient(self, clients: Tensor, params: Tensor, buffers: Tensor | None = None,
                       split: str = "val") -> tuple[Tensor, Tensor]:
         r"""Gradient of each client's mean loss on ``split`` at its own
         parameters, :math:`g_i = \nabla_{\theta} L_i(\theta_i)` :math:`(S, D)`,
         and the losses :math:`(S,)`. Used for pFedGAT's exact feedback."""
-        clients = clients.to(torch.long)
+        clients = clients.to(torch.long).cpu()
         buffers = self._check(clients, params, buffers)
+        home = params.device
+        parts = [self._loss_gradient(clients[c], params[c].to(self.device),
+                                     buffers[c].to(self.device), split)
+                 for c in self.chunks(clients.numel())]
+        if not parts:
+            return params.new_zeros(0, params.size(1)), params.new_zeros(0)
+        return (torch.cat([g for g, _ in parts]).to(home),
+                torch.cat([lo for _, lo in parts]).to(home))
+
+    def _loss_gradient(self, clients: Tensor, params: Tensor, buffers: Tensor, split: str
+                       ) -> tuple[Tensor, Tensor]:
         self.model.eval()
         bufs = self._buffer_dict(buffers)
         counts = self.dataset.num_samples(split)[clients]
@@ -446,19 +585,41 @@ class ClientTrainer:
         valid = pos.unsqueeze(0) < counts.unsqueeze(1)
         index = torch.where(valid, pos.unsqueeze(0), torch.zeros_like(pos).unsqueeze(0))
         xb, yb = self.dataset.batch(split, index, clients)
-        w = valid.to(params.dtype) / counts.clamp(min=1).to(params.dtype).unsqueeze(1)
+        w = (valid.to(params.dtype) / counts.clamp(min=1).to(params.dtype).unsqueeze(1)
+             ).to(self.device)
 
         def loss_fn(theta: Tensor, b: dict[str, Tensor], x: Tensor, y: Tensor,
                     wi: Tensor) -> Tensor:
-            out = functional_call(self.model, (self.layout.unflatten(theta), b), (x,))
-            return (self.objective.loss(out, y) * wi).sum()
+            return (self.objective.loss(self._forward(theta, b, x), y) * wi).sum()
 
-        g, loss = vmap(grad_and_value(loss_fn))(params, bufs, xb, yb, w)
-        return g, loss
+        one = grad_and_value(loss_fn)
+        if self.execution == "vmap":
+            g, loss = vmap(one)(params, bufs, xb, yb, w)
+            return g, loss
+        out = [one(params[i], {k: v[i] for k, v in bufs.items()}, xb[i], yb[i], w[i])
+               for i in range(params.size(0))]
+        return torch.stack([g for g, _ in out]), torch.stack([lo for _, lo in out])
 
     def __repr__(self) -> str:
+        extra = "" if self.device.type == "cpu" else f", device={self.device}"
         return (f"{self.__class__.__name__}({type(self.model).__name__}, "
-                f"clients={self.dataset.num_clients}, D={self.layout.num_params})")
+                f"clients={self.dataset.num_clients}, D={self.layout.num_params}{extra})")
+
+
+def _concat(parts: list[TrainResult], device: torch.device) -> TrainResult:
+    r"""The chunks' results in order, on ``device``."""
+    if len(parts) == 1:
+        p = parts[0]
+        return TrainResult(p.params.to(device), p.buffers.to(device), p.loss.to(device),
+                           p.steps, {k: v.to(device) for k, v in p.extra.items()})
+    if not parts:
+        raise ValueError("no clients to train")
+    return TrainResult(torch.cat([p.params for p in parts]).to(device),
+                       torch.cat([p.buffers for p in parts]).to(device),
+                       torch.cat([p.loss for p in parts]).to(device),
+                       torch.cat([p.steps for p in parts]),
+                       {k: torch.cat([p.extra[k] for p in parts]).to(device)
+                        for k in parts[0].extra})
 
 
 def _keep_inactive(active: Tensor, new: Tensor, old: Tensor | None) -> Tensor:

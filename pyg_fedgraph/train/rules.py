@@ -26,6 +26,7 @@ tensors shared by all clients.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, TypeVar
@@ -137,6 +138,15 @@ class LocalRule:
         per-client outputs (e.g. pFedMe's personalized models), after the
         last step."""
         return theta, {}
+
+    def to(self, device: torch.device) -> LocalRule:
+        r"""The rule with its tensor fields (shared by all clients, e.g. a
+        parameter mask) on ``device``; itself when it holds none."""
+        if not dataclasses.is_dataclass(self):
+            return self
+        moved = {f.name: getattr(self, f.name).to(device) for f in dataclasses.fields(self)
+                 if isinstance(getattr(self, f.name), Tensor)}
+        return dataclasses.replace(self, **moved) if moved else self
 
 
 @register_rule("sgd")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -64,13 +64,21 @@ class TuneObjective:
             (rebuilt when a trial tunes a ``data.*`` key)
             (default: :obj:`None`).
         callbacks (tuple, optional): simulator callbacks
-            ``fn(simulator, record)`` (default: ``()``).
+            ``fn(simulator, record)`` shared by every trial (default: ``()``).
+        trial_callbacks (callable, optional): ``trial -> callbacks`` of that
+            trial's run only, such as one
+            :class:`~pyg_fedgraph.tracking.Tracker` per trial; those with a
+            ``close(status)`` method are closed when the trial ends, with
+            ``"finished"``, ``"stopped"`` (pruned or interrupted) or
+            ``"failed"`` (default: :obj:`None`).
     """
 
     def __init__(self, config: ExperimentConfig, *, space: SearchSpace | None = None,
                  params: Mapping[str, optuna.distributions.BaseDistribution] | None = None,
                  tune_local: bool = False, dataset: FederatedDataset | None = None,
-                 callbacks: tuple = ()) -> None:
+                 callbacks: tuple = (),
+                 trial_callbacks: Callable[[optuna.trial.Trial], Sequence[Any]] | None = None
+                 ) -> None:
         if config.strategy not in STRATEGIES:
             raise ValueError(f"unknown strategy {config.strategy!r}; known: "
                              f"{sorted(STRATEGIES)}")
@@ -82,6 +90,7 @@ class TuneObjective:
         self.params = dict(params or {})
         self.tune_local = tune_local
         self.callbacks = tuple(callbacks)
+        self.trial_callbacks = trial_callbacks
         self._dataset = dataset
 
     @property
@@ -116,22 +125,35 @@ class TuneObjective:
         overrides = {**sampled, **self.config.overrides}
         cfg = replace(self.config, overrides=overrides)
         own_data = any(k.startswith("data.") for k in sampled)
+        own = tuple(self.trial_callbacks(trial)) if self.trial_callbacks is not None else ()
         sim = build_simulator(cfg, dataset=None if own_data else self.dataset, progress=False,
-                              callbacks=self.callbacks)
+                              callbacks=self.callbacks + own)
         trial.set_user_attr("overrides", overrides)
         t0 = time.perf_counter()
-        while sim.round < sim.rounds:
-            record = sim.step()
-            if record is None:
-                continue
-            value = sim.history.mean("val")[-1]
-            trial.report(value, record.round)
-            if trial.should_prune():
-                self._record(trial, sim, time.perf_counter() - t0)
-                raise optuna.TrialPruned(f"pruned at round {record.round} with mean "
-                                         f"validation {sim.history.metric} {value:.4f}")
-        summary = self._record(trial, sim, time.perf_counter() - t0)
-        return float(summary["val_best"])
+        status = "failed"
+        try:
+            while sim.round < sim.rounds:
+                record = sim.step()
+                if record is None:
+                    continue
+                value = sim.history.mean("val")[-1]
+                trial.report(value, record.round)
+                if trial.should_prune():
+                    self._record(trial, sim, time.perf_counter() - t0)
+                    status = "stopped"
+                    raise optuna.TrialPruned(f"pruned at round {record.round} with mean "
+                                             f"validation {sim.history.metric} {value:.4f}")
+            summary = self._record(trial, sim, time.perf_counter() - t0)
+            status = "finished"
+            return float(summary["val_best"])
+        except KeyboardInterrupt:
+            status = "stopped"
+            raise
+        finally:
+            for callback in own:
+                close = getattr(callback, "close", None)
+                if close is not None:
+                    close(status)
 
     @staticmethod
     def _record(trial: optuna.trial.Trial, sim: Any, seconds: float) -> dict[str, Any]:

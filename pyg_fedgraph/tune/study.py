@@ -6,7 +6,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, fields
 from typing import TYPE_CHECKING, Any
 
@@ -190,7 +190,9 @@ def tune(config: ExperimentConfig, n_trials: int | None = None, *,
          params: Mapping[str, optuna.distributions.BaseDistribution] | None = None,
          tune_local: bool = False, timeout: float | None = None,
          dataset: FederatedDataset | None = None,
-         show_progress_bar: bool = False) -> optuna.Study:
+         show_progress_bar: bool = False,
+         trial_callbacks: Callable[[optuna.trial.Trial], Sequence[Any]] | None = None
+         ) -> optuna.Study:
     r"""Runs (or resumes, or joins) a study of ``config.strategy`` on
     ``config.dataset`` and returns it.
 
@@ -210,7 +212,9 @@ def tune(config: ExperimentConfig, n_trials: int | None = None, *,
         sampler (optuna.samplers.BaseSampler, optional): default TPE.
             Workers sharing a study should not use the same seed, or they
             propose the same first trials (default: :obj:`None`).
-        space, params, tune_local, dataset: as in :class:`TuneObjective`.
+        space, params, tune_local, dataset, trial_callbacks: as in
+            :class:`TuneObjective` (``trial_callbacks`` logs each trial, e.g.
+            to its own :class:`~pyg_fedgraph.tracking.Tracker`).
         timeout (float, optional): stop starting trials after this many
             seconds (default: :obj:`None`).
         show_progress_bar (bool, optional): Optuna's progress bar on stderr
@@ -221,7 +225,7 @@ def tune(config: ExperimentConfig, n_trials: int | None = None, *,
     if n_trials is not None and n_trials < 1:
         raise ValueError(f"n_trials must be >= 1, got {n_trials}")
     objective = TuneObjective(config, space=space, params=params, tune_local=tune_local,
-                              dataset=dataset)
+                              dataset=dataset, trial_callbacks=trial_callbacks)
     study = create_study(config, rounds=objective.rounds, storage=storage,
                          study_name=study_name, direction=objective.direction, pruner=pruner,
                          sampler=sampler, tune_local=tune_local, params=params, space=space)

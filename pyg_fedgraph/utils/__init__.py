@@ -1,8 +1,8 @@
-r"""Utilities: pure functions over tensors (clustering, scores)."""
-from pyg_fedgraph.utils.clustering import adjusted_rand_index, kmeans, rand_index
+r"""Utilities: pure functions over tensors (clustering, client graphs)."""
+from pyg_fedgraph.utils.clustering import kmeans
+from pyg_fedgraph.utils.graph import complete_graph
 
 __all__ = [
     "kmeans",
-    "rand_index",
-    "adjusted_rand_index",
+    "complete_graph",
 ]

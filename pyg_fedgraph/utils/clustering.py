@@ -1,13 +1,17 @@
-r"""Clustering of client parameter vectors and agreement between clusterings."""
+r"""Clustering of client parameter vectors.
+
+Agreement between two clusterings is scored with scikit-learn's
+:func:`~sklearn.metrics.rand_score` and
+:func:`~sklearn.metrics.adjusted_rand_score`.
+"""
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import torch
 from torch import Tensor
 
-__all__ = ["kmeans", "rand_index", "adjusted_rand_index"]
+__all__ = ["kmeans"]
 
 log = logging.getLogger(__name__)
 
@@ -158,80 +162,3 @@ def _cluster_means(x: Tensor, assignment: Tensor, k: int) -> Tensor:
     sums = x.new_zeros(k, x.size(1)).index_add_(0, assignment, x)
     counts = torch.bincount(assignment, minlength=k).to(x.dtype).clamp_min_(1.0)
     return sums / counts.unsqueeze(1)
-
-
-def _pair_counts(labels_a: Any, labels_b: Any) -> tuple[float, float, float, float]:
-    a = torch.as_tensor(labels_a).reshape(-1)
-    b = torch.as_tensor(labels_b).reshape(-1)
-    if a.numel() != b.numel():
-        raise ValueError(f"labelings have different lengths: {a.numel()} and {b.numel()}")
-    if a.is_floating_point() or b.is_floating_point():
-        raise TypeError("labels must be integers (cluster ids), got floating point values")
-    n = a.numel()
-    if n == 0:
-        return 0.0, 0.0, 0.0, 0.0
-    ua, ia = torch.unique(a, return_inverse=True)
-    ub, ib = torch.unique(b, return_inverse=True)
-    table = torch.bincount(ia * ub.numel() + ib, minlength=ua.numel() * ub.numel())
-    table = table.view(ua.numel(), ub.numel()).to(torch.float64)
-
-    def pairs(t: Tensor) -> float:
-        return float((t * (t - 1)).sum() / 2)
-
-    both = pairs(table)                 # same cluster in a and in b
-    same_a = pairs(table.sum(dim=1))
-    same_b = pairs(table.sum(dim=0))
-    total = n * (n - 1) / 2
-    return both, same_a, same_b, total
-
-
-def rand_index(labels_a: Any, labels_b: Any) -> float:
-    r"""Rand index of two clusterings of the same points (Rand, 1971), the
-    clustering score of FedCEDAR's case study (Fig. 3).
-
-    .. math::
-        \mathrm{RI} = \frac{\alpha + \beta}{\binom{n}{2}},
-
-    where :math:`\alpha` counts the pairs placed in one cluster by both
-    labelings and :math:`\beta` the pairs separated by both. Computed from
-    the contingency table, without enumerating pairs. Label values are
-    arbitrary integers; only the partition matters. With fewer than two
-    points there is no pair and the score is :obj:`1.0` (as in scikit-learn).
-
-    Args:
-        labels_a (torch.Tensor or array-like): first labeling :math:`(n,)`.
-        labels_b (torch.Tensor or array-like): second labeling :math:`(n,)`.
-    """
-    both, same_a, same_b, total = _pair_counts(labels_a, labels_b)
-    if total == 0:
-        return 1.0
-    # beta = total - same_a - same_b + both
-    return (total + 2.0 * both - same_a - same_b) / total
-
-
-def adjusted_rand_index(labels_a: Any, labels_b: Any) -> float:
-    r"""Rand index adjusted for chance (Hubert and Arabie, 1985).
-
-    .. math::
-        \mathrm{ARI} = \frac{\sum_{ij}\binom{n_{ij}}{2} - E}
-        {\tfrac12\big[\sum_i\binom{a_i}{2} + \sum_j\binom{b_j}{2}\big] - E},
-        \qquad E = \frac{\sum_i\binom{a_i}{2}\sum_j\binom{b_j}{2}}{\binom{n}{2}},
-
-    with :math:`n_{ij}` the contingency table and :math:`a_i, b_j` its row and
-    column sums. It is :obj:`1.0` for identical partitions and about
-    :obj:`0.0` for independent random ones. When the denominator vanishes
-    (both labelings put all points together, or both put each point alone)
-    the partitions agree and :obj:`1.0` is returned, as in scikit-learn.
-
-    Args:
-        labels_a (torch.Tensor or array-like): first labeling :math:`(n,)`.
-        labels_b (torch.Tensor or array-like): second labeling :math:`(n,)`.
-    """
-    both, same_a, same_b, total = _pair_counts(labels_a, labels_b)
-    if total == 0:
-        return 1.0
-    expected = same_a * same_b / total
-    maximum = 0.5 * (same_a + same_b)
-    if maximum == expected:
-        return 1.0
-    return (both - expected) / (maximum - expected)

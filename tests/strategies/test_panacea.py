@@ -285,3 +285,23 @@ def test_cli_novel_clients_writes_test_novel(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["strategy"] == "panacea"
     assert 0.0 <= summary["test_novel"] <= 1.0
+
+
+def test_runs_do_not_depend_on_pythons_random_state():
+    # PyG's negative_sampling draws from Python's `random` for large populations:
+    # the strategy seeds it from its own stream (before, two processes differed).
+    import random
+
+    from pyg_fedgraph.experiment import ExperimentConfig, build_simulator
+
+    cfg = ExperimentConfig(dataset="fl60", strategy="panacea", rounds=1, clients=12,
+                           overrides={"steps": 2, "data.samples_per_client": 30})
+    states = []
+    for python_seed in (1, 2):
+        random.seed(python_seed)
+        sim = build_simulator(cfg, progress=False)
+        sim.run()
+        states.append(sim.strategy.state_dict())
+    for key, value in states[0].items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(value, states[1][key]), key

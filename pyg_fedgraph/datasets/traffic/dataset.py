@@ -2,6 +2,7 @@ r"""The traffic dataset: sliding windows over a :math:`(T, N)` speed series,
 one client per road sensor."""
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
@@ -181,18 +182,42 @@ class TrafficDataset(FederatedDataset):
                                     dim=-1).contiguous()
         # Share of valid targets per split, sensor and horizon, from cumulative counts.
         cum = torch.cat([torch.zeros(1, n), valid.to(torch.float64).cumsum(0)])
-        splits, self.valid_fraction = {}, {}
+        self.valid_fraction = {}
         for s, (start, count) in self.split_windows.items():
             first = start + input_steps + torch.arange(output_steps)  # target time, window 0
             hits = cum[first + count] - cum[first]                   # (T_out, N)
             self.valid_fraction[s] = (hits / count).t().to(torch.float32).contiguous()
-            x = self.features.as_strided((n, count, input_steps, 2), (2, 2 * n, 2 * n, 1),
-                                         start * 2 * n)
-            y = v.as_strided((n, count, output_steps), (1, n, n), (start + input_steps) * n)
-            splits[s] = ClientSplit(x, y, torch.full((n,), count, dtype=torch.long))
         merged = {"synthetic": False, **(info or {})}
-        super().__init__(name=name, task="regression", splits=splits, edge_index=edge_index,
-                         edge_weight=edge_weight, info=merged)
+        super().__init__(name=name, task="regression", splits=self._window_splits(),
+                         edge_index=edge_index, edge_weight=edge_weight, info=merged)
+
+    def _window_splits(self) -> dict[str, ClientSplit]:
+        r"""Each split's windows as strided views of :attr:`features` and
+        :attr:`speed` (no copy)."""
+        n, t_in, t_out = self.speed.size(1), self.input_steps, self.output_steps
+        splits = {}
+        for s, (start, count) in self.split_windows.items():
+            x = self.features.as_strided((n, count, t_in, 2), (2, 2 * n, 2 * n, 1),
+                                         start * 2 * n)
+            y = self.speed.as_strided((n, count, t_out), (1, n, n), (start + t_in) * n)
+            splits[s] = ClientSplit(x, y, torch.full((n,), count, dtype=torch.long))
+        return splits
+
+    def to(self, device: torch.device | str) -> TrafficDataset:
+        r"""A copy whose series live on ``device``: the speed and feature
+        series move once (:math:`T 	imes N` values, not the overlapping
+        windows, which stay views of them), with the normalization and the
+        valid-target shares that :meth:`batch` reads."""
+        device = torch.device(device)
+        if self.device == device or (device.index is None and self.device.type == device.type):
+            return self
+        out = copy.copy(self)
+        out.speed = self.speed.to(device)
+        out.features = self.features.to(device)
+        out.mean, out.std = self.mean.to(device), self.std.to(device)
+        out.valid_fraction = {k: v.to(device) for k, v in self.valid_fraction.items()}
+        out.splits = out._window_splits()
+        return out
 
     @staticmethod
     def _statistics(v: Tensor, valid: Tensor, normalization: str) -> tuple[Tensor, Tensor]:
@@ -271,7 +296,8 @@ class TrafficDataset(FederatedDataset):
         sensor's share of valid targets at that horizon in ``split`` (NaN
         when it has none)."""
         x, target = self.splits[split].gather(index, clients)
-        rows = torch.arange(self.num_clients) if clients is None else clients.to(torch.long)
+        rows = (torch.arange(self.num_clients, device=x.device) if clients is None
+                else clients.to(device=x.device, dtype=torch.long))
         share = self.valid_fraction[split][rows].unsqueeze(1)            # (S, 1, T_out)
         weight = (target > 0).to(target.dtype) / share                   # 0 / 0 = NaN
         mean = self.mean[rows].view(-1, 1, 1)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import numpy as np
 import torch
 from torch import Tensor
+from torch_geometric.utils import dense_to_sparse, remove_self_loops
 
 from pyg_fedgraph.typing import WITH_H5PY, WITH_PANDAS, require
 
@@ -232,11 +233,10 @@ def adjacency_to_edges(adj: np.ndarray | Tensor, self_loops: bool = False
     a = torch.as_tensor(np.asarray(adj), dtype=torch.float32)
     if a.dim() != 2 or a.size(0) != a.size(1):
         raise ValueError(f"adjacency must be square (N, N), got {tuple(a.shape)}")
-    mask = a != 0
+    edge_index, edge_weight = dense_to_sparse(a)
     if not self_loops:
-        mask.fill_diagonal_(False)
-    edge_index = mask.nonzero().t().contiguous()
-    return edge_index, a[edge_index[0], edge_index[1]]
+        edge_index, edge_weight = remove_self_loops(edge_index, edge_weight)
+    return edge_index.contiguous(), edge_weight
 
 
 # ------------------------------------------------------------- bundled graphs

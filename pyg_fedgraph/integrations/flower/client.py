@@ -16,6 +16,7 @@ from pyg_fedgraph.integrations.flower import protocol as P
 from pyg_fedgraph.train.engine import ClientTrainer, LocalConfig
 from pyg_fedgraph.train.jobs import ClientStart, EvaluatePlan, TrainPlan, evaluate_clients, run_plan
 from pyg_fedgraph.train.objective import Objective
+from pyg_fedgraph.utils.device import Precision, resolve_device
 
 __all__ = ["GraphClient", "make_client_app"]
 
@@ -80,13 +81,20 @@ class GraphClient:
             :func:`~pyg_fedgraph.integrations.flower.register_regularizer`.
         parallel (bool, optional): batched (``vmap``) training path
             (default: ``True``).
+        device (str or torch.device, optional): where this node trains:
+            ``"auto"`` (CUDA when the node has it), ``"cpu"``, ``"cuda:N"``
+            ... (default: ``"cpu"``); each node picks its own, messages carry
+            CPU tensors.
+        precision (str, optional): autocast precision of local training
+            (``"fp32"``, ``"bf16"``, ``"fp16"``; default: ``"fp32"``).
     """
 
     def __init__(self, model: nn.Module, data: ClientData, *, local: LocalConfig | None = None,
                  objective: Objective | None = None, seed: int = 0,
                  partition_key: str = "partition-id",
                  regularizers: Mapping[str, Callable[..., Tensor]] | None = None,
-                 parallel: bool = True) -> None:
+                 parallel: bool = True, device: str | torch.device = "cpu",
+                 precision: Precision = "fp32") -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
         if not (isinstance(data, FederatedDataset) or callable(data)):
@@ -100,6 +108,8 @@ class GraphClient:
         self.partition_key = partition_key
         self.regularizers = dict(regularizers or {})
         self.parallel = parallel
+        self.device = resolve_device(device)
+        self.precision: Precision = precision
         self._trainers: dict[tuple[int, int], ClientTrainer] = {}
 
     # ------------------------------------------------------------- helpers
@@ -126,7 +136,8 @@ class GraphClient:
             if data.num_clients != 1:
                 raise ValueError(f"the data of partition {partition_id} holds "
                                  f"{data.num_clients} clients, expected exactly 1")
-            self._trainers[key] = ClientTrainer(self.model, data, self.objective, self.local)
+            self._trainers[key] = ClientTrainer(self.model, data, self.objective, self.local,
+                                                device=self.device, precision=self.precision)
         return self._trainers[key]
 
     def _prepare(self, context: Context, content: RecordDict
@@ -147,7 +158,7 @@ class GraphClient:
         elif state is not None:
             params = torch.from_numpy(state["params"].numpy().copy())
         else:
-            params = trainer.layout.flatten(trainer.model)
+            params = trainer.layout.flatten(trainer.model).cpu()
         return pid, trainer, config, params, buffers
 
     @staticmethod
@@ -241,7 +252,9 @@ def make_client_app(model: nn.Module, data: ClientData, *, local: LocalConfig | 
                     objective: Objective | None = None, seed: int = 0,
                     partition_key: str = "partition-id",
                     regularizers: Mapping[str, Callable[..., Tensor]] | None = None,
-                    parallel: bool = True, mods: list | None = None) -> ClientApp:
+                    parallel: bool = True, mods: list | None = None,
+                    device: str | torch.device = "cpu", precision: Precision = "fp32"
+                    ) -> ClientApp:
     r"""A Flower :class:`~flwr.clientapp.ClientApp` that trains a
     pyg_fedgraph client for :class:`GraphStrategy` (see :class:`GraphClient`
     for the arguments).
@@ -255,7 +268,7 @@ def make_client_app(model: nn.Module, data: ClientData, *, local: LocalConfig | 
     """
     client = GraphClient(model, data, local=local, objective=objective, seed=seed,
                          partition_key=partition_key, regularizers=regularizers,
-                         parallel=parallel)
+                         parallel=parallel, device=device, precision=precision)
     app = ClientApp(mods=mods)
     app.query()(client.query)
     app.train()(client.train)

@@ -1,0 +1,118 @@
+r"""How a chunk of clients computes its gradients, and how many clients
+share one batched computation.
+
+Two executions give the same results to float rounding:
+
+* ``"vmap"``: one :func:`torch.vmap` call over the chunk's clients (one
+  kernel launch per layer for all of them: what GPUs reward);
+* ``"loop"``: the same functional gradient client after client. On the CPU,
+  :func:`torch.vmap` turns a convolution over :math:`S` clients into a
+  grouped form that is slower than :math:`S` ordinary ones, so the loop wins
+  there for convolutional models.
+
+:data:`EXECUTION_TABLE` holds the choice per model family and device type.
+It is written from the measurements of ``benchmarks/devices.py`` (section
+"execution", every candidate timed side by side; the committed results are
+in ``benchmarks/results/devices.md``), never measured at run time, so that a
+run's results do not depend on the machine's load. A run records the choice
+in its config.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from typing import Literal
+
+import torch
+from torch import nn
+
+__all__ = ["Execution", "ExecutionName", "EXECUTION_TABLE", "model_family",
+           "choose_execution", "auto_chunk"]
+
+log = logging.getLogger(__name__)
+
+Execution = Literal["vmap", "loop"]
+ExecutionName = Literal["auto", "vmap", "loop"]
+
+#: ``(model family, device type) -> execution``, from
+#: ``benchmarks/results/devices.md`` (CPU rows measured on a 2-core machine,
+#: one thread). Device types without a measured row take ``"vmap"``.
+EXECUTION_TABLE: dict[tuple[str, str], Execution] = {
+    ("mlp", "cpu"): "vmap",
+    ("cnn", "cpu"): "loop",
+    ("rnn", "cpu"): "vmap",
+}
+
+
+def model_family(model: nn.Module) -> str:
+    r"""``"cnn"`` for models with convolutions, ``"rnn"`` for recurrent
+    ones, ``"mlp"`` otherwise."""
+    kinds = {type(m) for m in model.modules()}
+    if any(issubclass(k, nn.modules.conv._ConvNd) for k in kinds):
+        return "cnn"
+    if any(issubclass(k, (nn.RNNBase, nn.RNNCellBase)) for k in kinds):
+        return "rnn"
+    return "mlp"
+
+
+def choose_execution(model: nn.Module, device: torch.device,
+                     execution: ExecutionName = "auto") -> Execution:
+    r"""``execution`` itself, or for ``"auto"`` the entry of
+    :data:`EXECUTION_TABLE` for the model's family on ``device``."""
+    if execution in ("vmap", "loop"):
+        return execution
+    if execution != "auto":
+        raise ValueError(f"execution must be 'auto', 'vmap' or 'loop', got {execution!r}")
+    return EXECUTION_TABLE.get((model_family(model), device.type), "vmap")
+
+
+def _activation_elements(model: nn.Module, shape: Sequence[int],
+                         device: torch.device) -> int:
+    r"""Elements of every module output for one sample (a meta-device forward:
+    shapes only, no memory, no time)."""
+    total = 0
+
+    def count(_module: nn.Module, _inputs: object, output: object) -> None:
+        nonlocal total
+        outs = output if isinstance(output, (tuple, list)) else (output,)
+        total += sum(o.numel() for o in outs if isinstance(o, torch.Tensor))
+
+    import copy
+    meta = copy.deepcopy(model).to("meta")
+    hooks = [m.register_forward_hook(count) for m in meta.modules()]
+    try:
+        with torch.no_grad():
+            meta(torch.zeros(1, *shape, device="meta"))
+    finally:
+        for h in hooks:
+            h.remove()
+    return total
+
+
+def auto_chunk(model: nn.Module, input_shape: Sequence[int], batch_size: int,
+               device: torch.device, memory_share: float = 0.5) -> int | None:
+    r"""Clients per batched computation: ``None`` (all sampled clients) on
+    the CPU; on a GPU as many as fit in ``memory_share`` of the free device
+    memory by an estimate from the model, not a measurement:
+
+    .. math::
+        K = \left\lfloor \frac{\text{share} \cdot \text{free}}
+        {4 \left(8 D + 3 B A\right)} \right\rfloor
+
+    with :math:`D` parameters (parameters, gradients, update-rule state and
+    copies, 8 per parameter), :math:`B` the batch size and :math:`A` the
+    elements of all layer outputs for one sample (kept for the backward pass
+    and its gradients, 3 per element), in float32."""
+    if device.type != "cuda":
+        return None
+    d = sum(p.numel() for p in model.parameters())
+    try:
+        a = _activation_elements(model, input_shape, device)
+    except Exception as err:  # a model the meta device cannot run: be conservative
+        log.info("auto_chunk: no meta forward for %s (%s); assuming 64 clients",
+                 type(model).__name__, err)
+        return 64
+    free, _ = torch.cuda.mem_get_info(device)
+    per_client = 4 * (8 * d + 3 * batch_size * max(a, 1))
+    return max(1, int(math.floor(memory_share * free / per_client)))

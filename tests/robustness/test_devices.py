@@ -1,0 +1,240 @@
+r"""Devices, chunked client parallelism, executions and precision.
+
+Every test runs on the CPU; those parametrized over ``DEVICES`` also run on
+each CUDA (and MPS) device the machine has, unchanged."""
+import io
+import math
+
+import pytest
+import torch
+from robustness_helpers import tiny_config
+
+from pyg_fedgraph.cli import main
+from pyg_fedgraph.datasets import digits
+from pyg_fedgraph.experiment import ExperimentConfig, build_dataset, build_simulator
+from pyg_fedgraph.models import CNNBN, MLP, SimpleCNN
+from pyg_fedgraph.strategies import STRATEGIES
+from pyg_fedgraph.train import LocalConfig
+from pyg_fedgraph.train import engine as train_engine
+from pyg_fedgraph.train.engine import ClientTrainer
+from pyg_fedgraph.train.execution import EXECUTION_TABLE, choose_execution, model_family
+from pyg_fedgraph.utils.device import available_devices, resolve_device
+
+DEVICES = available_devices()
+IDS = [str(d) for d in DEVICES]
+
+
+def tiny(strategy: str, rounds: int = 3, device: str = "cpu", **overrides):
+    cfg = tiny_config(strategy, rounds=rounds, device=device)
+    cfg.overrides.update(overrides)
+    data = build_dataset(cfg, {"samples_per_client": 20})
+    return build_simulator(cfg, dataset=data, progress=False)
+
+
+def assert_same_run(a, b, atol=1e-5):
+    torch.testing.assert_close(a.local_params.cpu(), b.local_params.cpu(), rtol=0, atol=atol)
+    torch.testing.assert_close(a.engine.table.params.cpu(), b.engine.table.params.cpu(),
+                               rtol=0, atol=atol)
+    for x, y in zip(a.history.records, b.history.records, strict=True):
+        for split in ("val", "test"):
+            for metric, value in getattr(x, split).items():
+                torch.testing.assert_close(value, getattr(y, split)[metric], rtol=0,
+                                           atol=atol, equal_nan=True)
+
+
+# ---------------------------------------------------------------- devices by name
+def test_resolve_device_names_and_errors():
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device("auto") == (torch.device("cuda") if torch.cuda.is_available()
+                                      else torch.device("cpu"))
+    with pytest.raises(ValueError, match="unknown device 'tpu'"):
+        resolve_device("tpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA is not available on this machine"):
+            resolve_device("cuda")
+    with pytest.raises(ValueError, match="cuda:99"):
+        resolve_device("cuda:99")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_cli_device_cuda_without_cuda_is_one_line_before_any_work(tmp_path, capsys):
+    assert main(["run", "--device", "cuda", "--quiet", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "CUDA is not available on this machine" in err[0]
+    assert not (tmp_path / "o").exists()
+
+
+# ---------------------------------------------------------------- placement
+@pytest.mark.parametrize("device", DEVICES, ids=IDS)
+@pytest.mark.parametrize("name", ["fedavg", "pfedgraph", "panacea"])
+def test_every_state_tensor_lives_on_the_chosen_device(device, name):
+    sim = tiny(name, rounds=2, device=str(device))
+    sim.run()
+    here = device.type
+    assert sim.device.type == here and sim.state_device.type == here
+    for split in sim.dataset.splits.values():
+        assert split.x.device.type == here and split.y.device.type == here
+    assert sim.local_params.device.type == here and sim.local_buffers.device.type == here
+    assert sim.engine.table.params.device.type == here
+    assert sim.engine.ctx.init_params.device.type == here
+    assert sim.engine.ctx.num_samples.device.type == here
+    for key, value in sim.strategy.state_dict().items():
+        if isinstance(value, torch.Tensor):
+            assert value.device.type == here, key
+    for p in sim.trainer.model.parameters():
+        assert p.device.type == here
+    # What leaves the run lives on the CPU: the history and the checkpoint.
+    assert sim.history.records[-1].test["accuracy"].device.type == "cpu"
+    state = sim.state_dict()
+
+    def walk(obj):
+        if isinstance(obj, torch.Tensor):
+            assert obj.device.type == "cpu"
+        elif isinstance(obj, dict):
+            for v in obj.values():
+                walk(v)
+        elif isinstance(obj, (list, tuple)):
+            for v in obj:
+                walk(v)
+    walk(state)
+
+
+@pytest.mark.parametrize("device", DEVICES, ids=IDS)
+def test_a_host_table_with_device_training_equals_one_place(device):
+    # state_device="cpu": the table and the clients' models stay on the host and only the
+    # sampled clients move; the run equals one that keeps everything on the device.
+    both = tiny("pfedgraph", device=str(device))
+    both.run()
+    host = tiny("pfedgraph", device=str(device), state_device="cpu")
+    host.run()
+    assert host.local_params.device.type == "cpu"
+    assert host.engine.table.params.device.type == "cpu"
+    assert_same_run(host, both)
+
+
+@pytest.mark.parametrize("target", DEVICES, ids=IDS)
+@pytest.mark.parametrize("source", DEVICES, ids=IDS)
+def test_a_checkpoint_resumes_on_another_device(source, target):
+    full = tiny("fedaghn", rounds=4, device=str(target))
+    full.run()
+    first = tiny("fedaghn", rounds=4, device=str(source))
+    first.run(2)
+    buf = io.BytesIO()
+    torch.save(first.state_dict(), buf)
+    buf.seek(0)
+    resumed = tiny("fedaghn", rounds=4, device=str(target))
+    resumed.load_state_dict(torch.load(buf, map_location="cpu", weights_only=True))
+    resumed.run()
+    assert resumed.local_params.device.type == target.type
+    if source.type == target.type:
+        assert resumed.history == full.history
+        assert torch.equal(resumed.local_params, full.local_params)
+    else:  # another device computes with other kernels: equal to rounding
+        assert_same_run(resumed, full, atol=1e-4)
+
+
+# ---------------------------------------------------------------- chunks and executions
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
+def test_chunked_training_equals_all_at_once_for_every_strategy(name):
+    whole = tiny(name)
+    whole.run()
+    for k in (1, 3):
+        chunked = tiny(name, parallel_clients=k)
+        assert chunked.parallel_clients == k
+        chunked.run()
+        assert_same_run(chunked, whole)
+
+
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
+def test_loop_execution_equals_vmap_for_every_strategy(name):
+    vmapped = tiny(name, execution="vmap")
+    vmapped.run()
+    looped = tiny(name, execution="loop")
+    assert looped.execution == "loop" and vmapped.execution == "vmap"
+    looped.run()
+    assert_same_run(looped, vmapped)
+
+
+def test_chunks_and_executions_of_a_cnn_with_batchnorm_agree():
+    data = digits(num_clients=6, partition="iid")
+    model = CNNBN(1, 10, image_size=8, channels=(4, 8))
+    cfg = LocalConfig(lr=0.05, batch_size=8, steps=3, momentum=0.9)
+    clients = torch.arange(6)
+    start = train_engine.ParamLayout.from_module(model).flatten(model).repeat(6, 1)
+    gens = [torch.Generator().manual_seed(i) for i in range(6)]
+    ref = ClientTrainer(model, data, config=cfg, execution="vmap").train(
+        clients, start, generator=gens)
+    for kwargs in ({"parallel_clients": 4}, {"execution": "loop"},
+                   {"execution": "loop", "parallel_clients": 1}):
+        gens = [torch.Generator().manual_seed(i) for i in range(6)]
+        out = ClientTrainer(model, data, config=cfg, **kwargs).train(clients, start,
+                                                                     generator=gens)
+        torch.testing.assert_close(out.params, ref.params, rtol=0, atol=1e-5)
+        torch.testing.assert_close(out.loss, ref.loss, rtol=0, atol=1e-5)
+        assert torch.equal(out.steps, ref.steps)
+
+
+def test_execution_table_and_model_families():
+    assert model_family(MLP(4, 8, 2)) == "mlp"
+    assert model_family(SimpleCNN(1, 10, image_size=28)) == "cnn"
+    assert model_family(torch.nn.GRU(2, 4)) == "rnn"
+    cpu = torch.device("cpu")
+    for family, model in (("mlp", MLP(4, 8, 2)), ("cnn", SimpleCNN(1, 10, image_size=28))):
+        assert choose_execution(model, cpu) == EXECUTION_TABLE[(family, "cpu")]
+    assert choose_execution(MLP(4, 8, 2), cpu, "loop") == "loop"
+    assert choose_execution(MLP(4, 8, 2), torch.device("cuda")) == "vmap"
+    with pytest.raises(ValueError, match="execution must be"):
+        choose_execution(MLP(4, 8, 2), cpu, "threads")  # type: ignore[arg-type]
+
+
+def test_parallel_clients_is_checked():
+    with pytest.raises(ValueError, match="--set parallel_clients"):
+        tiny("fedavg", parallel_clients=0)
+
+
+# ---------------------------------------------------------------- precision
+def test_low_precision_runs_the_layers_in_bf16_and_keeps_float32_parameters():
+    data = digits(num_clients=4, partition="iid")
+    model = MLP(64, 16, 10)
+    seen = []
+    model.lins[0].register_forward_hook(lambda m, i, o: seen.append(o.dtype))
+    trainer = ClientTrainer(model, data, config=LocalConfig(steps=2, batch_size=8),
+                            precision="bf16")
+    start = trainer.layout.flatten(trainer.model).repeat(4, 1)
+    out = trainer.train(torch.arange(4), start)
+    assert seen and set(seen) == {torch.bfloat16}
+    assert out.params.dtype == torch.float32 and out.loss.dtype == torch.float32
+    metrics = trainer.evaluate(torch.arange(4), out.params, split="test")
+    assert metrics["accuracy"].dtype == torch.float32
+
+
+def test_bf16_training_reaches_fp32_accuracy_on_digits():
+    results = {}
+    for precision in ("fp32", "bf16"):
+        cfg = ExperimentConfig(dataset="digits", strategy="fedavg-ft", rounds=10, seed=0,
+                               precision=precision)
+        sim = build_simulator(cfg, progress=False)
+        sim.run()
+        results[precision] = sim.summary()["test"]
+    assert results["fp32"] > 0.8
+    assert abs(results["bf16"] - results["fp32"]) <= 0.01, results
+
+
+def test_fp16_skips_a_step_whose_scaled_gradient_overflows(monkeypatch):
+    data = digits(num_clients=3, partition="iid")
+    model = MLP(64, 16, 10)
+    trainer = ClientTrainer(model, data, config=LocalConfig(steps=1, batch_size=8, lr=0.1),
+                            precision="fp16")
+    start = trainer.layout.flatten(trainer.model).repeat(3, 1)
+    normal = trainer.train(torch.arange(3), start)
+    assert not torch.equal(normal.params, start)
+    # A scale so large that the fp16 backward overflows: the step is skipped, nothing moves.
+    monkeypatch.setattr(train_engine, "FP16_INIT_SCALE", 2.0 ** 40)
+    skipped = trainer.train(torch.arange(3), start)
+    assert torch.equal(skipped.params, start)
+    assert torch.equal(skipped.steps, torch.zeros(3, dtype=torch.long))
+    # Given steps, the scale halves until the gradients fit and training proceeds.
+    trainer.config = LocalConfig(steps=120, batch_size=8, lr=0.1)
+    late = trainer.train(torch.arange(3), start)
+    assert bool(torch.isfinite(late.params).all())
+    assert 0 < int(late.steps.min()) < 120 and not math.isnan(float(late.loss.mean()))
