@@ -10,6 +10,7 @@ from pyg_fedgraph.strategies.fedavg import FedAvg, FedAvgFT, Local, weighted_ave
 from pyg_fedgraph.strategies.fedcedar import FedCEDAR
 from pyg_fedgraph.strategies.fedprox import FedProx, FedProxFT
 from pyg_fedgraph.strategies.ifca import IFCA
+from pyg_fedgraph.strategies.knn_per import KNNPer
 from pyg_fedgraph.strategies.panacea import Panacea, PFedHN
 from pyg_fedgraph.strategies.pfedgat import PFedGAT
 from pyg_fedgraph.strategies.pfedgraph import PFedGraph
@@ -47,4 +48,5 @@ __all__ = [
     "PFedGAT",
     "IFCA",
     "HeurFedAMP",
+    "KNNPer",
 ]

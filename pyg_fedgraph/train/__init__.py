@@ -6,6 +6,7 @@ from pyg_fedgraph.train.engine import (
     TrainResult,
     batch_schedule,
 )
+from pyg_fedgraph.train.knn import KNNInterpolation
 from pyg_fedgraph.train.objective import (
     Objective,
     classification_objective,
@@ -23,4 +24,5 @@ __all__ = [
     "Regularizer",
     "TrainResult",
     "batch_schedule",
+    "KNNInterpolation",
 ]

@@ -52,7 +52,7 @@ from pyg_fedgraph.utils.seeds import make_generator
 __all__ = ["ClientStart", "Job", "ClientJob", "StartJob", "JOBS", "register_job", "per_client",
            "TrainPlan", "PersonalTraining", "LossGradient", "ChooseModel", "FineTune",
            "EvaluatePlan", "ClientResult", "run_plan",
-           "finetuned", "evaluate_clients", "select_rows"]
+           "finetuned", "evaluate_clients", "select_rows", "Evaluator"]
 
 #: Every job class a client may rebuild by name (see :func:`register_job`).
 JOBS: dict[str, type[Job]] = {}
@@ -155,6 +155,20 @@ class StartJob(Job):
                 parallel: bool = True) -> tuple[Tensor, dict[str, Tensor]]:
         r"""The starting parameters :math:`(S, D)` and the job's outputs
         (``{output: (S, ...)}``) for the clients of ``start``."""
+        raise NotImplementedError
+
+
+class Evaluator(Job):
+    r"""Client work that replaces the plain evaluation of a model: the
+    clients' predictions are not the model's outputs alone (kNN-Per mixes
+    them with a nearest-neighbour vote over the client's own data,
+    :class:`~pyg_fedgraph.train.knn.KNNInterpolation`)."""
+
+    def evaluate(self, trainer: ClientTrainer, rows: Tensor, params: Tensor, buffers: Tensor,
+                 splits: tuple[str, ...]) -> dict[str, dict[str, Tensor]]:
+        r"""Per-client metrics ``{split: {metric: (S,)}}`` of the clients at
+        dataset ``rows`` :math:`(S,)` with models ``params`` :math:`(S, D)`
+        and ``buffers`` :math:`(S, B)` (NaN where a split is empty)."""
         raise NotImplementedError
 
 
@@ -346,10 +360,13 @@ class EvaluatePlan:
         finetune (FineTune, optional): fine-tune them locally first.
         start_job (StartJob, optional): lets each client choose the model it
             is evaluated with (e.g. IFCA's lowest-loss cluster model).
+        evaluator (Evaluator, optional): computes the clients' metrics in
+            place of the model's own predictions (e.g. kNN-Per's mixture).
     """
     params: Tensor | None = per_client(None)
     finetune: FineTune | None = None
     start_job: StartJob | None = None
+    evaluator: Evaluator | None = None
 
     def select(self, rows: Tensor) -> EvaluatePlan:
         return select_rows(self, rows)
@@ -422,15 +439,17 @@ def finetuned(trainer: ClientTrainer, start: ClientStart, finetune: FineTune | N
 def evaluate_clients(trainer: ClientTrainer, start: ClientStart, *,
                      finetune: FineTune | None = None, start_job: StartJob | None = None,
                      seed: int = 0, rnd: int = 0, parallel: bool = True,
-                     splits: tuple[str, ...] = ("val", "test")
-                     ) -> dict[str, dict[str, Tensor]]:
+                     splits: tuple[str, ...] = ("val", "test"),
+                     evaluator: Evaluator | None = None) -> dict[str, dict[str, Tensor]]:
     r"""Per-client metrics ``{split: {metric: (S,)}}`` of the models
     ``start.params`` with buffers ``start.buffers`` (or of the models a
     ``start_job`` chooses), after local fine-tuning when ``finetune`` is given
-    (:func:`finetuned`)."""
+    (:func:`finetuned`), computed by ``evaluator`` when one is given."""
     if start_job is not None:
         params, _ = start_job.prepare(trainer, start, seed=seed, rnd=rnd, parallel=parallel)
         start = dataclasses.replace(start, params=params)
     params, buffers = finetuned(trainer, start, finetune, seed=seed, rnd=rnd, parallel=parallel)
     with torch.no_grad():
+        if evaluator is not None:
+            return evaluator.evaluate(trainer, start.rows, params, buffers, splits)
         return {split: trainer.evaluate(start.rows, params, buffers, split) for split in splits}

@@ -334,6 +334,7 @@ PARITY_KWARGS = {
     "pfedgraph": {},
     "ifca": {"num_clusters": 2},                  # a start job: clients choose their model
     "heurfedamp": {},                             # the heuristic FedAMP (pFedGraph's "FedAMP")
+    "knn-per": {"k": 3},                          # an evaluator job: the kNN vote on the client
 }
 
 
