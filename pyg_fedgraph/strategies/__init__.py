@@ -5,6 +5,7 @@ from pyg_fedgraph.strategies.ditto import Ditto
 
 # Strategies of later issues: one import line each, below this comment.
 from pyg_fedgraph.strategies.fedaghn import FedAGHN
+from pyg_fedgraph.strategies.fedala import FedALA
 from pyg_fedgraph.strategies.fedamp import FedAMP, HeurFedAMP
 from pyg_fedgraph.strategies.fedavg import FedAvg, FedAvgFT, Local, weighted_average
 from pyg_fedgraph.strategies.fedcedar import FedCEDAR
@@ -49,4 +50,5 @@ __all__ = [
     "IFCA",
     "HeurFedAMP",
     "KNNPer",
+    "FedALA",
 ]

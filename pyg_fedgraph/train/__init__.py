@@ -1,4 +1,5 @@
 r"""Client-side local training, batched over clients."""
+from pyg_fedgraph.train.ala import AdaptiveLocalAggregation
 from pyg_fedgraph.train.engine import (
     ClientTrainer,
     LocalConfig,
@@ -25,4 +26,5 @@ __all__ = [
     "TrainResult",
     "batch_schedule",
     "KNNInterpolation",
+    "AdaptiveLocalAggregation",
 ]

@@ -335,6 +335,7 @@ PARITY_KWARGS = {
     "ifca": {"num_clusters": 2},                  # a start job: clients choose their model
     "heurfedamp": {},                             # the heuristic FedAMP (pFedGraph's "FedAMP")
     "knn-per": {"k": 3},                          # an evaluator job: the kNN vote on the client
+    "fedala": {"max_start_epochs": 3},            # a start job with per-client weights
 }
 
 
