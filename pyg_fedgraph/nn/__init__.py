@@ -20,6 +20,7 @@ from pyg_fedgraph.nn.functional import cluster_mean, pairwise_cosine, sample_sha
 from pyg_fedgraph.nn.hypernetwork import GCNHypernetwork, hypernetwork_grads, hypernetwork_update
 from pyg_fedgraph.nn.khop import KHopPropagation
 from pyg_fedgraph.nn.knn import knn_vote
+from pyg_fedgraph.nn.layer_aggregation import LayerAggregationHypernetwork, layerwise_aggregate
 
 __all__ = [
     "GraphAggregation",
@@ -46,4 +47,6 @@ __all__ = [
     "sample_shares",
     "cluster_mean",
     "knn_vote",
+    "LayerAggregationHypernetwork",
+    "layerwise_aggregate",
 ]

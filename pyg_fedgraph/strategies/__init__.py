@@ -15,6 +15,7 @@ from pyg_fedgraph.strategies.knn_per import KNNPer
 from pyg_fedgraph.strategies.panacea import Panacea, PFedHN
 from pyg_fedgraph.strategies.pfedgat import PFedGAT
 from pyg_fedgraph.strategies.pfedgraph import PFedGraph
+from pyg_fedgraph.strategies.pfedla import PFedLA
 from pyg_fedgraph.strategies.registry import (
     STRATEGIES,
     build_strategy,
@@ -51,4 +52,5 @@ __all__ = [
     "HeurFedAMP",
     "KNNPer",
     "FedALA",
+    "PFedLA",
 ]

@@ -336,6 +336,7 @@ PARITY_KWARGS = {
     "heurfedamp": {},                             # the heuristic FedAMP (pFedGraph's "FedAMP")
     "knn-per": {"k": 3},                          # an evaluator job: the kNN vote on the client
     "fedala": {"max_start_epochs": 3},            # a start job with per-client weights
+    "pfedla": {"embedding_dim": 4, "hidden_channels": 8},  # per-client hypernetworks
 }
 
 
