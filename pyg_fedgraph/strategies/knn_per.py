@@ -59,7 +59,10 @@ class KNNPer(FedAvg):
 
     Classification only: the vote is a class distribution (the paper defines
     the method for classification); a regression task is refused at
-    :meth:`setup`.
+    :meth:`setup`. The models that
+    :meth:`~pyg_fedgraph.simulation.Simulator.personalized_models` returns
+    (and the backdoor success rate measures) are the global model's: the
+    vote is part of the evaluation, not of a model.
 
     Args:
         lam (float, optional): :math:`\lambda` (default: :obj:`0.5`)

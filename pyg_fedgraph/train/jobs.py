@@ -31,6 +31,11 @@ dataclass registered with :func:`register_job`:
   (:class:`ChooseModel`): :meth:`StartJob.prepare` returns the starting
   parameters and its outputs. The clients then upload their update, since
   the server does not know where they started.
+
+An :class:`Evaluator` (``EvaluatePlan.evaluator``) replaces the plain
+evaluation of a model when a method's predictions are not the model's
+outputs alone (kNN-Per's mixture with a nearest-neighbour vote,
+:class:`~pyg_fedgraph.train.knn.KNNInterpolation`).
 """
 from __future__ import annotations
 
