@@ -31,6 +31,11 @@ dataclass registered with :func:`register_job`:
   (:class:`ChooseModel`): :meth:`StartJob.prepare` returns the starting
   parameters and its outputs. The clients then upload their update, since
   the server does not know where they started.
+
+An :class:`Evaluator` (``EvaluatePlan.evaluator``) replaces the plain
+evaluation of a model when a method's predictions are not the model's
+outputs alone (kNN-Per's mixture with a nearest-neighbour vote,
+:class:`~pyg_fedgraph.train.knn.KNNInterpolation`).
 """
 from __future__ import annotations
 
@@ -53,7 +58,7 @@ __all__ = ["ClientStart", "Job", "ClientJob", "StartJob", "JOBS", "register_job"
            "TrainPlan", "PersonalTraining", "LossGradient", "ChooseModel", "SharedBody",
            "FineTune",
            "EvaluatePlan", "ClientResult", "run_plan",
-           "finetuned", "evaluate_clients", "select_rows"]
+           "finetuned", "evaluate_clients", "select_rows", "Evaluator"]
 
 #: Every job class a client may rebuild by name (see :func:`register_job`).
 JOBS: dict[str, type[Job]] = {}
@@ -156,6 +161,20 @@ class StartJob(Job):
                 parallel: bool = True) -> tuple[Tensor, dict[str, Tensor]]:
         r"""The starting parameters :math:`(S, D)` and the job's outputs
         (``{output: (S, ...)}``) for the clients of ``start``."""
+        raise NotImplementedError
+
+
+class Evaluator(Job):
+    r"""Client work that replaces the plain evaluation of a model: the
+    clients' predictions are not the model's outputs alone (kNN-Per mixes
+    them with a nearest-neighbour vote over the client's own data,
+    :class:`~pyg_fedgraph.train.knn.KNNInterpolation`)."""
+
+    def evaluate(self, trainer: ClientTrainer, rows: Tensor, params: Tensor, buffers: Tensor,
+                 splits: tuple[str, ...]) -> dict[str, dict[str, Tensor]]:
+        r"""Per-client metrics ``{split: {metric: (S,)}}`` of the clients at
+        dataset ``rows`` :math:`(S,)` with models ``params`` :math:`(S, D)`
+        and ``buffers`` :math:`(S, B)` (NaN where a split is empty)."""
         raise NotImplementedError
 
 
@@ -417,10 +436,13 @@ class EvaluatePlan:
         finetune (FineTune, optional): fine-tune them locally first.
         start_job (StartJob, optional): lets each client choose the model it
             is evaluated with (e.g. IFCA's lowest-loss cluster model).
+        evaluator (Evaluator, optional): computes the clients' metrics in
+            place of the model's own predictions (e.g. kNN-Per's mixture).
     """
     params: Tensor | None = per_client(None)
     finetune: FineTune | None = None
     start_job: StartJob | None = None
+    evaluator: Evaluator | None = None
 
     def select(self, rows: Tensor) -> EvaluatePlan:
         return select_rows(self, rows)
@@ -493,15 +515,17 @@ def finetuned(trainer: ClientTrainer, start: ClientStart, finetune: FineTune | N
 def evaluate_clients(trainer: ClientTrainer, start: ClientStart, *,
                      finetune: FineTune | None = None, start_job: StartJob | None = None,
                      seed: int = 0, rnd: int = 0, parallel: bool = True,
-                     splits: tuple[str, ...] = ("val", "test")
-                     ) -> dict[str, dict[str, Tensor]]:
+                     splits: tuple[str, ...] = ("val", "test"),
+                     evaluator: Evaluator | None = None) -> dict[str, dict[str, Tensor]]:
     r"""Per-client metrics ``{split: {metric: (S,)}}`` of the models
     ``start.params`` with buffers ``start.buffers`` (or of the models a
     ``start_job`` chooses), after local fine-tuning when ``finetune`` is given
-    (:func:`finetuned`)."""
+    (:func:`finetuned`), computed by ``evaluator`` when one is given."""
     if start_job is not None:
         params, _ = start_job.prepare(trainer, start, seed=seed, rnd=rnd, parallel=parallel)
         start = dataclasses.replace(start, params=params)
     params, buffers = finetuned(trainer, start, finetune, seed=seed, rnd=rnd, parallel=parallel)
     with torch.no_grad():
+        if evaluator is not None:
+            return evaluator.evaluate(trainer, start.rows, params, buffers, splits)
         return {split: trainer.evaluate(start.rows, params, buffers, split) for split in splits}
