@@ -132,7 +132,7 @@ class PFedLA(ServerOptimizerState, Strategy):
         ctx = self._require_setup()
         table = ctx.table.params
         alpha = hn(clients.to(torch.long))
-        return layerwise_aggregate(table.to(alpha.dtype), alpha, ctx.layout.ptr)
+        return layerwise_aggregate(table.to(alpha), alpha, ctx.layout.ptr)
 
     # --------------------------------------------------------------- rounds
     def configure_train(self, rnd: int, clients: Tensor) -> TrainPlan:

@@ -206,11 +206,13 @@ def class_counts(dataset: FederatedDataset, clients: Tensor, split: str = "train
     part = dataset.splits[split]
     clients = clients.to(torch.long)
     y = part.y[clients].reshape(clients.numel(), -1).to(torch.long)
-    valid = torch.arange(y.size(1)).unsqueeze(0) < part.counts[clients].unsqueeze(1)
+    # Labels stay where the split keeps them; the counts come to that device.
+    valid = (torch.arange(y.size(1), device=y.device).unsqueeze(0)
+             < part.counts[clients.to(part.counts.device)].to(y.device).unsqueeze(1))
     c = dataset.num_classes
     if bool(((y < 0) | (y >= c))[valid].any()):
         raise ValueError(f"{dataset.name!r} holds labels outside [0, {c})")
-    out = torch.zeros(clients.numel(), c)
+    out = torch.zeros(clients.numel(), c, device=y.device)
     return out.scatter_add_(1, torch.where(valid, y, 0), valid.to(out.dtype))
 
 
