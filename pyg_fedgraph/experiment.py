@@ -28,8 +28,8 @@ from pyg_fedgraph.utils.device import Precision, resolve_device
 from pyg_fedgraph.utils.seeds import derive_seed, make_generator
 
 __all__ = ["ExperimentConfig", "CONFIG_SCHEMA", "DATASET_DEFAULTS", "build_dataset",
-           "build_simulator", "resolved_defaults", "route_overrides", "check_config",
-           "parse_value"]
+           "build_simulator", "resolved_defaults", "resolved_model", "route_overrides",
+           "check_config", "parse_value"]
 
 log = logging.getLogger(__name__)
 
@@ -249,6 +249,14 @@ def _plan(cfg: ExperimentConfig, data: FederatedDataset) -> _RunPlan:
     return _RunPlan(parts, model_name, model_kwargs, outputs, LocalConfig(**local_kwargs),
                     cfg.rounds if cfg.rounds is not None else int(defaults["rounds"]),
                     build_strategy(cfg.strategy, **parts["strategy"]), held_out)
+
+
+def resolved_model(cfg: ExperimentConfig, dataset: FederatedDataset
+                   ) -> tuple[str, dict[str, Any]]:
+    r"""The model name and arguments ``cfg`` builds on ``dataset`` (the
+    dataset's defaults with the run's ``--set model`` keys applied)."""
+    plan = _plan(cfg, dataset)
+    return plan.model_name, dict(plan.model_kwargs)
 
 
 def check_config(cfg: ExperimentConfig, dataset: FederatedDataset) -> None:

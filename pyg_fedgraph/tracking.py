@@ -300,7 +300,9 @@ class TensorBoardTracker(Tracker):
         self.writer = SummaryWriter(str(self.log_dir), purge_step=first)
         metric_dict = {name: math.nan for name in (*metrics, "summary/test", "summary/val_best")}
         for summary in hparams_summary(hparams, metric_dict):
-            self.writer.file_writer.add_summary(summary)
+            # At the purge step: a step-0 event after a resumed run's purge reads
+            # as out of order to TensorBoard, which then drops the earlier rounds.
+            self.writer.file_writer.add_summary(summary, global_step=first)
 
     def _log_scalars(self, scalars: Mapping[str, float], step: int) -> None:
         for tag, value in scalars.items():

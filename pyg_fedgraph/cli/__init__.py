@@ -66,8 +66,23 @@ def _names_epilog() -> str:
             + "\nstrategies:\n" + wrap.fill(", ".join(strategy_names())))
 
 
+def _seed_list(text: str) -> list[int]:
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--seeds expects integers separated by commas, got "
+                                         f"{text!r}") from None
+    if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
+        raise argparse.ArgumentTypeError(f"--seeds expects distinct integers >= 0, got {text!r}")
+    return seeds
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     r"""Options shared by ``run`` and ``tune``: the data and the federation."""
+    p.add_argument("--config", type=Path, default=None, metavar="FILE",
+                   help="a YAML file of settings (the long option names, and a 'set' map of "
+                        "--set keys); options given on the command line win, --set keys "
+                        "over the file's; a run's own config.yaml reruns it")
     p.add_argument("--dataset", default="digits", metavar="NAME",
                    help="dataset name, listed below (default: digits)")
     p.add_argument("--rounds", type=int, default=None, help="communication rounds (>= 1)")
@@ -125,6 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--strategy", default=None, metavar="NAME[,NAME...]",
                      help="strategy name, or several separated by commas "
                           f"(default: {','.join(DEFAULT_COMPARISON)})")
+    run.add_argument("--seeds", type=_seed_list, default=None, metavar="S[,S...]",
+                     help="run every strategy once per seed and report the mean and standard "
+                          "deviation over them (instead of --seed)")
     run.add_argument("--novel-clients", type=float, default=0.0,
                      help="fraction of clients held out of training and evaluated as novel")
     run.add_argument("--attack", default=None, choices=literal_choices("attacks.py", "AttackName"),
@@ -154,6 +172,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", type=Path, default=None,
                      help="output directory (default: runs/<dataset>-<time>); refused if it "
                           "holds a run, unless --overwrite")
+    run.add_argument("--save-models", action="store_true",
+                     help="also save every client's final personalized model to "
+                          "<run>/models.pt (tensors only: torch.load(weights_only=True))")
     run.add_argument("--overwrite", action="store_true",
                      help="replace the run already in --out (its files only)")
     run.add_argument("--set", dest="overrides", type=key_value, action="append", default=[],
@@ -172,7 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
         "same --storage and --study-name to share the study.", epilog=epilog,
         formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
     _common(tune)
-    tune.add_argument("--strategy", required=True, metavar="NAME", help="strategy name")
+    tune.add_argument("--strategy", default=None, metavar="NAME",
+                      help="strategy name (required here or in --config)")
     tune.add_argument("--n-trials", type=int, required=True, help="trials this process adds")
     tune.add_argument("--storage", default="sqlite:///study.db",
                       help="Optuna storage: a database URL or the path of a journal file "
@@ -245,8 +267,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                             category=FutureWarning)
     try:
         if args.command == "tune":
+            from pyg_fedgraph.cli.run import apply_config
             from pyg_fedgraph.cli.tune import tune_main
-            return tune_main(args)
+            return tune_main(apply_config(args, argv))
         from pyg_fedgraph.cli.run import run_main
         return run_main(args, argv)
     except KeyboardInterrupt:

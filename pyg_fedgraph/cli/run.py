@@ -29,7 +29,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -129,22 +129,72 @@ class _Progress:
             self.bar = None
 
 
+# ------------------------------------------------------------------ the runs
+@dataclass(frozen=True)
+class RunKey:
+    r"""One run of a comparison: a strategy with a seed."""
+    strategy: str
+    seed: int
+
+
+@dataclass
+class RunPlan:
+    r"""What ``run`` does: every strategy with every seed, each run in its
+    folder (``--out``, ``--out/<strategy>``, ``--out/seed-<s>`` or
+    ``--out/<strategy>/seed-<s>``), checkpointing every ``every`` rounds."""
+    root: Path
+    base: ExperimentConfig
+    strategies: list[str]
+    seeds: list[int]
+    every: int = 0
+    trackers: list[str] = field(default_factory=list)
+    deterministic: bool = False
+    save_models: bool = False
+
+    @property
+    def keys(self) -> list[RunKey]:
+        # Seed-major, so that each seed's dataset is built once.
+        return [RunKey(n, s) for s in self.seeds for n in self.strategies]
+
+    def folder(self, key: RunKey) -> Path:
+        out = self.root if len(self.strategies) == 1 else self.root / key.strategy
+        return out if len(self.seeds) == 1 else out / f"seed-{key.seed}"
+
+    def config(self, key: RunKey) -> ExperimentConfig:
+        return replace(self.base, strategy=key.strategy, seed=key.seed)
+
+    def label(self, key: RunKey) -> str:
+        return key.strategy if len(self.seeds) == 1 else f"{key.strategy} (seed {key.seed})"
+
+    def manifest(self, command: str, started: str | None = None,
+                 resumed: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        return {"format": MANIFEST_FORMAT, "strategies": list(self.strategies),
+                "seeds": list(self.seeds), "config": self.base.to_dict(),
+                "checkpoint_every": self.every, "trackers": list(self.trackers),
+                "deterministic": self.deterministic, "save_models": self.save_models,
+                "command": command,
+                "started": started or datetime.now().isoformat(timespec="seconds"),
+                "resumed": resumed or []}
+
+
 # ------------------------------------------------------------------ output
-def _run_dir(root: Path, name: str, names: Sequence[str]) -> Path:
-    return root if len(names) == 1 else root / name
-
-
 def _run_files(folder: Path) -> list[Path]:
     r"""The files of a run (or comparison) in ``folder``, and those of the
-    runs in its sub-folders."""
+    runs in its sub-folders (two levels: ``<strategy>/seed-<s>``)."""
     from pyg_fedgraph.simulation.checkpoint import CHECKPOINT_NAME
     from pyg_fedgraph.simulation.report import RUN_FILES
 
     patterns = (*RUN_FILES, CHECKPOINT_NAME, f".{CHECKPOINT_NAME}.*.tmp", MANIFEST,
                 *_COMPARISON_FILES, *_TRACKER_FILES)
-    found = sorted({p for pattern in patterns for p in folder.glob(pattern) if p.is_file()})
+
+    def here(d: Path) -> list[Path]:
+        return sorted({p for pattern in patterns for p in d.glob(pattern) if p.is_file()})
+
+    found = here(folder)
     for sub in sorted(p for p in folder.iterdir() if p.is_dir()):
-        found += sorted({p for pattern in patterns for p in sub.glob(pattern) if p.is_file()})
+        found += here(sub)
+        for subsub in sorted(p for p in sub.iterdir() if p.is_dir()):
+            found += here(subsub)
     return found
 
 
@@ -176,9 +226,12 @@ def prepare_output(root: Path, *, overwrite: bool) -> None:
                          f"--resume {root}, replace it with --overwrite, or choose another --out")
     for path in existing:
         path.unlink()
-    for sub in {p.parent for p in existing if p.parent != root}:
-        if not any(sub.iterdir()):
+    for sub in sorted({p.parent for p in existing if p.parent != root},
+                      key=lambda p: len(p.parts), reverse=True):
+        if sub.is_dir() and not any(sub.iterdir()):
             sub.rmdir()
+            if sub.parent != root and sub.parent.is_dir() and not any(sub.parent.iterdir()):
+                sub.parent.rmdir()
     log.info("--overwrite: removed %d file(s) of the previous run in %s", len(existing), root)
 
 
@@ -227,8 +280,8 @@ def _placement(base: ExperimentConfig, deterministic: bool) -> Iterator[None]:
 
 
 def _build_data(base: ExperimentConfig, names: Sequence[str]) -> FederatedDataset:
-    r"""The data set of the runs, after checking every ``--set`` value of
-    every strategy; then each strategy's requirements on that data."""
+    r"""The data set of ``base``'s seed, after checking every ``--set`` value
+    of every strategy; then each strategy's requirements on that data."""
     from pyg_fedgraph.experiment import build_dataset, check_config, route_overrides
 
     parts = [route_overrides(replace(base, strategy=n)) for n in names]
@@ -238,17 +291,46 @@ def _build_data(base: ExperimentConfig, names: Sequence[str]) -> FederatedDatase
     return dataset
 
 
-def _given(argv: Sequence[str]) -> set[str]:
-    r"""The options of ``run`` that ``argv`` gives explicitly."""
+def _run_actions() -> list[argparse.Action]:
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    run = sub.choices["run"]
+    return list(sub.choices["run"]._actions)
+
+
+def _given(argv: Sequence[str]) -> set[str]:
+    r"""The options of ``run`` that ``argv`` gives explicitly."""
     given = set()
-    for action in run._actions:
+    for action in _run_actions():
         for opt in action.option_strings:
             if any(tok == opt or tok.startswith(opt + "=") for tok in argv):
                 given.add(action.option_strings[-1])
     return given
+
+
+def apply_config(args: argparse.Namespace, argv: Sequence[str]) -> argparse.Namespace:
+    r"""``args`` with the settings of ``--config`` for every option not given
+    on the command line, and the file's ``set`` keys under the command
+    line's ``--set`` keys."""
+    from pyg_fedgraph.cli.config import FILE_KEYS, load_config
+
+    if getattr(args, "config", None) is None:
+        return args
+    values = load_config(args.config)
+    given = _given(argv) if args.command == "run" else {
+        tok.split("=")[0] for tok in argv if tok.startswith("--")}
+    out = argparse.Namespace(**vars(args))
+    for key in FILE_KEYS:
+        if key in ("set", "provenance") or not hasattr(out, key):
+            continue
+        if key in values and f"--{key.replace('_', '-')}" not in given:
+            setattr(out, key, values[key])
+    ignored = sorted(k for k in FILE_KEYS if k not in ("set", "provenance")
+                     and not hasattr(args, k) and k in values)
+    if ignored:
+        log.warning("--config %s: %s ignore(s) %s", args.config, args.command, ignored)
+    cli = [(k, v) for k, v in args.overrides]
+    out.overrides = [(k, v) for k, v in values["set"].items()] + cli
+    return out
 
 
 # ------------------------------------------------------------------ running
@@ -264,7 +346,7 @@ class _Outcome:
     rows: list[dict[str, Any]] = field(default_factory=list)
     histories: dict[str, Any] = field(default_factory=dict)
     nothing_learned: list[str] = field(default_factory=list)
-    stopped: tuple[str, int, int, Path] | None = None  # strategy, round, rounds, checkpoint
+    stopped: tuple[str, int, int, Path] | None = None  # run, round, rounds, checkpoint
 
 
 def _checkpoint(sim: Simulator, cfg: ExperimentConfig, out: Path, every: int,
@@ -276,21 +358,20 @@ def _checkpoint(sim: Simulator, cfg: ExperimentConfig, out: Path, every: int,
         "config": cfg.to_dict(), "checkpoint_every": every, "seconds": seconds}}, out)
 
 
-def _train(sim: Simulator, cfg: ExperimentConfig, out: Path, every: int, seconds: float,
-           progress: _Progress, stop: _Stop, saved: _Saved) -> float | None:
+def _train(sim: Simulator, cfg: ExperimentConfig, label: str, out: Path, every: int,
+           seconds: float, progress: _Progress, stop: _Stop, saved: _Saved) -> float | None:
     r"""Runs ``sim`` to its last round, checkpointing every ``every`` rounds
     and at the end; returns the run's seconds so far (``seconds``, those of
     its earlier parts, plus this part's, as the final checkpoint records
     them), or ``None`` when a Ctrl-C stopped it (after a checkpoint of the
     round it finished)."""
     t0 = time.perf_counter()
-    name = cfg.strategy
-    progress.start(name, sim)
+    progress.start(label, sim)
     try:
         while sim.round < sim.rounds:
             if not stop.requested:  # a Ctrl-C between two runs stops before this one starts
                 record = sim.step()
-                progress.update(name, sim, record is not None)
+                progress.update(label, sim, record is not None)
             if stop.requested or (every and sim.round % every == 0 and sim.round < sim.rounds):
                 saved.path = _checkpoint(sim, cfg, out, every,
                                          seconds + time.perf_counter() - t0)
@@ -312,10 +393,13 @@ def _summary(sim: Simulator, cfg: ExperimentConfig, seconds: float) -> dict[str,
             "synthetic_data": bool(dataset.info.get("synthetic"))}
 
 
-def _write(sim: Simulator, cfg: ExperimentConfig, out: Path, summary: dict[str, Any]) -> None:
+def _write(sim: Simulator, cfg: ExperimentConfig, plan: RunPlan, out: Path,
+           summary: dict[str, Any]) -> None:
     import torch
 
-    from pyg_fedgraph.simulation.report import write_run
+    from pyg_fedgraph.cli.config import CONFIG_NAME, dump_yaml, resolved_config
+    from pyg_fedgraph.simulation.report import write_models, write_run
+
     config = {**cfg.to_dict(), "resolved": {
         "rounds": sim.rounds, "local": vars(sim.trainer.config),
         "model": repr(sim.trainer.model), "strategy": sim.strategy.hparams(),
@@ -326,45 +410,55 @@ def _write(sim: Simulator, cfg: ExperimentConfig, out: Path, summary: dict[str, 
         "deterministic": torch.are_deterministic_algorithms_enabled()}}
     write_run(out, sim.history, config, summary, collaboration=sim.strategy.collaboration_graph(),
               groups=sim.dataset.client_labels, prior_edge_index=sim.dataset.edge_index)
+    resolved = resolved_config(sim, cfg, checkpoint_every=plan.every,
+                               deterministic=plan.deterministic, trackers=plan.trackers,
+                               save_models=plan.save_models)
+    (out / CONFIG_NAME).write_text(dump_yaml(resolved))
+    if plan.save_models:
+        params, buffers = sim.personalized_models()
+        write_models(out, sim.layout, params, buffers, repr(sim.trainer.model))
 
 
-def _run_all(root: Path, base: ExperimentConfig, names: Sequence[str],
-             dataset: FederatedDataset, every: int, quiet: bool,
-             states: dict[str, dict[str, Any]], outcome: _Outcome,
-             trackers: Sequence[str] = ()) -> None:
-    r"""Runs (or continues, from ``states``) every strategy of the manifest,
-    filling ``outcome`` (also when a second Ctrl-C aborts it), logging each
-    run to ``trackers``."""
-    from pyg_fedgraph.experiment import build_simulator
+def _run_all(plan: RunPlan, quiet: bool, states: dict[RunKey, dict[str, Any]],
+             outcome: _Outcome, data: FederatedDataset | None = None) -> None:
+    r"""Runs (or continues, from ``states``) every run of ``plan``, filling
+    ``outcome`` (also when a second Ctrl-C aborts it), logging each run to the
+    plan's trackers. ``data`` is the first seed's dataset, already built."""
+    from pyg_fedgraph.experiment import build_dataset, build_simulator, route_overrides
     from pyg_fedgraph.simulation.checkpoint import remove_partial_writes
     from pyg_fedgraph.tracking import build_tracker
 
     progress = _Progress(quiet)
+    data_seed = plan.seeds[0] if data is not None else None
     with _catch_sigint() as stop:
-        for name in names:
-            cfg = replace(base, strategy=name)
-            out = _run_dir(root, name, names)
+        for key in plan.keys:
+            cfg = plan.config(key)
+            if data is None or data_seed != key.seed:
+                data = build_dataset(cfg, route_overrides(cfg)["data"])
+                data_seed = key.seed
+            out = plan.folder(key)
             out.mkdir(parents=True, exist_ok=True)
             remove_partial_writes(out)
-            tracking = [build_tracker(t, root, run=name, experiment=root.resolve().name,
-                                      hparams=cfg.to_dict()) for t in trackers]
-            sim = build_simulator(cfg, dataset=dataset, progress=False,
-                                  callbacks=tuple(tracking))
+            label = plan.label(key)
+            tracking = [build_tracker(t, plan.root, run=str(out.relative_to(plan.root))
+                                      if out != plan.root else key.strategy,
+                                      experiment=plan.root.resolve().name,
+                                      hparams=cfg.to_dict()) for t in plan.trackers]
+            sim = build_simulator(cfg, dataset=data, progress=False, callbacks=tuple(tracking))
             seconds = 0.0
-            state = states.get(name)
+            state = states.get(key)
+            saved = _Saved()
             if state is not None:
                 sim.load_state_dict(state)
                 seconds = float(state["run"].get("seconds", 0.0))
-                if sim.round < sim.rounds:
-                    print(f"{name}: resuming at round {sim.round} of {sim.rounds}")
-            saved = _Saved()
-            if state is not None:
                 saved = _Saved(out / "checkpoint.pt", sim.round)
+                if sim.round < sim.rounds:
+                    print(f"{label}: resuming at round {sim.round} of {sim.rounds}")
             try:
-                total = _train(sim, cfg, out, every, seconds, progress, stop, saved)
+                total = _train(sim, cfg, label, out, plan.every, seconds, progress, stop, saved)
             except KeyboardInterrupt:
                 if saved.path is not None:
-                    outcome.stopped = (name, saved.round, sim.rounds, saved.path)
+                    outcome.stopped = (label, saved.round, sim.rounds, saved.path)
                 for tracker in tracking:
                     tracker.close("stopped")
                 raise
@@ -376,43 +470,90 @@ def _run_all(root: Path, base: ExperimentConfig, names: Sequence[str],
                 tracker.close("finished" if total is not None else "stopped")
             if total is None:
                 assert saved.path is not None  # _train checkpoints before it stops
-                outcome.stopped = (name, sim.round, sim.rounds, saved.path)
+                outcome.stopped = (label, sim.round, sim.rounds, saved.path)
                 return
             summary = _summary(sim, cfg, total)
-            _write(sim, cfg, out, summary)
+            _write(sim, cfg, plan, out, summary)
             outcome.rows.append(summary)
-            outcome.histories[name] = sim.history
+            outcome.histories[label] = sim.history
             if sim.engine.accepted_total == 0:
-                outcome.nothing_learned.append(name)
+                outcome.nothing_learned.append(label)
 
 
-def _finish(root: Path, base: ExperimentConfig, names: Sequence[str],
-            dataset: FederatedDataset, outcome: _Outcome) -> int:
+def aggregate_seeds(rows: Sequence[dict[str, Any]], strategies: Sequence[str]
+                    ) -> list[dict[str, Any]]:
+    r"""One row per strategy from its runs' summaries over several seeds:
+    the mean of every number and, for ``test``, ``test_final`` (and
+    ``test_novel``, ``test_benign`` when present), the sample standard
+    deviation (:math:`n - 1`) as ``<key>_std``; ``runs`` keeps the per-seed
+    summaries."""
+    import math
+    import statistics
+
+    out = []
+    for name in strategies:
+        runs = [r for r in rows if r["strategy"] == name]
+        if not runs:
+            continue
+        row: dict[str, Any] = {"strategy": name, "metric": runs[0].get("metric"),
+                               "seeds": [r["seed"] for r in runs]}
+        for key, value in runs[0].items():
+            if key in row or key == "seed" or isinstance(value, bool):
+                continue
+            values = [r.get(key) for r in runs]
+            same = len({json.dumps(v, default=str) for v in values}) == 1
+            if all(isinstance(v, (int, float)) for v in values):
+                numbers = [float(v) for v in values if v is not None]
+                finite = [v for v in numbers if not math.isnan(v)]
+                # The same in every run (rounds, ...) stays as it is, an int an int.
+                row[key] = value if same else statistics.fmean(finite) if finite else math.nan
+                if key in ("test", "test_final", "test_novel", "test_benign",
+                           "test_novel_final", "test_benign_final"):
+                    row[f"{key}_std"] = statistics.stdev(finite) if len(finite) > 1 else 0.0
+            elif same:
+                row[key] = value
+        row["runs"] = list(runs)
+        out.append(row)
+    return out
+
+
+def _finish(plan: RunPlan, dataset: FederatedDataset | None, outcome: _Outcome) -> int:
     from pyg_fedgraph.simulation.report import format_table
 
+    root, base = plan.root, plan.base
     if outcome.stopped is not None:
-        name, rnd, rounds, path = outcome.stopped
-        print(f"pyg-fedgraph: {name} stopped after round {rnd} of {rounds}, checkpoint in "
+        label, rnd, rounds, path = outcome.stopped
+        print(f"pyg-fedgraph: {label} stopped after round {rnd} of {rounds}, checkpoint in "
               f"{path.parent}; continue with: pyg-fedgraph run --resume "
               f"{shlex.quote(str(root))}", file=sys.stderr)
         return EXIT_INTERRUPTED
-    if len(names) > 1:
+    several_seeds = len(plan.seeds) > 1
+    rows = aggregate_seeds(outcome.rows, plan.strategies) if several_seeds else outcome.rows
+    if len(plan.keys) > 1:
         import matplotlib.pyplot as plt
 
         from pyg_fedgraph.viz import plot_learning_curves
-        partition = dataset.info.get("partition")
+        partition = dataset.info.get("partition") if dataset is not None else None
+        clients = f", {dataset.num_clients} clients" if dataset is not None else ""
+        seeds = f", seeds {','.join(map(str, plan.seeds))}" if several_seeds else ""
         fig = plot_learning_curves(
             outcome.histories, title=f"{base.dataset}"
-            + (f", {partition} partition" if partition else "")
-            + f", {dataset.num_clients} clients: " + " vs ".join(names))
+            + (f", {partition} partition" if partition else "") + clients + seeds + ": "
+            + " vs ".join(plan.strategies))
         fig.savefig(root / "learning_curves.png", dpi=120)
         plt.close(fig)
-        (root / "comparison.json").write_text(json.dumps(outcome.rows, indent=2, default=str))
-    columns = (["strategy", "metric", "test", "test_final", "best_round", "rounds", "seconds"]
-               + (["test_novel"] if base.novel_clients else [])
-               + (["test_benign"] if base.attack else []))
+        (root / "comparison.json").write_text(json.dumps(rows, indent=2, default=str))
+    if several_seeds:
+        columns = (["strategy", "metric", "test", "test_std", "test_final", "test_final_std"]
+                   + (["test_novel", "test_novel_std"] if base.novel_clients else [])
+                   + (["test_benign", "test_benign_std"] if base.attack else [])
+                   + ["rounds", "seconds", "seeds"])
+    else:
+        columns = (["strategy", "metric", "test", "test_final", "best_round", "rounds",
+                    "seconds"] + (["test_novel"] if base.novel_clients else [])
+                   + (["test_benign"] if base.attack else []))
     print()
-    print(format_table(outcome.rows, columns))
+    print(format_table(rows, columns))
     print(f"\nresults written to {root}")
     if outcome.nothing_learned:
         print(f"pyg-fedgraph: error: no client update was accepted in any round of "
@@ -422,62 +563,16 @@ def _finish(root: Path, base: ExperimentConfig, names: Sequence[str],
     return 0
 
 
-def _write_manifest(root: Path, names: Sequence[str], base: ExperimentConfig, every: int,
-                    command: str, started: str | None = None,
-                    resumed: list[dict[str, Any]] | None = None,
-                    trackers: Sequence[str] = ()) -> None:
-    manifest = {"format": MANIFEST_FORMAT, "strategies": list(names), "config": base.to_dict(),
-                "checkpoint_every": every, "command": command,
-                "started": started or datetime.now().isoformat(timespec="seconds"),
-                "resumed": resumed or [], "trackers": list(trackers)}
-    (root / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str))
-
-
 def _interrupted(outcome: _Outcome, root: Path) -> int:
     if outcome.stopped is not None:
-        name, rnd, _, path = outcome.stopped
-        print(f"\npyg-fedgraph: aborted during {name}; its checkpoint of round {rnd} in "
+        label, rnd, _, path = outcome.stopped
+        print(f"\npyg-fedgraph: aborted during {label}; its checkpoint of round {rnd} in "
               f"{path.parent} is kept; continue with: pyg-fedgraph run --resume "
               f"{shlex.quote(str(root))}", file=sys.stderr)
     else:
         print(f"\npyg-fedgraph: aborted; continue what was checkpointed with: pyg-fedgraph "
               f"run --resume {shlex.quote(str(root))}", file=sys.stderr)
     return EXIT_INTERRUPTED
-
-
-def run_main(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    r"""``pyg-fedgraph run``; ``argv`` are the command's own arguments (to
-    tell which options were given)."""
-    from pyg_fedgraph.experiment import ExperimentConfig, parse_value
-
-    if args.checkpoint_every < 0:
-        raise ValueError(f"--checkpoint-every must be >= 0, got {args.checkpoint_every}")
-    if args.resume is not None:
-        return _resume(args, argv)
-    trackers = _check_trackers(args.tracker)
-    names = _strategy_list(args.strategy)
-    base = ExperimentConfig(dataset=args.dataset, strategy=names[0], rounds=args.rounds,
-                            clients=args.clients, partition=args.partition, beta=args.beta,
-                            classes_per_client=args.classes_per_client, seed=args.seed,
-                            novel_clients=args.novel_clients, attack=args.attack,
-                            attack_ratio=args.attack_ratio, dropout=args.dropout,
-                            reject_policy=args.reject_policy, device=args.device,
-                            threads=args.threads, precision=args.precision,
-                            overrides={k: parse_value(v) for k, v in args.overrides})
-    with _placement(base, args.deterministic):
-        dataset = _build_data(base, names)
-        root: Path = args.out or Path("runs") / f"{args.dataset}-{datetime.now():%Y%m%d-%H%M%S}"
-        prepare_output(root, overwrite=args.overwrite)
-        _write_manifest(root, names, base, args.checkpoint_every,
-                        "pyg-fedgraph " + shlex.join(argv), trackers=trackers)
-        print(f"{dataset}" + ("  [synthetic data]" if dataset.info.get("synthetic") else ""))
-        outcome = _Outcome()
-        try:
-            _run_all(root, base, names, dataset, args.checkpoint_every, args.quiet, {}, outcome,
-                     trackers)
-        except KeyboardInterrupt:
-            return _interrupted(outcome, root)
-        return _finish(root, base, names, dataset, outcome)
 
 
 def _check_trackers(names: Sequence[str]) -> list[str]:
@@ -490,33 +585,99 @@ def _check_trackers(names: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def _read_manifest(root: Path) -> tuple[list[str], dict[str, Any], int, dict[str, Any]]:
-    r"""Strategies, base settings, checkpoint period and the manifest of the
-    run in ``root``; a run written without a manifest (one strategy) is read
-    from its checkpoint."""
+def _execute(plan: RunPlan, quiet: bool, states: dict[RunKey, dict[str, Any]],
+             before_run: Callable[[], None]) -> int:
+    r"""Builds (and checks) the first seed's data, calls ``before_run``
+    (which prepares the output folder and writes the manifest), then runs
+    the plan and reports."""
+    with _placement(plan.base, plan.deterministic):
+        dataset = _build_data(plan.config(plan.keys[0]), plan.strategies)
+        before_run()
+        print(f"{dataset}" + ("  [synthetic data]" if dataset.info.get("synthetic") else ""))
+        outcome = _Outcome()
+        try:
+            _run_all(plan, quiet, states, outcome, dataset)
+        except KeyboardInterrupt:
+            return _interrupted(outcome, plan.root)
+        return _finish(plan, dataset, outcome)
+
+
+def run_main(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    r"""``pyg-fedgraph run``; ``argv`` are the command's own arguments (to
+    tell which options were given)."""
+    from pyg_fedgraph.cli.config import CONFIG_NAME, dump_yaml
+    from pyg_fedgraph.experiment import ExperimentConfig, parse_value
+
+    if args.resume is not None:
+        return _resume(args, argv)
+    args = apply_config(args, argv)
+    if args.checkpoint_every < 0:
+        raise ValueError(f"--checkpoint-every must be >= 0, got {args.checkpoint_every}")
+    trackers = _check_trackers(args.tracker)
+    names = _strategy_list(args.strategy)
+    if args.seeds is not None and "--seed" in _given(argv):
+        raise ValueError("give --seed or --seeds, not both")
+    seeds = [int(s) for s in args.seeds] if args.seeds else [args.seed]
+    base = ExperimentConfig(dataset=args.dataset, strategy=names[0], rounds=args.rounds,
+                            clients=args.clients, partition=args.partition, beta=args.beta,
+                            classes_per_client=args.classes_per_client, seed=seeds[0],
+                            novel_clients=args.novel_clients, attack=args.attack,
+                            attack_ratio=args.attack_ratio, dropout=args.dropout,
+                            reject_policy=args.reject_policy, device=args.device,
+                            threads=args.threads, precision=args.precision,
+                            overrides={k: v if not isinstance(v, str) else parse_value(v)
+                                       for k, v in args.overrides})
+    for seed in seeds:
+        ExperimentConfig(**{**base.to_dict(), "seed": seed})  # each seed is a valid seed
+    root: Path = args.out or Path("runs") / f"{args.dataset}-{datetime.now():%Y%m%d-%H%M%S}"
+    plan = RunPlan(root, base, names, seeds, args.checkpoint_every, trackers,
+                   bool(args.deterministic), bool(args.save_models))
+    command = "pyg-fedgraph " + shlex.join(argv)
+
+    def write_manifest() -> None:
+        (root / MANIFEST).write_text(json.dumps(plan.manifest(command), indent=2, default=str))
+        if len(plan.keys) > 1:  # the comparison as given; each run has its resolved one
+            (root / CONFIG_NAME).write_text(dump_yaml({
+                **{k: v for k, v in base.to_dict().items() if k not in ("overrides", "seed")},
+                "strategy": ",".join(names), "seeds": seeds,
+                "checkpoint_every": plan.every, "deterministic": plan.deterministic,
+                "tracker": trackers, "save_models": plan.save_models,
+                "set": dict(base.overrides)}))
+
+    def before_run() -> None:  # --out is checked (and cleared with --overwrite) first
+        prepare_output(root, overwrite=args.overwrite)
+        write_manifest()
+
+    return _execute(plan, args.quiet, {}, before_run)
+
+
+def _read_manifest(root: Path) -> dict[str, Any]:
+    r"""The manifest of the run in ``root``; a run written without one (one
+    strategy) is read from its checkpoint."""
     from pyg_fedgraph.simulation.checkpoint import CHECKPOINT_NAME, load_checkpoint
 
     path = root / MANIFEST
     if path.is_file():
         try:
             manifest = json.loads(path.read_text())
-            names, config = list(manifest["strategies"]), dict(manifest["config"])
-            every = int(manifest.get("checkpoint_every", 0))
+            manifest["strategies"] = list(manifest["strategies"])
+            manifest["config"] = dict(manifest["config"])
         except (json.JSONDecodeError, KeyError, TypeError) as err:
             raise ValueError(f"{path} is not a run manifest ({type(err).__name__}: "
                              f"{err})") from None
         if manifest.get("format") != MANIFEST_FORMAT:
             raise ValueError(f"{path} has format {manifest.get('format')!r}; this version "
                              f"reads format {MANIFEST_FORMAT}")
-        return names, config, every, manifest
+        return dict(manifest)
     if (root / CHECKPOINT_NAME).is_file():
         state = load_checkpoint(root)
         if "run" not in state:
             raise ValueError(f"{root / CHECKPOINT_NAME} holds no run settings; it was not "
                              f"written by 'pyg-fedgraph run'")
         config = dict(state["run"]["config"])
-        return ([config["strategy"]], config, int(state["run"].get("checkpoint_every", 0)),
-                {"resumed": []})
+        return {"strategies": [config["strategy"]], "config": config,
+                "checkpoint_every": int(state["run"].get("checkpoint_every", 0)),
+                "resumed": []}
     raise FileNotFoundError(f"no run to resume in {root}: it holds neither {MANIFEST} nor "
                             f"{CHECKPOINT_NAME} (runs write them to their --out)")
 
@@ -525,7 +686,8 @@ def _resume(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from pyg_fedgraph.experiment import ExperimentConfig
     from pyg_fedgraph.simulation.checkpoint import CHECKPOINT_NAME, load_checkpoint
 
-    ignored = sorted(_given(argv) - set(RESUME_OPTIONS))
+    given = _given(argv)
+    ignored = sorted(given - set(RESUME_OPTIONS))
     if ignored:
         raise ValueError(f"--resume continues a run with its saved settings: "
                          f"{', '.join(ignored)} cannot be given with it (only "
@@ -533,45 +695,45 @@ def _resume(args: argparse.Namespace, argv: Sequence[str]) -> int:
     root: Path = args.resume
     if not root.is_dir():
         raise FileNotFoundError(f"--resume {root}: no such directory")
-    names, config, every, manifest = _read_manifest(root)
-    trackers = _check_trackers([str(t) for t in manifest.get("trackers", [])])
-    base = ExperimentConfig(**config)
-    states: dict[str, dict[str, Any]] = {}
-    for name in names:  # every checkpoint is read and checked before anything runs
-        path = _run_dir(root, name, names) / CHECKPOINT_NAME
+    manifest = _read_manifest(root)
+    base = ExperimentConfig(**manifest["config"])
+    seeds = [int(s) for s in manifest.get("seeds", [base.seed])]
+    plan = RunPlan(root, base, manifest["strategies"], seeds,
+                   int(manifest.get("checkpoint_every", 0)),
+                   _check_trackers([str(t) for t in manifest.get("trackers", [])]),
+                   bool(manifest.get("deterministic", False)) or bool(args.deterministic),
+                   bool(manifest.get("save_models", False)))
+    states: dict[RunKey, dict[str, Any]] = {}
+    for key in plan.keys:  # every checkpoint is read and checked before anything runs
+        path = plan.folder(key) / CHECKPOINT_NAME
         if not path.is_file():
             continue  # never started: runs from round 1
         state = load_checkpoint(path)
         saved = dict(state.get("run", {}).get("config", {}))
+        mine = plan.config(key).to_dict()
         if {k: v for k, v in saved.items() if k not in _PLACEMENT} != \
-                {k: v for k, v in base.to_dict().items() if k not in _PLACEMENT} \
-                or saved.get("strategy") != name:
+                {k: v for k, v in mine.items() if k not in _PLACEMENT} \
+                or saved.get("strategy") != key.strategy:
             raise ValueError(f"{path} belongs to another run than {root / MANIFEST} describes")
         if args.rounds is not None and int(state["round"]) > args.rounds:
             raise ValueError(f"--rounds {args.rounds} is below round {int(state['round'])}, "
-                             f"which {name} has already reached in {path.parent}")
-        states[name] = state
+                             f"which {plan.label(key)} has already reached in {path.parent}")
+        states[key] = state
     if args.rounds is not None:
-        base = replace(base, rounds=args.rounds)
-    given = _given(argv)
+        plan.base = replace(plan.base, rounds=args.rounds)
     if "--device" in given:
-        base = replace(base, device=args.device)
+        plan.base = replace(plan.base, device=args.device)
     if "--threads" in given:
-        base = replace(base, threads=args.threads)
+        plan.base = replace(plan.base, threads=args.threads)
     if "--checkpoint-every" in given:
-        every = args.checkpoint_every
-    with _placement(base, args.deterministic):
-        dataset = _build_data(base, names)
-        resumed = [*manifest.get("resumed", []), {
-            "at": datetime.now().isoformat(timespec="seconds"),
-            "rounds": {n: int(s["round"]) for n, s in states.items()}}]
-        _write_manifest(root, names, base, every, str(manifest.get("command", "")),
-                        manifest.get("started"), resumed, trackers)
-        print(f"{dataset}" + ("  [synthetic data]" if dataset.info.get("synthetic") else ""))
-        outcome = _Outcome()
-        try:
-            _run_all(root, base, names, dataset, every, args.quiet, states, outcome, trackers)
-        except KeyboardInterrupt:
-            return _interrupted(outcome, root)
-        return _finish(root, base, names, dataset, outcome)
+        plan.every = args.checkpoint_every
+    resumed = [*manifest.get("resumed", []), {
+        "at": datetime.now().isoformat(timespec="seconds"),
+        "rounds": {plan.label(k): int(s["round"]) for k, s in states.items()}}]
 
+    def write_manifest() -> None:
+        (root / MANIFEST).write_text(json.dumps(
+            plan.manifest(str(manifest.get("command", "")), manifest.get("started"), resumed),
+            indent=2, default=str))
+
+    return _execute(plan, args.quiet, states, write_manifest)

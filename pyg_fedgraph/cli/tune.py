@@ -48,13 +48,18 @@ def tune_main(args: argparse.Namespace) -> int:
 
     if str(args.log_level).upper() not in ("INFO", "DEBUG"):
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # the progress bar says enough
+    if not args.strategy:
+        raise ValueError("tune needs --strategy NAME (or 'strategy' in --config)")
+    if "," in str(args.strategy):
+        raise ValueError(f"tune studies one strategy, got --strategy {args.strategy!r}")
     if args.n_trials < 1:
         raise ValueError(f"--n-trials must be >= 1, got {args.n_trials}")
     cfg = ExperimentConfig(dataset=args.dataset, strategy=args.strategy, rounds=args.rounds,
                            clients=args.clients, partition=args.partition, beta=args.beta,
                            classes_per_client=args.classes_per_client, seed=args.seed,
                            device=args.device, threads=args.threads, precision=args.precision,
-                           overrides={k: parse_value(v) for k, v in args.overrides})
+                           overrides={k: parse_value(v) if isinstance(v, str) else v
+                                      for k, v in args.overrides})
     route_overrides(cfg)  # every --set value, before the study starts
     params = {k: parse_distribution(v) for k, v in args.params}
     name = args.study_name or default_study_name(cfg)

@@ -1,24 +1,36 @@
 r"""FL-60: the synthetic binary classification federation of Panacea."""
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from typing import Literal
 
 import torch
-from torch_geometric.utils import to_undirected
+from torch import Tensor
+from torch_geometric.utils import coalesce, to_undirected
 
 from pyg_fedgraph.data.federated_dataset import FederatedDataset
 from pyg_fedgraph.data.partition import build_federated_dataset
 from pyg_fedgraph.datasets.registry import register_dataset
 
-__all__ = ["fl60"]
+__all__ = ["fl60", "angle_knn_graph", "GraphName", "PAPER_GRAPH_MAX_CLIENTS"]
+
+log = logging.getLogger(__name__)
+
+GraphName = Literal["auto", "paper", "knn", "none"]
+
+#: Largest federation for which ``graph="auto"`` draws the paper's dense
+#: Bernoulli graph (about :math:`N^2 / 2` edges: 2 million at 2,000 clients);
+#: larger ones get the sparse ``"knn"`` graph.
+PAPER_GRAPH_MAX_CLIENTS = 2000
 
 
 @register_dataset("fl60")
 def fl60(num_clients: int = 60, samples_per_client: int = 100, seed: int = 0,
          fractions: Sequence[float] = (0.64, 0.16, 0.2),
-         recipe: Literal["grda", "paper"] = "grda") -> FederatedDataset:
+         recipe: Literal["grda", "paper"] = "grda", graph: GraphName = "auto",
+         graph_k: int = 10) -> FederatedDataset:
     r"""The FL-60 synthetic federation of Panacea, from the `"Graph-Relational
     Federated Learning: Enhanced Personalization and Robustness"` paper (Lin
     et al., Sec. V-A), whose distribution is borrowed from GRDA (Xu et al., "Graph-
@@ -41,6 +53,22 @@ def fl60(num_clients: int = 60, samples_per_client: int = 100, seed: int = 0,
         \quad u < v,
 
     so clients with close angles are likely linked.
+
+    **Prior graph at scale.** The Bernoulli graph is dense: every pair is
+    linked with probability :math:`0.5 + 0.5 \cos(\omega_u - \omega_v)`, 1/2
+    on average, so it holds about :math:`N^2 / 2` directed edges (12.5
+    million, 200 MB of ``edge_index``, at :math:`N = 5000`) and drawing it
+    visits all :math:`N (N - 1) / 2` pairs. ``graph="knn"`` instead links
+    every client to the ``graph_k`` clients nearest to it in angle order,
+    :math:`k / 2` on each side around the circle
+    (:func:`~pyg_fedgraph.datasets.angle_knn_graph`: symmetric, exactly :math:`k` neighbours each,
+    :math:`k N` edges, no random draw); ``graph="none"`` builds no prior
+    graph, for strategies that do not use one (Panacea and SFL need one).
+    ``graph="auto"`` (default) is the paper's graph up to 2,000 clients
+    (``PAPER_GRAPH_MAX_CLIENTS``), so the paper-sized federations are
+    unchanged, and ``"knn"`` above (logged). Inputs and labels do not
+    depend on the graph; the train / val / test split is drawn after the
+    paper's graph, so it differs between ``"paper"`` and the other two.
 
     **Two recipes.** With ``recipe="paper"`` the inputs follow the text above.
     Its classes overlap: the mean norm :math:`|\omega_t|/\pi \le 1` under unit
@@ -69,11 +97,18 @@ def fl60(num_clients: int = 60, samples_per_client: int = 100, seed: int = 0,
             val must be positive. (default: :obj:`(0.64, 0.16, 0.2)`)
         recipe (str, optional): ``"grda"`` (GRDA's generator, separable
             classes) or ``"paper"`` (the Panacea text). (default: :obj:`"grda"`)
+        graph (str, optional): the prior client graph: ``"paper"``
+            (Bernoulli), ``"knn"`` (nearest in angle), ``"none"``, or
+            ``"auto"`` (``"paper"`` up to 2,000 clients, else ``"knn"``).
+            (default: :obj:`"auto"`)
+        graph_k (int, optional): neighbours per client of the ``"knn"``
+            graph, even and below :math:`N`. (default: :obj:`10`)
 
     Returns:
         A :class:`~pyg_fedgraph.data.FederatedDataset` with 2-D float32 inputs,
         long labels in :math:`\{0, 1\}`, ``edge_index`` (both directions) and
-        unit ``edge_weight``. ``client_labels`` is :obj:`None` (clients form a
+        unit ``edge_weight`` (both :obj:`None` for ``graph="none"``;
+        ``info["graph"]`` names the graph built). ``client_labels`` is :obj:`None` (clients form a
         continuum, not groups); ``info["client_embedding"]`` holds
         :math:`(a_t, b_t)` :math:`(N, 2)` and ``info["client_angle"]``
         :math:`\omega_t` :math:`(N,)` for the full federation (not updated by
@@ -88,6 +123,17 @@ def fl60(num_clients: int = 60, samples_per_client: int = 100, seed: int = 0,
                          f"{samples_per_client}")
     if len(fractions) != 3 or fractions[1] <= 0:
         raise ValueError(f"FL-60 needs a positive validation fraction, got fractions={fractions}")
+    if graph not in ("auto", "paper", "knn", "none"):
+        raise ValueError(f"graph must be 'auto', 'paper', 'knn' or 'none', got {graph!r}")
+    if graph == "auto":
+        graph = "paper" if num_clients <= PAPER_GRAPH_MAX_CLIENTS else "knn"
+        if graph == "knn":
+            log.info("fl60: %d clients is more than %d, so the prior graph is the sparse knn "
+                     "graph (k=%d) instead of the paper's dense Bernoulli graph; pass "
+                     "graph='paper' to draw that one", num_clients, PAPER_GRAPH_MAX_CLIENTS,
+                     graph_k)
+    if graph == "knn":
+        _check_k(graph_k, num_clients)
     generator = torch.Generator().manual_seed(seed)
     angle = (2 * torch.rand(num_clients, generator=generator, dtype=torch.float64) - 1) * math.pi
     embedding = torch.stack([torch.cos(angle), torch.sin(angle)], dim=1)
@@ -107,12 +153,16 @@ def fl60(num_clients: int = 60, samples_per_client: int = 100, seed: int = 0,
                             dtype=torch.float64)
     x = sign.unsqueeze(-1) * mean.unsqueeze(1) + noise                     # (N, n, 2)
 
-    prob = 0.5 * embedding @ embedding.t() + 0.5
-    row, col = torch.triu_indices(num_clients, num_clients, offset=1)
-    draw = torch.rand(row.numel(), generator=generator, dtype=torch.float64)
-    keep = draw < prob[row, col]
-    edge_index = to_undirected(torch.stack([row[keep], col[keep]]), num_nodes=num_clients)
-    edge_weight = torch.ones(edge_index.size(1))
+    edge_index: Tensor | None = None
+    if graph == "paper":
+        prob = 0.5 * embedding @ embedding.t() + 0.5
+        row, col = torch.triu_indices(num_clients, num_clients, offset=1)
+        draw = torch.rand(row.numel(), generator=generator, dtype=torch.float64)
+        keep = draw < prob[row, col]
+        edge_index = to_undirected(torch.stack([row[keep], col[keep]]), num_nodes=num_clients)
+    elif graph == "knn":
+        edge_index = angle_knn_graph(omega, graph_k)
+    edge_weight = None if edge_index is None else torch.ones(edge_index.size(1))
 
     partition = list(torch.arange(num_clients * samples_per_client)
                      .view(num_clients, samples_per_client))
@@ -120,10 +170,50 @@ def fl60(num_clients: int = 60, samples_per_client: int = 100, seed: int = 0,
         "fl60", x.view(-1, 2).float(), y.view(-1), partition, task="classification",
         num_classes=2, fractions=fractions, generator=generator, edge_index=edge_index,
         edge_weight=edge_weight,
-        info={"synthetic": True, "recipe": recipe,
+        info={"synthetic": True, "recipe": recipe, "graph": graph,
               "source": "Panacea (Lin et al.) FL-60, inputs from the GRDA generator"
               if recipe == "grda" else "Panacea (Lin et al.) FL-60, paper text",
               "client_embedding": embedding.float(), "client_angle": omega.float()})
+
+
+def angle_knn_graph(angle: Tensor, k: int) -> Tensor:
+    r"""Links every client to the :math:`k` clients nearest to it in angle
+    order around the circle, :math:`k / 2` on each side: with clients sorted
+    by angle, :math:`\pi(0), \ldots, \pi(N - 1)`,
+
+    .. math::
+        \mathcal{E} = \{(\pi(r), \pi((r + j) \bmod N)) : 0 \le r < N,\;
+        1 \le |j| \le k / 2\} .
+
+    The graph is symmetric, has no self loops and gives every client exactly
+    :math:`k` neighbours (:math:`k N` directed edges); it is built with one
+    sort, :math:`O(N \log N)` time and :math:`O(k N)` memory.
+
+    Args:
+        angle (torch.Tensor): each client's angle :math:`(N,)` (radians; any
+            period-:math:`2\pi` representation orders the same circle).
+        k (int): neighbours per client, even and below :math:`N`.
+
+    Shapes:
+        - **input:** angle :math:`(N,)`
+        - **output:** ``edge_index`` :math:`(2, k N)`, sorted by source.
+    """
+    n = angle.numel()
+    _check_k(k, n)
+    order = torch.remainder(angle.double(), 2 * math.pi).argsort()
+    rank = torch.arange(n).unsqueeze(1)                                    # (N, 1)
+    half = torch.arange(1, k // 2 + 1)
+    offsets = torch.cat([half, -half]).unsqueeze(0)                       # (1, k)
+    src = order[rank.expand(n, k)]
+    dst = order[torch.remainder(rank + offsets, n)]
+    return coalesce(torch.stack([src.reshape(-1), dst.reshape(-1)]), num_nodes=n)
+
+
+def _check_k(k: int, num_clients: int) -> None:
+    if isinstance(k, bool) or not isinstance(k, int) or k < 2 or k % 2 or k >= num_clients:
+        raise ValueError(f"graph_k must be an even number of neighbours (k/2 on each side in "
+                         f"angle order) from 2 to {num_clients - 1} for {num_clients} clients, "
+                         f"got {k!r}")
 
 
 def _unit_disk_normal(count: int, generator: torch.Generator) -> torch.Tensor:

@@ -11,16 +11,20 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from pyg_fedgraph.data.layout import ParamLayout
 from pyg_fedgraph.engine.history import History
 
 __all__ = ["write_run", "write_collaboration", "top_k_weights", "write_csv", "format_table",
-           "RUN_FILES"]
+           "write_models", "read_models", "RUN_FILES", "MODELS_NAME"]
+
+#: File of :func:`write_models` in a run's folder.
+MODELS_NAME = "models.pt"
 
 #: The files :func:`write_run` may write into a run's folder (glob patterns),
 #: so that a caller replacing a run removes exactly these.
 RUN_FILES = ("config.json", "history.csv", "clients.csv", "summary.json", "learning_curve.png",
              "collaboration.npz", "collaboration_topk.csv", "collaboration.csv",
-             "collaboration_matrix.png", "collaboration_graph.png")
+             "collaboration_matrix.png", "collaboration_graph.png", "config.yaml", "models.pt")
 
 
 def _clean(value: Any) -> Any:
@@ -161,3 +165,41 @@ def format_table(rows: Sequence[Mapping[str, Any]], columns: list[str]) -> str:
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(fmt(r.get(c, "")) for c in columns) + " |" for r in rows]
     return "\n".join(lines)
+
+
+def write_models(out: Path, layout: ParamLayout, params: Tensor, buffers: Tensor,
+                 model: str = "") -> Path:
+    r"""Saves every client's model into ``out / models.pt``: flat parameters
+    :math:`(N, D)` and buffers :math:`(N, B)` (float32, on the CPU) with the
+    layout needed to rebuild them (names and shapes, in order) and the model's
+    description. Tensors, lists and strings only, so :func:`read_models`
+    loads it with ``torch.load(weights_only=True)``."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / MODELS_NAME
+    torch.save({"params": params.detach().cpu().float(),
+                "buffers": buffers.detach().cpu().float(),
+                "param_names": [e.name for e in layout.params],
+                "param_shapes": [list(e.shape) for e in layout.params],
+                "buffer_names": [e.name for e in layout.buffers],
+                "buffer_shapes": [list(e.shape) for e in layout.buffers],
+                "model": model}, path)
+    return path
+
+
+def read_models(path: Path | str) -> dict[str, Any]:
+    r"""The models :func:`write_models` saved, with ``state_dicts``: one
+    ``{name: tensor}`` per client, ready for ``model.load_state_dict``.
+    Loaded with ``weights_only=True``: the file never runs code."""
+    data = torch.load(Path(path), map_location="cpu", weights_only=True)
+    states = []
+    for i in range(data["params"].size(0)):
+        state: dict[str, Tensor] = {}
+        for key, names, shapes in (("params", data["param_names"], data["param_shapes"]),
+                                   ("buffers", data["buffer_names"], data["buffer_shapes"])):
+            offset = 0
+            for name, shape in zip(names, shapes, strict=True):
+                size = int(torch.Size(shape).numel())
+                state[name] = data[key][i, offset:offset + size].view(shape).clone()
+                offset += size
+        states.append(state)
+    return {**data, "state_dicts": states}

@@ -1,9 +1,15 @@
+import importlib
+import logging
 import math
 
 import pytest
 import torch
 
-from pyg_fedgraph.datasets.fl60 import fl60
+from pyg_fedgraph.datasets.fl60 import angle_knn_graph, fl60
+from pyg_fedgraph.experiment import ExperimentConfig, build_simulator
+
+# The package re-exports the builder under the module's name.
+fl60_module = importlib.import_module("pyg_fedgraph.datasets.fl60")
 
 
 def gather(ds, split, client):
@@ -91,6 +97,89 @@ def test_fl60_grda_recipe_spiral_and_separable():
         assert ((x @ mu > 0).long() == y).all()
 
 
+def adjacency(edge_index, n):
+    adj = torch.zeros(n, n, dtype=torch.long)
+    adj.index_put_((edge_index[0], edge_index[1]), torch.ones(edge_index.size(1),
+                                                               dtype=torch.long), accumulate=True)
+    return adj
+
+
+def test_fl60_knn_graph_is_symmetric_k_regular_and_links_close_angles():
+    n, k = 40, 6
+    ds = fl60(num_clients=n, graph="knn", graph_k=k, seed=2)
+    assert ds.info["graph"] == "knn"
+    adj = adjacency(ds.edge_index, n)
+    assert int(adj.max()) == 1                           # no duplicate edges
+    assert int(adj.diagonal().sum()) == 0                # no self loops
+    assert torch.equal(adj, adj.t())                     # symmetric
+    assert adj.sum(1).tolist() == [k] * n                # k neighbours each
+    assert ds.edge_index.size(1) == k * n
+    assert torch.equal(ds.edge_weight, torch.ones(k * n))
+    # Brute force: client i's neighbours are the k/2 clients nearest counterclockwise
+    # (smallest (w_j - w_i) mod 2 pi) and the k/2 nearest clockwise.
+    omega = ds.info["client_angle"].double()
+    ccw = torch.remainder(omega.unsqueeze(0) - omega.unsqueeze(1), 2 * math.pi)  # [i, j]
+    ccw.fill_diagonal_(float("inf"))
+    cw = torch.remainder(omega.unsqueeze(1) - omega.unsqueeze(0), 2 * math.pi)
+    cw.fill_diagonal_(float("inf"))
+    expected = torch.zeros(n, n, dtype=torch.long)
+    rows = torch.arange(n).unsqueeze(1)
+    expected[rows, ccw.topk(k // 2, dim=1, largest=False).indices] = 1
+    expected[rows, cw.topk(k // 2, dim=1, largest=False).indices] = 1
+    assert torch.equal(adj, expected)
+    # Linked clients are close on the circle: about k/2 / N of a turn apart on average.
+    gap = torch.minimum(ccw, cw).fill_diagonal_(0.0)
+    linked = adj.bool()
+    assert float(gap[linked].max()) < float(gap[~linked & ~torch.eye(n, dtype=torch.bool)].min()
+                                            + 2 * math.pi * k / n)
+    assert float(gap[linked].mean()) < 0.2 * float(gap[~linked].mean())
+
+
+def test_angle_knn_graph_by_hand():
+    # Five clients on the circle; in angle order: 3 (-3.0), 1 (-1.0), 0 (0.1), 4 (2.0), 2 (3.1).
+    angle = torch.tensor([0.1, -1.0, 3.1, -3.0, 2.0])
+    ei = angle_knn_graph(angle, 2)
+    pairs = set(map(tuple, ei.t().tolist()))
+    assert pairs == {(3, 1), (1, 3), (1, 0), (0, 1), (0, 4), (4, 0), (4, 2), (2, 4),
+                     (2, 3), (3, 2)}
+    assert torch.equal(ei, torch.tensor(sorted(pairs)).t())  # sorted by source
+    # k = 4 = N - 1: the complete graph.
+    assert angle_knn_graph(angle, 4).size(1) == 20
+
+
+def test_fl60_graph_auto_none_and_same_inputs(monkeypatch, caplog):
+    paper = fl60(num_clients=12, seed=5)
+    assert paper.info["graph"] == "paper"
+    none = fl60(num_clients=12, seed=5, graph="none")
+    assert none.edge_index is None and none.edge_weight is None and none.info["graph"] == "none"
+    # Inputs and labels do not depend on the graph (only the split drawn after it does).
+    for t in range(12):
+        (xa, ya), (xb, yb) = all_samples(paper, t), all_samples(none, t)
+        oa, ob = xa[:, 0].argsort(), xb[:, 0].argsort()
+        assert torch.equal(xa[oa], xb[ob]) and torch.equal(ya[oa], yb[ob])
+    monkeypatch.setattr(fl60_module, "PAPER_GRAPH_MAX_CLIENTS", 10)
+    with caplog.at_level(logging.INFO, logger="pyg_fedgraph.datasets.fl60"):
+        auto = fl60(num_clients=12, seed=5, graph_k=4)
+    assert auto.info["graph"] == "knn" and auto.edge_index.size(1) == 4 * 12
+    assert "sparse knn graph (k=4)" in caplog.text
+    assert torch.equal(auto.edge_index, fl60(num_clients=12, seed=5, graph="knn",
+                                             graph_k=4).edge_index)
+
+
+def test_strategies_without_a_prior_graph_run_on_fl60_without_one():
+    def config(strategy):
+        return ExperimentConfig(dataset="fl60", strategy=strategy, rounds=2, clients=6,
+                                seed=0, overrides={"steps": 2, "data.samples_per_client": 20,
+                                                   "data.graph": "none"})
+    for name in ("fedavg", "pfedgraph"):
+        sim = build_simulator(config(name), progress=False)
+        assert sim.dataset.edge_index is None
+        sim.run()
+        assert sim.engine.round == 2 and bool(sim.engine.table.trained.all())
+    with pytest.raises(ValueError, match="needs a prior client graph"):
+        build_simulator(config("panacea"), progress=False)
+
+
 def test_fl60_errors():
     with pytest.raises(ValueError, match="recipe must be"):
         fl60(recipe="spiral")
@@ -100,3 +189,8 @@ def test_fl60_errors():
         fl60(num_clients=1)
     with pytest.raises(ValueError, match="fractions must sum to 1"):
         fl60(num_clients=3, fractions=(0.6, 0.1, 0.2))
+    with pytest.raises(ValueError, match="graph must be 'auto'"):
+        fl60(graph="dense")  # type: ignore[arg-type]
+    for k in (3, 0, 60):
+        with pytest.raises(ValueError, match=f"from 2 to 59 for 60 clients, got {k}"):
+            fl60(graph="knn", graph_k=k)

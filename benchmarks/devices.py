@@ -1,0 +1,547 @@
+r"""Devices, chunked client parallelism, execution per model family, and scale (issue 17).
+
+Every row is measured side by side in one run; the script asserts nothing.
+
+(a) **chunk**: the papers' simple CNN on random 28x28 inputs, local training
+    of ``--chunk-clients`` clients with ``parallel_clients`` = 1, 3 and all
+    (``execution="vmap"``, the batched computation that chunking bounds):
+    seconds, peak memory, and the largest parameter difference to the
+    all-at-once run. Memory on CUDA: ``torch.cuda.max_memory_allocated``
+    during training minus what was allocated before. On the CPU every row
+    runs in its own process and reports how far training raised the
+    process's peak resident set size (``VmHWM``; the high-water mark is
+    first lifted to the current usage, so set-up temporaries do not hide it)
+    and the process's whole peak: what the operating system had to give,
+    allocator caching included, not torch's live tensors.
+(b) **execution**: per device, every candidate of
+    :data:`pyg_fedgraph.train.execution.EXECUTION_TABLE` timed side by side
+    (alternating, median of ``--repeats``): ``vmap`` and ``loop`` (the two
+    executions of :class:`~pyg_fedgraph.train.ClientTrainer`) and the
+    reference per-client loop with :class:`torch.optim.SGD`
+    (``parallel=False``, the way PFLlib and FL-bench train), with the
+    execution ``execution="auto"`` picks. CPU cases: 60 FL-60 MLP clients (one
+    epoch), 10 simple-CNN clients (batch 64, 28x28, random data), 20 GRU
+    forecasters (hidden 100, synthetic windows). On CUDA also 100 simple-CNN
+    clients (the goal: batched at least 10x faster than the reference loop).
+(c) **scale**: FL-60 with N = 1,000 and 10,000 clients, sample fraction 0.1,
+    the sparse ``graph="knn"`` prior graph, FedAvg and pFedGraph, on the CPU
+    with the client table on the host: each in its own process; seconds per
+    round (rounds include the evaluation of every client) and the process's
+    peak resident set size (``VmHWM``: see :func:`_rss_peak` for why not
+    ``ru_maxrss``).
+(d) **report**: in the same processes, the seconds of
+    :func:`~pyg_fedgraph.simulation.report.write_run` (the files the command
+    line writes: config, history, clients, summary, learning curve, the
+    collaboration matrix files and pictures) against the seconds of the rounds.
+(e) **GPU goals** (CUDA only): one METR-LA round's local training (207 GRU
+    clients, hidden 100, one local epoch of the full training split, batch 64)
+    on CUDA against one CPU thread. METR-LA's speeds are not on these machines:
+    the data are synthetic speeds of the real shape (34,272 steps) on the real
+    road graph (:func:`~pyg_fedgraph.datasets.metr_la` without ``metr-la.h5``),
+    or the real ones when ``--metr-la-root`` holds them. The CPU side trains
+    ``--metr-cpu-steps`` steps and is scaled to the epoch's steps (said so).
+
+Usage::
+
+    OMP_NUM_THREADS=1 python benchmarks/devices.py           # writes results/devices.md
+    OMP_NUM_THREADS=1 python benchmarks/devices.py --quick   # small, prints only
+    python benchmarks/devices.py --device cpu cuda            # both, on a GPU machine
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from _report import emit, machine
+
+from pyg_fedgraph.data.federated_dataset import ClientSplit, FederatedDataset
+from pyg_fedgraph.models import MLP, GRUForecaster, SimpleCNN
+from pyg_fedgraph.train.engine import ClientTrainer, LocalConfig
+from pyg_fedgraph.train.execution import EXECUTION_TABLE, choose_execution, model_family
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results" / "devices.md"
+NO_GPU = "not measured: no GPU was available in this session"
+
+
+# ------------------------------------------------------------------ data
+def random_images(num_clients: int, samples: int, size: int = 28, classes: int = 10,
+                  seed: int = 0) -> FederatedDataset:
+    r"""Random 1x``size``x``size`` images and labels, ``samples`` per client
+    (the shape of (Fashion-)MNIST; the values are random)."""
+    gen = torch.Generator().manual_seed(seed)
+    splits = {}
+    for split, count in (("train", samples), ("val", 16), ("test", 16)):
+        x = torch.randn(num_clients, count, 1, size, size, generator=gen)
+        y = torch.randint(classes, (num_clients, count), generator=gen)
+        splits[split] = ClientSplit(x, y, torch.full((num_clients,), count, dtype=torch.long))
+    return FederatedDataset("random-28x28", "classification", splits, num_classes=classes,
+                            info={"synthetic": True})
+
+
+def synthetic_windows(num_clients: int, windows: int, seed: int = 0) -> FederatedDataset:
+    r"""Regression windows shaped like METR-LA's: (12, 2) inputs, 12 targets."""
+    gen = torch.Generator().manual_seed(seed)
+    splits = {}
+    for split, count in (("train", windows), ("val", 16), ("test", 16)):
+        splits[split] = ClientSplit(torch.randn(num_clients, count, 12, 2, generator=gen),
+                                    torch.randn(num_clients, count, 12, generator=gen),
+                                    torch.full((num_clients,), count, dtype=torch.long))
+    return FederatedDataset("synthetic-windows", "regression", splits, info={"synthetic": True})
+
+
+@dataclass
+class Case:
+    name: str
+    make_model: Callable[[], torch.nn.Module]
+    make_data: Callable[[], FederatedDataset]
+    config: LocalConfig
+    note: str
+
+
+def cnn_case(clients: int, steps: int) -> Case:
+    return Case(f"simple CNN, {clients} clients", lambda: SimpleCNN(1, 10, 28),
+                lambda: random_images(clients, 128),
+                LocalConfig(lr=0.01, momentum=0.9, batch_size=64, epochs=None, steps=steps),
+                f"SimpleCNN(1, 10, 28); random 1x28x28 inputs; {steps} local steps of batch 64")
+
+
+def cases(device: torch.device, quick: bool, goals: bool) -> list[Case]:
+    from pyg_fedgraph.datasets import load_dataset
+    out = [
+        Case("FL-60 MLP, 60 clients", lambda: MLP(2, 16, 2, num_layers=3),
+             lambda: load_dataset("fl60", num_clients=60),
+             LocalConfig(lr=0.05, momentum=0.9, batch_size=16, epochs=1),
+             "MLP(2, 16, 2, 3 layers); FL-60 data; 1 local epoch of batch 16"),
+        cnn_case(10, 1 if quick else 3),
+        Case(f"GRU, {8 if quick else 20} clients",
+             lambda: GRUForecaster(in_channels=2, hidden_channels=100, out_steps=12),
+             lambda: synthetic_windows(8 if quick else 20, 256),
+             LocalConfig(lr=0.01, momentum=0.9, batch_size=64, epochs=None,
+                         steps=2 if quick else 3),
+             "GRUForecaster(2, 100); random (12, 2) windows; "
+             f"{2 if quick else 3} local steps of batch 64"),
+    ]
+    if goals:
+        out.append(cnn_case(20 if quick else 100, 2 if quick else 5))
+    return out
+
+
+# ------------------------------------------------------------ timing helpers
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def train_once(trainer: ClientTrainer, params: torch.Tensor, parallel: bool = True,
+               seed: int = 0) -> tuple[float, torch.Tensor]:
+    clients = torch.arange(params.size(0))
+    gen = torch.Generator().manual_seed(seed)  # the same batch schedule for every path
+    sync(trainer.device)
+    t0 = time.perf_counter()
+    out = trainer.train(clients, params, generator=gen, parallel=parallel)
+    sync(trainer.device)
+    return time.perf_counter() - t0, out.params
+
+
+# ------------------------------------------------------------ (b) execution
+def execution_rows(device: torch.device, quick: bool, repeats: int,
+                   goals: bool) -> list[dict[str, Any]]:
+    rows = []
+    for case in cases(device, quick, goals):
+        torch.manual_seed(0)
+        model = case.make_model()
+        data = case.make_data()
+        trainers = {ex: ClientTrainer(model, data, config=case.config, device=device,
+                                      execution=ex) for ex in ("vmap", "loop")}
+        n = data.num_clients
+        params = trainers["vmap"].layout.flatten(model).to(device).repeat(n, 1)
+        paths = {"vmap": (trainers["vmap"], True), "loop": (trainers["loop"], True),
+                 "reference": (trainers["loop"], False)}
+        # Warm-up, and the parameters each path ends at.
+        finals = {k: train_once(tr, params, par)[1] for k, (tr, par) in paths.items()}
+        times: dict[str, list[float]] = {k: [] for k in paths}
+        for _ in range(repeats):
+            for k, (tr, par) in paths.items():
+                times[k].append(train_once(tr, params, par)[0])
+        med = {k: statistics.median(v) for k, v in times.items()}
+        diff = max(float((finals[k] - finals["reference"]).abs().max()) for k in ("vmap", "loop"))
+        auto = choose_execution(trainers["vmap"].model, device, "auto")
+        fastest = min(("vmap", "loop"), key=lambda k: med[k])
+        rows.append({"device": str(device), "case": case.name, "family": model_family(model),
+                     "vmap s": med["vmap"], "loop s": med["loop"], "reference s":
+                     med["reference"], "loop / vmap": med["loop"] / med["vmap"],
+                     "reference / vmap": med["reference"] / med["vmap"], "auto": auto,
+                     "fastest": fastest, "max diff": diff, "note": case.note,
+                     "spread": {k: (min(v), max(v)) for k, v in times.items()}})
+        print(f"[execution] {device} {case.name}: vmap {med['vmap']:.3g} s, loop "
+              f"{med['loop']:.3g} s, reference {med['reference']:.3g} s, auto={auto}, "
+              f"max diff {diff:.1e}", flush=True)
+    return rows
+
+
+# ---------------------------------------------------------------- (a) chunk
+def _rss_now() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize()
+
+
+def _rss_peak() -> int:
+    r"""This process's peak resident set size (``VmHWM``, bytes). Not
+    ``ru_maxrss``: Linux carries the parent's high-water mark over ``exec``
+    into a child's ``ru_maxrss`` (and so into ``RUSAGE_CHILDREN`` and
+    ``wait4``), which made every child report the parent's peak."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def chunk_measure(device: torch.device, clients: int, steps: int, chunk: int | None,
+                  save: Path | None) -> dict[str, Any]:
+    r"""One chunk row in this process: seconds (the second of two identical
+    trainings) and the memory the first one raised."""
+    case = cnn_case(clients, steps)
+    torch.manual_seed(0)
+    model = case.make_model()
+    trainer = ClientTrainer(model, case.make_data(), config=case.config, device=device,
+                            parallel_clients=chunk, execution="vmap")
+    params = trainer.layout.flatten(model).to(device).repeat(clients, 1)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
+        _, out = train_once(trainer, params)
+        extra = torch.cuda.max_memory_allocated(device) - before
+    else:
+        # ru_maxrss is a high-water mark that set-up temporaries may have raised:
+        # lift the current usage up to it, so that what training adds shows.
+        ballast = torch.ones(max(_rss_peak() - _rss_now(), 0) // 4 + 1)
+        before = _rss_peak()
+        _, out = train_once(trainer, params)
+        extra = _rss_peak() - before
+        del ballast
+    seconds, _ = train_once(trainer, params)
+    if save is not None:
+        torch.save(out.cpu(), save)
+    return {"seconds": seconds, "extra_bytes": extra, "D": trainer.layout.num_params,
+            "peak_bytes": _rss_peak()}
+
+
+def _child(kind: str, args: dict[str, Any]) -> dict[str, Any]:
+    r"""Runs ``kind`` in a fresh process and returns its JSON line."""
+    proc = subprocess.run([sys.executable, __file__, "--child", kind, json.dumps(args)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        lines = proc.stderr.strip().splitlines()
+        return {"error": lines[-1] if lines else f"exit {proc.returncode}"}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def chunk_rows(device: torch.device, clients: int, steps: int) -> list[dict[str, Any]]:
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        finals = {}
+        for chunk in (1, 3, None):
+            label = "all" if chunk is None else str(chunk)
+            save = Path(tmp) / f"params_{label}.pt"
+            if device.type == "cuda":
+                res = chunk_measure(device, clients, steps, chunk, save)
+                res["peak_bytes"] = None
+            else:
+                res = _child("chunk", {"device": str(device), "clients": clients,
+                                       "steps": steps, "chunk": chunk, "save": str(save)})
+            rows.append({"device": str(device), "parallel_clients": label, "clients": clients,
+                         "seconds": res.get("seconds"), "extra MiB": _mib(res.get("extra_bytes")),
+                         "process peak MiB": _mib(res.get("peak_bytes")),
+                         "error": res.get("error", "")})
+            if save.exists():
+                finals[label] = torch.load(save)
+            print(f"[chunk] {device} parallel_clients={label}: {res}", flush=True)
+        for row in rows:
+            p = finals.get(row["parallel_clients"])
+            row["max diff"] = (float((p - finals["all"]).abs().max())
+                               if p is not None and "all" in finals else None)
+    return rows
+
+
+# ------------------------------------------------------------ (c, d) scale
+def scale_measure(strategy: str, clients: int, rounds: int, write: bool) -> dict[str, Any]:
+    from pyg_fedgraph.experiment import ExperimentConfig, build_simulator
+    from pyg_fedgraph.simulation.report import write_run
+
+    t0 = time.perf_counter()
+    cfg = ExperimentConfig(dataset="fl60", strategy=strategy, clients=clients, device="cpu",
+                           overrides={"sample_fraction": 0.1, "data.graph": "knn",
+                                      "state_device": "cpu"})
+    sim = build_simulator(cfg, progress=False)
+    build = time.perf_counter() - t0
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        sim.step()
+        times.append(time.perf_counter() - t0)
+    out: dict[str, Any] = {"build_s": build, "round_s": times, "D": sim.layout.num_params,
+                           "sampled": int(round(0.1 * clients))}
+    if write:
+        summary = {"strategy": strategy, "dataset": "fl60", **sim.summary(),
+                   "seconds": sum(times), "num_clients": clients}
+        with tempfile.TemporaryDirectory() as tmp:
+            t0 = time.perf_counter()
+            write_run(Path(tmp), sim.history, cfg.to_dict(), summary,
+                      collaboration=sim.strategy.collaboration_graph(),
+                      groups=sim.dataset.client_labels, prior_edge_index=sim.dataset.edge_index)
+            out["write_s"] = time.perf_counter() - t0
+            out["files"] = sorted(p.name for p in Path(tmp).iterdir())
+    out["peak_bytes"] = _rss_peak()
+    return out
+
+
+def scale_rows(sizes: list[int], rounds: int) -> list[dict[str, Any]]:
+    rows = []
+    for n in sizes:
+        for strategy in ("fedavg", "pfedgraph"):
+            res = _child("scale", {"strategy": strategy, "clients": n, "rounds": rounds,
+                                   "write": True})
+            r = res.get("round_s", [])
+            row = {"N": n, "strategy": strategy, "sampled": res.get("sampled"),
+                   "build s": res.get("build_s"), "s/round": statistics.mean(r) if r else None,
+                   "round range": (min(r), max(r)) if r else None, "rounds": len(r),
+                   "write s": res.get("write_s"), "peak MiB": _mib(res.get("peak_bytes")),
+                   "files": ", ".join(res.get("files", [])), "error": res.get("error", "")}
+            if r and res.get("write_s") is not None:
+                row["write / rounds"] = res["write_s"] / sum(r)
+                row["write / round"] = res["write_s"] / statistics.mean(r)
+            rows.append(row)
+            print(f"[scale] N={n} {strategy}: {res}", flush=True)
+    return rows
+
+
+# ------------------------------------------------------------ (e) METR-LA
+def metr_la_rows(device: torch.device, quick: bool, cpu_steps: int,
+                 root: str | None) -> list[dict[str, Any]]:
+    from pyg_fedgraph.datasets import load_dataset
+    data = load_dataset("metr-la", root=root, synthetic_steps=2016 if quick else 34272)
+    synthetic = bool(data.info.get("synthetic"))
+    torch.manual_seed(0)
+    model = GRUForecaster(in_channels=data.input_shape[-1], hidden_channels=100, out_steps=12)
+    epoch = LocalConfig(lr=0.1, batch_size=64, epochs=1)
+    n = data.num_clients
+    windows = int(data.num_samples("train").max())
+    epoch_steps = -(-windows // epoch.batch_size)
+    gpu = ClientTrainer(model, data, config=epoch, device=device)
+    params = gpu.layout.flatten(model).repeat(n, 1)
+    train_once(ClientTrainer(model, data, config=LocalConfig(lr=0.1, batch_size=64, epochs=None,
+                                                             steps=2), device=device),
+               params.to(device))  # warm-up
+    gpu_s, _ = train_once(gpu, params.to(device))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        part = LocalConfig(lr=0.1, batch_size=64, epochs=None, steps=cpu_steps)
+        cpu = ClientTrainer(model, data, config=part, device="cpu")
+        train_once(ClientTrainer(model, data, config=LocalConfig(lr=0.1, batch_size=64,
+                                                                 epochs=None, steps=1),
+                                 device="cpu"), params)  # warm-up
+        cpu_part, _ = train_once(cpu, params)
+    finally:
+        torch.set_num_threads(threads)
+    cpu_s = cpu_part / cpu_steps * epoch_steps
+    print(f"[metr-la] {device}: {gpu_s:.3g} s; one CPU thread {cpu_part:.3g} s for "
+          f"{cpu_steps} steps -> {cpu_s:.3g} s for {epoch_steps}", flush=True)
+    return [{"device": str(device), "clients": n, "windows": windows,
+             "epoch steps": epoch_steps, "device s": gpu_s, "cpu 1-thread s": cpu_s,
+             "cpu steps measured": cpu_steps, "speed-up": cpu_s / gpu_s,
+             "parallel_clients": gpu.parallel_clients, "execution": gpu.execution,
+             "data": "synthetic speeds on the real road graph" if synthetic
+             else "recorded speeds"}]
+
+
+# ------------------------------------------------------------------ output
+def _mib(b: float | None) -> float | None:
+    return None if b is None else b / 2 ** 20
+
+
+def fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return "nan" if math.isnan(v) else (f"{v:.1e}" if 0 < abs(v) < 1e-3 else f"{v:.3g}")
+    if isinstance(v, tuple):
+        return "-".join(fmt(x) for x in v)
+    return str(v)
+
+
+def table(rows: list[dict[str, Any]], cols: list[str]) -> list[str]:
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(fmt(r.get(c)) for c in cols) + " |" for r in rows]
+    return lines
+
+
+def available_devices() -> list[str]:
+    return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+def main(argv: list[str] | None = None) -> str:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="small sizes (N = 1,000 only, 2 rounds), 1 repeat; prints only")
+    parser.add_argument("--device", nargs="+", default=None,
+                        help="devices for the execution and chunk rows (default: cpu, and "
+                             "cuda when available)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs per path")
+    parser.add_argument("--chunk-clients", type=int, default=None,
+                        help="clients of the chunk rows (default: 12 on the CPU, 100 on CUDA)")
+    parser.add_argument("--scale", type=int, nargs="*", default=None,
+                        help="FL-60 sizes of the scale rows (default: 1000 10000)")
+    parser.add_argument("--scale-rounds", type=int, default=4)
+    parser.add_argument("--metr-cpu-steps", type=int, default=5,
+                        help="local steps the one-thread CPU side of the METR-LA row trains")
+    parser.add_argument("--metr-la-root", default=None,
+                        help="folder with the real metr-la.h5 (default: synthetic speeds)")
+    parser.add_argument("--goals-on-cpu", action="store_true",
+                        help="also run the GPU-only rows on the CPU (checks the script)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help=f"markdown output (default: {RESULTS} unless --quick)")
+    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv)
+    if args.child:
+        kind, payload = args.child[0], json.loads(args.child[1])
+        if kind == "chunk":
+            save = payload["save"]
+            res = chunk_measure(torch.device(payload["device"]), payload["clients"],
+                                payload["steps"], payload["chunk"], Path(save) if save else None)
+        else:
+            res = scale_measure(**payload)
+        print(json.dumps(res))
+        return ""
+
+    start = time.perf_counter()
+    load_start = os.getloadavg()[0]
+    out_path = args.out if args.out is not None else (None if args.quick else RESULTS)
+    devices = [torch.device(d) for d in (args.device or available_devices())]
+    repeats = 1 if args.quick else args.repeats
+    sizes = args.scale if args.scale is not None else ([1000] if args.quick else [1000, 10000])
+    rounds = 2 if args.quick else args.scale_rounds
+    cuda = [d for d in devices if d.type == "cuda"]
+    goal_devices = cuda or ([torch.device("cpu")] if args.goals_on_cpu else [])
+
+    chunk, execution, metr = [], [], []
+    for device in devices:
+        clients = args.chunk_clients or (12 if device.type == "cpu" else 100)
+        chunk += chunk_rows(device, 6 if args.quick else clients, 2 if args.quick else 3)
+    for device in devices:
+        execution += execution_rows(device, args.quick, repeats,
+                                    goals=device.type != "cpu" or args.goals_on_cpu)
+    for device in goal_devices:
+        metr += metr_la_rows(device, args.quick, args.metr_cpu_steps, args.metr_la_root)
+    scale = scale_rows(sizes, rounds)
+
+    cmd = " ".join(["python benchmarks/devices.py", *argv])
+    text = "\n".join(report(chunk, execution, scale, metr, bool(cuda), cmd, load_start,
+                            time.perf_counter() - start)) + "\n"
+    print()
+    emit(text, out_path)
+    return text
+
+
+def report(chunk: list[dict[str, Any]], execution: list[dict[str, Any]],
+           scale: list[dict[str, Any]], metr: list[dict[str, Any]], gpu: bool, cmd: str,
+           load_start: float, seconds: float) -> list[str]:
+    lines = ["# Devices: chunked training, execution per model family, scale", "",
+             f"`{cmd}`. Every row is measured in this one run; ratios compare paths "
+             "measured side by side (alternating).", ""]
+    lines += ["## (a) Chunked training: memory against the chunk size", "",
+              "Simple CNN on random 28x28 inputs, `execution=\"vmap\"`, the same clients, "
+              "start parameters and batch schedule for every chunk size. \"extra MiB\": on "
+              "CUDA `torch.cuda.max_memory_allocated` during training minus what was "
+              "allocated before; on the CPU, in a fresh process per row, how much training "
+              "raised the process's peak resident set size (`VmHWM`, after lifting the "
+              "high-water mark to the current usage): memory the OS gave the process, "
+              "allocator caching included. \"process peak MiB\": the whole child process "
+              "(Python, torch, data). \"seconds\": a second, identical training in the same "
+              "process. \"max diff\": max |parameter difference| to `parallel_clients=all`.",
+              ""]
+    lines += table(chunk, ["device", "clients", "parallel_clients", "seconds", "extra MiB",
+                           "process peak MiB", "max diff"])
+    if not gpu:
+        lines += ["", f"CUDA rows: {NO_GPU}."]
+    lines += ["", "## (b) Execution per model family: vmap, loop and the reference loop", "",
+              "Seconds of one local training of all the case's clients, median of the timed "
+              "runs (paths alternate, one untimed warm-up each). `vmap` and `loop` are the "
+              "two executions of `ClientTrainer` (all clients in one batched call); "
+              "`reference` is the per-client loop with `torch.optim.SGD` "
+              "(`parallel=False`), the way PFLlib and FL-bench train. \"loop / vmap\" > 1: "
+              "vmap is faster. \"auto\": what `execution=\"auto\"` picks from "
+              "`EXECUTION_TABLE` (" + ", ".join(f"{f}/{d}: {e}" for (f, d), e in
+                                                 EXECUTION_TABLE.items()) +
+              "); \"fastest\": the faster of vmap and loop in this run. \"max diff\": "
+              "max |parameter difference| of vmap and loop to the reference.", ""]
+    lines += table(execution, ["device", "case", "family", "vmap s", "loop s", "reference s",
+                               "loop / vmap", "reference / vmap", "auto", "fastest",
+                               "max diff"])
+    lines += [""] + [f"- {r['device']}, {r['case']}: {r['note']}; range over runs: " +
+                     ", ".join(f"{k} {fmt(v)} s" for k, v in r["spread"].items())
+                     for r in execution]
+    if not gpu:
+        lines += ["", f"CUDA rows (FL-60, CNN 10 and 100 clients, GRU; the goal: batched at "
+                      f"least 10x faster than the reference loop for 100 simple-CNN clients): "
+                      f"{NO_GPU}."]
+    lines += ["", "## (c) Scale: FL-60 with 1,000 and 10,000 clients on the CPU", "",
+              "Sample fraction 0.1, the sparse `graph=\"knn\"` prior graph (k = 10), "
+              "`device=\"cpu\"`, `state_device=\"cpu\"` (the client table on the host), "
+              "dataset defaults otherwise (MLP hidden 16, 2 local epochs of batch 16). Each "
+              "row is one process: building the data and simulator (\"build s\"), then the "
+              "rounds (each: sampling, local training, aggregation, evaluation of every "
+              "client); \"s/round\" is their mean, with the range. \"peak MiB\": the "
+              "process's peak resident set size (`VmHWM`, read by the process at its end; "
+              "not `ru_maxrss`, which Linux carries over from the parent at `exec`), "
+              "goal < 8 GB (8,192 MiB).", ""]
+    lines += table(scale, ["N", "strategy", "sampled", "build s", "rounds", "s/round",
+                           "round range", "peak MiB"])
+    lines += ["", "## (d) Writing the run's files against the rounds", "",
+              "`write_run` as the command line calls it, in the same processes after the "
+              "rounds: config, history, clients, summary, learning curve, and for pFedGraph "
+              "the collaboration matrix (`collaboration.npz`, `collaboration_topk.csv`; "
+              "`collaboration.csv` only up to 200 clients) and its two pictures (aggregated "
+              "into blocks at large N). \"write / rounds\": write seconds over the seconds "
+              "of all the rounds measured; \"write / round\": over one mean round.", ""]
+    lines += table(scale, ["N", "strategy", "rounds", "s/round", "write s", "write / rounds",
+                           "write / round", "files"])
+    lines += ["", "## (e) GPU goals: METR-LA round, 207 GRU clients", ""]
+    if metr:
+        lines += ["Local training of all clients for one epoch of the full training split "
+                  "(batch 64, GRU hidden 100) on the device, against one CPU thread; the CPU "
+                  "side trains \"cpu steps measured\" steps and is scaled to the epoch's "
+                  "steps. Goal on one H100: under 5 s, at least 50x faster.", ""]
+        lines += table(metr, ["device", "clients", "windows", "epoch steps", "device s",
+                              "cpu 1-thread s", "cpu steps measured", "speed-up",
+                              "parallel_clients", "execution", "data"])
+    else:
+        lines += [f"METR-LA round on CUDA vs one CPU thread: {NO_GPU}. The script runs it "
+                  "when CUDA is available."]
+    errors = [r for r in chunk + scale if r.get("error")]
+    if errors:
+        lines += ["", "Errors:"] + [f"- {r}" for r in errors]
+    lines += ["", "## Machine", "", *machine(load_start), f"- total time: {seconds:.0f} s",
+              f"- GPU: {'CUDA ' + torch.cuda.get_device_name() if gpu else NO_GPU}"]
+    return lines
+
+
+if __name__ == "__main__":
+    main()
