@@ -225,3 +225,26 @@ def test_cli_tune_bad_param_exits_2(tmp_path, capsys):
                  "--storage", f"sqlite:///{tmp_path / 's.db'}", "--param", "mu=1:0"])
     assert code == 2
     assert "low 1 exceeds high 0" in capsys.readouterr().err
+
+
+def test_a_study_of_the_old_fedamp_is_refused_with_one_line():
+    # Studies record the strategy's state format version; one stored before the
+    # version existed (no key) under "fedamp" was a study of the heuristic FedAMP.
+    storage = optuna.storages.InMemoryStorage()
+    cfg = ExperimentConfig(strategy="fedamp", rounds=1, **TINY)
+    study = create_study(cfg, storage=storage)
+    assert study.user_attrs["settings"]["strategy_version"] == 2
+    old = {k: v for k, v in study.user_attrs["settings"].items() if k != "strategy_version"}
+    study.set_user_attr("settings", old)
+    with pytest.raises(ValueError) as err:
+        create_study(cfg, storage=storage)
+    assert "\n" not in str(err.value)
+    assert str(err.value).startswith("study 'fedamp-fl60': this 'fedamp' study was made by "
+                                     "the heuristic FedAMP")
+    assert "'heurfedamp'" in str(err.value)
+    # Strategies whose format never changed read old studies as before.
+    heur = ExperimentConfig(strategy="heurfedamp", rounds=1, **TINY)
+    study = create_study(heur, storage=storage)
+    study.set_user_attr("settings", {k: v for k, v in study.user_attrs["settings"].items()
+                                     if k != "strategy_version"})
+    assert create_study(heur, storage=storage).study_name == "heurfedamp-fl60"

@@ -19,6 +19,8 @@ from pyg_fedgraph.nn.collaboration_qp import (
 from pyg_fedgraph.nn.functional import cluster_mean, pairwise_cosine, sample_shares
 from pyg_fedgraph.nn.hypernetwork import GCNHypernetwork, hypernetwork_grads, hypernetwork_update
 from pyg_fedgraph.nn.khop import KHopPropagation
+from pyg_fedgraph.nn.knn import knn_vote
+from pyg_fedgraph.nn.layer_aggregation import LayerAggregationHypernetwork, layerwise_aggregate
 
 __all__ = [
     "GraphAggregation",
@@ -44,4 +46,7 @@ __all__ = [
     "pairwise_cosine",
     "sample_shares",
     "cluster_mean",
+    "knn_vote",
+    "LayerAggregationHypernetwork",
+    "layerwise_aggregate",
 ]

@@ -380,7 +380,7 @@ class Simulator:
         start, plan = self._evaluation_start()
         metrics = evaluate_clients(self.trainer, start, finetune=plan.finetune,
                                    start_job=plan.start_job, seed=self.seed, rnd=self.round,
-                                   parallel=self.parallel)
+                                   parallel=self.parallel, evaluator=plan.evaluator)
         return metrics["val"], metrics["test"]
 
     def summary(self) -> dict:

@@ -252,6 +252,28 @@ class Strategy(nn.Module):
         and summaries), read from the attributes of the same names."""
         return {name: getattr(self, name) for name in self.hparam_schema()}
 
+    # The format version of a strategy's state is PyTorch's module version
+    # (``_version``, saved in the metadata of every state_dict()): a strategy
+    # whose saved state changes meaning under the same name raises it and
+    # says in state_version_error() why older states cannot be loaded.
+    @classmethod
+    def state_version_error(cls, version: int, what: str = "state") -> str:
+        r"""The one-line reason why a ``what`` (a state, an Optuna study) made
+        by this strategy's format ``version`` (another than the class's
+        ``_version``) cannot be continued by this strategy."""
+        return (f"this {cls.name or cls.__name__!r} {what} has format version {version}, "
+                f"this version of pyg_fedgraph reads version {cls._version}; it was written "
+                f"by another version and cannot be loaded")
+
+    def _load_from_state_dict(self, state_dict: Any, prefix: str, local_metadata: Any,
+                              strict: bool, missing_keys: list[str], unexpected_keys: list[str],
+                              error_msgs: list[str]) -> None:
+        version = local_metadata.get("version") if local_metadata else None
+        if version is not None and int(version) != self._version:
+            raise ValueError(self.state_version_error(int(version)))
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
+                                      unexpected_keys, error_msgs)
+
 
 class ServerOptimizerState:
     r"""Mixin for strategies that learn on the server: saves the optimizer

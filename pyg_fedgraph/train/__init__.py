@@ -1,4 +1,5 @@
 r"""Client-side local training, batched over clients."""
+from pyg_fedgraph.train.ala import AdaptiveLocalAggregation
 from pyg_fedgraph.train.engine import (
     ClientTrainer,
     LocalConfig,
@@ -6,6 +7,7 @@ from pyg_fedgraph.train.engine import (
     TrainResult,
     batch_schedule,
 )
+from pyg_fedgraph.train.knn import KNNInterpolation
 from pyg_fedgraph.train.objective import (
     Objective,
     classification_objective,
@@ -23,4 +25,6 @@ __all__ = [
     "Regularizer",
     "TrainResult",
     "batch_schedule",
+    "KNNInterpolation",
+    "AdaptiveLocalAggregation",
 ]

@@ -11,6 +11,7 @@ the same parameters up to float rounding.
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -25,7 +26,7 @@ from pyg_fedgraph.data.layout import ParamLayout
 from pyg_fedgraph.hparams import Range, Search, schema
 from pyg_fedgraph.train.execution import Execution, ExecutionName, auto_chunk, choose_execution
 from pyg_fedgraph.train.objective import Objective
-from pyg_fedgraph.train.rules import SGD, LocalProblem, LocalRule
+from pyg_fedgraph.train.rules import SGD, LocalProblem, LocalRule, class_counts
 from pyg_fedgraph.utils.device import Precision, amp_dtype, autocast, resolve_device
 
 __all__ = ["LocalConfig", "LOCAL_SCHEMA", "Regularizer", "TrainResult", "ClientTrainer",
@@ -436,7 +437,9 @@ class ClientTrainer:
             xb, yb = self.dataset.batch(split, batch, clients)
             return hvps(theta, bufs, xb, yb, vector)
 
-        return LocalProblem(grad, hvp)
+        counts = (functools.partial(class_counts, self.dataset, clients, split)
+                  if self.dataset.task == "classification" else None)
+        return LocalProblem(grad, hvp, counts)
 
     def _train_batched(self, clients: Tensor, theta: Tensor, buffers: Tensor, index: Tensor,
                        active: Tensor, reg: Regularizer | None, cfg: LocalConfig,

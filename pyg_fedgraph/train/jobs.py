@@ -31,6 +31,11 @@ dataclass registered with :func:`register_job`:
   (:class:`ChooseModel`): :meth:`StartJob.prepare` returns the starting
   parameters and its outputs. The clients then upload their update, since
   the server does not know where they started.
+
+An :class:`Evaluator` (``EvaluatePlan.evaluator``) replaces the plain
+evaluation of a model when a method's predictions are not the model's
+outputs alone (kNN-Per's mixture with a nearest-neighbour vote,
+:class:`~pyg_fedgraph.train.knn.KNNInterpolation`).
 """
 from __future__ import annotations
 
@@ -43,16 +48,17 @@ import torch
 from torch import Tensor
 
 from pyg_fedgraph.train.engine import ClientTrainer, LocalConfig, Regularizer
-from pyg_fedgraph.train.rules import LocalRule
+from pyg_fedgraph.train.rules import SGD, LocalRule
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 from pyg_fedgraph.utils.seeds import make_generator
 
 __all__ = ["ClientStart", "Job", "ClientJob", "StartJob", "JOBS", "register_job", "per_client",
-           "TrainPlan", "PersonalTraining", "LossGradient", "ChooseModel", "FineTune",
+           "TrainPlan", "PersonalTraining", "LossGradient", "ChooseModel", "SharedBody",
+           "FineTune",
            "EvaluatePlan", "ClientResult", "run_plan",
-           "finetuned", "evaluate_clients", "select_rows"]
+           "finetuned", "evaluate_clients", "select_rows", "Evaluator"]
 
 #: Every job class a client may rebuild by name (see :func:`register_job`).
 JOBS: dict[str, type[Job]] = {}
@@ -158,6 +164,20 @@ class StartJob(Job):
         raise NotImplementedError
 
 
+class Evaluator(Job):
+    r"""Client work that replaces the plain evaluation of a model: the
+    clients' predictions are not the model's outputs alone (kNN-Per mixes
+    them with a nearest-neighbour vote over the client's own data,
+    :class:`~pyg_fedgraph.train.knn.KNNInterpolation`)."""
+
+    def evaluate(self, trainer: ClientTrainer, rows: Tensor, params: Tensor, buffers: Tensor,
+                 splits: tuple[str, ...]) -> dict[str, dict[str, Tensor]]:
+        r"""Per-client metrics ``{split: {metric: (S,)}}`` of the clients at
+        dataset ``rows`` :math:`(S,)` with models ``params`` :math:`(S, D)`
+        and ``buffers`` :math:`(S, B)` (NaN where a split is empty)."""
+        raise NotImplementedError
+
+
 @register_job("personal-training")
 @dataclass
 class PersonalTraining(ClientJob):
@@ -249,6 +269,63 @@ class ChooseModel(StartJob):
         return self.candidates.to(start.params)[choice].clone(), {self.output: choice}
 
 
+@register_job("shared-body")
+@dataclass
+class SharedBody(StartJob):
+    r"""Each client starts from the server's shared body with its own head,
+    then trains the head alone (FedRep's head phase, Collins et al., 2021,
+    Algorithm 1):
+
+    .. math::
+        \theta_i^{start} = (\phi, h_i), \qquad
+        h_i \leftarrow \mathrm{LocalSGD}_{h}(\phi, h_i) \quad
+        (\text{``epochs`` epochs, } \phi \text{ frozen}),
+
+    where :math:`\phi` is what the server sent (the coordinates outside
+    ``head_mask``) and :math:`h_i` the head of the client's own latest model
+    (:attr:`ClientStart.local`): the server never sends a head. The head
+    phase uses the run's local settings with ``epochs`` epochs (or ``steps``
+    steps), batch order ``(seed, "head", round, client)``; its BatchNorm
+    statistics are not kept (the main training starts from the round's). The
+    mean loss of the head phase lands on ``graph.head_loss`` :math:`(S,)`
+    (zeros without a head phase, as in an evaluation).
+
+    Args:
+        body (torch.Tensor): the shared body :math:`(D - H,)`, the values of
+            the coordinates outside ``head_mask`` in order.
+        head_mask (torch.Tensor): :math:`(D,)` bool, ``True`` for the head.
+        epochs (int, optional): epochs of head training (default: :obj:`0`).
+        steps (int, optional): steps of head training instead, each on a
+            fresh mini-batch; wins over ``epochs`` (default: :obj:`None`).
+    """
+    output: ClassVar[str] = "head_loss"
+    body: Tensor
+    head_mask: Tensor
+    epochs: int = 0
+    steps: int | None = None
+
+    def prepare(self, trainer: ClientTrainer, start: ClientStart, *, seed: int, rnd: int,
+                parallel: bool = True) -> tuple[Tensor, dict[str, Tensor]]:
+        if start.local is None:
+            raise ValueError("SharedBody needs each client's own model (ClientStart.local) "
+                             "to take its head from")
+        head = self.head_mask.to(device=start.local.device, dtype=torch.bool)
+        if tuple(head.shape) != (start.local.size(1),) or \
+                self.body.numel() != int((~head).sum()):
+            raise ValueError(f"SharedBody: a body of {self.body.numel()} values and a head "
+                             f"mask of shape {tuple(head.shape)} do not split a model of "
+                             f"{start.local.size(1)} parameters")
+        params = start.local.clone()
+        params[:, ~head] = self.body.to(params)
+        if (self.steps if self.steps is not None else self.epochs) == 0:
+            return params, {self.output: params.new_zeros(params.size(0))}
+        gens = [make_generator(seed, "head", rnd, int(i)) for i in start.ids]
+        config = dataclasses.replace(trainer.config, epochs=self.epochs, steps=self.steps)
+        res = trainer.train(start.rows, params, start.buffers.clone(), config=config,
+                            rule=SGD(mask=head), generator=gens, parallel=parallel)
+        return res.params, {self.output: res.loss}
+
+
 @dataclass
 class TrainPlan:
     r"""What the server sends to the :math:`S` clients sampled this round.
@@ -281,7 +358,8 @@ class TrainPlan:
     def outputs(self) -> tuple[str, ...]:
         r"""The graph attributes the plan's jobs produce."""
         jobs: tuple[Job, ...] = self.jobs + ((self.start_job,) if self.start_job else ())
-        return tuple(job.output for job in jobs)
+        rule = self.rule.outputs if self.rule is not None else ()
+        return tuple(job.output for job in jobs) + rule
 
     def select(self, rows: Tensor) -> TrainPlan:
         r"""The plan restricted to positions ``rows`` of its clients."""
@@ -327,13 +405,25 @@ class FineTune:
     Args:
         epochs (int, optional): local epochs; ``None`` uses the run's local
             schedule (default: ``None``).
+        steps (int, optional): a fixed number of local steps instead, each
+            on a fresh mini-batch (Per-FedAvg's one step); wins over
+            ``epochs`` (default: ``None``).
+        lr (float, optional): its learning rate; ``None`` uses the run's
+            (default: ``None``).
     """
     epochs: int | None = None
+    steps: int | None = None
+    lr: float | None = None
 
     def local_config(self, base: LocalConfig) -> LocalConfig:
-        if self.epochs is None:
-            return base
-        return dataclasses.replace(base, epochs=self.epochs, steps=None)
+        config = base
+        if self.steps is not None:
+            config = dataclasses.replace(config, steps=self.steps)
+        elif self.epochs is not None:
+            config = dataclasses.replace(config, epochs=self.epochs, steps=None)
+        if self.lr is not None:
+            config = dataclasses.replace(config, lr=self.lr)
+        return config
 
 
 @dataclass
@@ -346,10 +436,13 @@ class EvaluatePlan:
         finetune (FineTune, optional): fine-tune them locally first.
         start_job (StartJob, optional): lets each client choose the model it
             is evaluated with (e.g. IFCA's lowest-loss cluster model).
+        evaluator (Evaluator, optional): computes the clients' metrics in
+            place of the model's own predictions (e.g. kNN-Per's mixture).
     """
     params: Tensor | None = per_client(None)
     finetune: FineTune | None = None
     start_job: StartJob | None = None
+    evaluator: Evaluator | None = None
 
     def select(self, rows: Tensor) -> EvaluatePlan:
         return select_rows(self, rows)
@@ -422,15 +515,17 @@ def finetuned(trainer: ClientTrainer, start: ClientStart, finetune: FineTune | N
 def evaluate_clients(trainer: ClientTrainer, start: ClientStart, *,
                      finetune: FineTune | None = None, start_job: StartJob | None = None,
                      seed: int = 0, rnd: int = 0, parallel: bool = True,
-                     splits: tuple[str, ...] = ("val", "test")
-                     ) -> dict[str, dict[str, Tensor]]:
+                     splits: tuple[str, ...] = ("val", "test"),
+                     evaluator: Evaluator | None = None) -> dict[str, dict[str, Tensor]]:
     r"""Per-client metrics ``{split: {metric: (S,)}}`` of the models
     ``start.params`` with buffers ``start.buffers`` (or of the models a
     ``start_job`` chooses), after local fine-tuning when ``finetune`` is given
-    (:func:`finetuned`)."""
+    (:func:`finetuned`), computed by ``evaluator`` when one is given."""
     if start_job is not None:
         params, _ = start_job.prepare(trainer, start, seed=seed, rnd=rnd, parallel=parallel)
         start = dataclasses.replace(start, params=params)
     params, buffers = finetuned(trainer, start, finetune, seed=seed, rnd=rnd, parallel=parallel)
     with torch.no_grad():
+        if evaluator is not None:
+            return evaluator.evaluate(trainer, start.rows, params, buffers, splits)
         return {split: trainer.evaluate(start.rows, params, buffers, split) for split in splits}

@@ -95,9 +95,17 @@ def _settings(config: ExperimentConfig, rounds: int, tune_local: bool,
               space: SearchSpace | None) -> dict[str, Any]:
     from optuna.distributions import distribution_to_json
     out = {**config.to_dict(), "rounds": rounds, "tune_local": tune_local,
+           "strategy_version": _strategy_version(config.strategy),
            "params": {k: json.loads(distribution_to_json(d)) for k, d in sorted(params.items())},
            "space": "strategy" if space is None else getattr(space, "__qualname__", repr(space))}
     return json.loads(json.dumps(out, default=str))  # as the storage will hand it back
+
+
+def _strategy_version(name: str) -> int:
+    r"""The state format version of strategy ``name`` (1 for unknown names)."""
+    from pyg_fedgraph.strategies import STRATEGIES
+    cls = STRATEGIES.get(name)
+    return 1 if cls is None else int(cls._version)
 
 
 def default_study_name(config: ExperimentConfig) -> str:
@@ -158,6 +166,13 @@ def create_study(config: ExperimentConfig, *, rounds: int | None = None,
     if stored is None:
         study.set_user_attr("settings", wanted)
         return study
+    # A study made by an older meaning of the strategy's name (fedamp before it named
+    # the original FedAMP) cannot be continued: its trials are of another method.
+    version = int(stored.get("strategy_version", 1))
+    if version != wanted["strategy_version"]:
+        from pyg_fedgraph.strategies import STRATEGIES
+        raise ValueError(f"study {name!r}: " + STRATEGIES[config.strategy].state_version_error(
+            version, "study"))
     # A setting the stored study does not list (added to ExperimentConfig since) had its
     # default value then.
     defaults = _setting_defaults()
@@ -172,7 +187,8 @@ def create_study(config: ExperimentConfig, *, rounds: int | None = None,
 
 
 def _setting_defaults() -> dict[str, Any]:
-    out: dict[str, Any] = {"tune_local": False, "params": {}, "space": "strategy"}
+    out: dict[str, Any] = {"tune_local": False, "params": {}, "space": "strategy",
+                           "strategy_version": 1}
     for f in fields(ExperimentConfig):
         if f.default is not MISSING:
             out[f.name] = f.default

@@ -46,6 +46,9 @@ PURPOSES: dict[str, str] = {
     "negative-sampling": "Panacea's negative edges (keys: round, server step)",
     "kmeans": "FedCEDAR's k-means seeding (keys: round)",
     "ifca-init": "IFCA's initial cluster models (no keys)",
+    "head": "batch order of FedRep's head training before the main one (keys: round, client)",
+    "ala": "FedALA's share of a client's data for its aggregation weights (keys: round, client)",
+    "pfedla-init": "the initial weights of pFedLA's hypernetworks (no keys)",
 }
 
 _MASK = (1 << 63) - 1

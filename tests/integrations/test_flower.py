@@ -206,6 +206,7 @@ def _probe(reg: Regularizer, spec: P.RegularizerSpec, d: int) -> tuple[float, fl
     ("fedprox", {"mu": 0.5}, False, "pyg_fedgraph.strategies.fedprox:proximal_term"),
     ("ditto", {"lam": 2.0}, True, "pyg_fedgraph.strategies.fedprox:proximal_term"),
     ("fedamp", {}, False, "pyg_fedgraph.strategies.fedamp:_weighted_proximal_term"),
+    ("heurfedamp", {}, False, "pyg_fedgraph.strategies.fedamp:_weighted_proximal_term"),
 ])
 def test_strategy_regularizers_are_rebuilt_exactly(name, kwargs, personal, fn_name):
     # Prepare: a strategy after one aggregation, so that its regularizer is active.
@@ -332,6 +333,14 @@ PARITY_KWARGS = {
     "cfl": {"warmup_rounds": 1, "eps1": 10.0, "eps2": 0.0},  # splits after round 1
     "pfedgraph": {},
     "ifca": {"num_clusters": 2},                  # a start job: clients choose their model
+    "per-fedavg": {"alpha": 0.05, "variant": "hf"},  # a 3-batch rule, one-step fine-tuning
+    "pfedme": {"inner_steps": 2, "lam": 2.0},     # a rule with an extra output (personal_x)
+    "fedrep": {"head_epochs": 1},                 # a start job training the client's own head
+    "fedrod": {},                                 # a rule using the client's class counts
+    "heurfedamp": {},                             # the heuristic FedAMP (pFedGraph's "FedAMP")
+    "knn-per": {"k": 3},                          # an evaluator job: the kNN vote on the client
+    "fedala": {"max_start_epochs": 3},            # a start job with per-client weights
+    "pfedla": {"embedding_dim": 4, "hidden_channels": 8},  # per-client hypernetworks
 }
 
 

@@ -12,6 +12,7 @@ TINY_OPTIONS = {
     "pfedgat": {"hidden_channels": 4, "heads": 2},
     "cfl": {"warmup_rounds": 3, "min_cluster_size": 2},
     "fedcedar": {"num_clusters": 2, "num_init": 2},
+    "pfedla": {"embedding_dim": 8, "hidden_channels": 8},
 }
 
 

@@ -66,7 +66,9 @@ def test_cli_device_cuda_without_cuda_is_one_line_before_any_work(tmp_path, caps
 
 # ---------------------------------------------------------------- placement
 @pytest.mark.parametrize("device", DEVICES, ids=IDS)
-@pytest.mark.parametrize("name", ["fedavg", "pfedgraph", "panacea"])
+@pytest.mark.parametrize("name", ["fedavg", "pfedgraph", "panacea", "per-fedavg", "pfedme",
+                                  "fedrep", "fedrod", "knn-per", "fedala", "pfedla", "fedamp",
+                                  "ifca"])
 def test_every_state_tensor_lives_on_the_chosen_device(device, name):
     sim = tiny(name, rounds=2, device=str(device))
     sim.run()
@@ -100,12 +102,13 @@ def test_every_state_tensor_lives_on_the_chosen_device(device, name):
 
 
 @pytest.mark.parametrize("device", DEVICES, ids=IDS)
-def test_a_host_table_with_device_training_equals_one_place(device):
+@pytest.mark.parametrize("name", ["pfedgraph", "pfedla"])  # pFedLA reads the table itself
+def test_a_host_table_with_device_training_equals_one_place(device, name):
     # state_device="cpu": the table and the clients' models stay on the host and only the
     # sampled clients move; the run equals one that keeps everything on the device.
-    both = tiny("pfedgraph", device=str(device))
+    both = tiny(name, device=str(device))
     both.run()
-    host = tiny("pfedgraph", device=str(device), state_device="cpu")
+    host = tiny(name, device=str(device), state_device="cpu")
     host.run()
     assert host.local_params.device.type == "cpu"
     assert host.engine.table.params.device.type == "cpu"

@@ -1,171 +1,153 @@
+"""The original FedAMP (Huang et al., 2021) and the state version that keeps the old name apart."""
+import io
 import math
 
 import pytest
 import torch
-from strategy_toys import two_group_dataset as _dataset
+from strategy_toys import two_group_dataset
 
 from pyg_fedgraph.cli import main
-from pyg_fedgraph.data.federation import FederationGraph
 from pyg_fedgraph.data.layout import ParamLayout
 from pyg_fedgraph.models.mlp import MLP
 from pyg_fedgraph.simulation.simulator import Simulator
+from pyg_fedgraph.strategies import STRATEGIES, FedAMP, HeurFedAMP, build_strategy
 from pyg_fedgraph.strategies.base import FederationContext
-from pyg_fedgraph.strategies.fedamp import FedAMP, heur_fedamp_weights
-from pyg_fedgraph.strategies.registry import STRATEGIES, build_strategy
+from pyg_fedgraph.strategies.fedamp import fedamp_weights
 from pyg_fedgraph.train.engine import LocalConfig
 
 
-def _simulator(strategy, rounds=3, epochs=2, seed=0):
-    torch.manual_seed(seed)
-    model = MLP(2, 8, 2, num_layers=2)
-    return Simulator(_dataset(), model, strategy, rounds=rounds, progress=False, seed=seed,
-                     local=LocalConfig(lr=0.1, batch_size=8, epochs=epochs))
-
-
-def _context(n=3, d=2, init=None):
+def _context(models):
+    n, d = models.shape
     layout = ParamLayout.from_module(torch.nn.Linear(d - 1, 1))  # d parameters
-    init = torch.zeros(d) if init is None else init
-    return FederationContext(num_clients=n, layout=layout, init_params=init,
-                             num_samples=torch.ones(n, dtype=torch.long))
+    ctx = FederationContext(num_clients=n, layout=layout, init_params=torch.zeros(d),
+                            num_samples=torch.ones(n, dtype=torch.long))
+    ctx.table.update(torch.arange(n), models)
+    return ctx
 
 
-def test_registered_hparams_and_errors():
-    assert STRATEGIES["fedamp"] is FedAMP
-    assert build_strategy("fedamp").hparams() == {
-        "lam": 1.0, "alpha_k": 1.0, "sigma": 10.0, "self_weight": 0.3, "centered": True}
-    assert str(FedAMP(sigma=5.0)).startswith("FedAMP(lam=1.0, alpha_k=1.0, sigma=5.0")
-    with pytest.raises(ValueError, match="self_weight must be <= 1"):
-        FedAMP(self_weight=1.5)
-    with pytest.raises(ValueError, match="alpha_k must be > 0"):
-        FedAMP(alpha_k=0.0)
-    with pytest.raises(ValueError, match="sigma must be >= 0"):
-        FedAMP(sigma=-1.0)
-    with pytest.raises(ValueError, match="centered: expected true or false"):
-        FedAMP(centered="yes")
-    with pytest.raises(ValueError, match="num_clients, num_params"):
-        heur_fedamp_weights(torch.ones(3))
+def _simulator(strategy, rounds=3, seed=0):
+    torch.manual_seed(seed)
+    return Simulator(two_group_dataset(), MLP(2, 8, 2, num_layers=2), strategy, rounds=rounds,
+                     local=LocalConfig(lr=0.1, batch_size=8, epochs=2), seed=seed,
+                     progress=False)
 
 
-def test_weights_by_hand():
-    # Clients 0 and 1 point the same way, client 2 is orthogonal to both.
-    x = torch.tensor([[1.0, 0.0], [2.0, 0.0], [0.0, 3.0]])
-    xi = heur_fedamp_weights(x, sigma=1.0, self_weight=0.3)
-    e = math.e
-    expected = torch.tensor([
-        [0.3, 0.7 * e / (e + 1), 0.7 / (e + 1)],
-        [0.7 * e / (e + 1), 0.3, 0.7 / (e + 1)],
-        [0.35, 0.35, 0.3],
-    ])
-    assert torch.allclose(xi, expected, atol=1e-6)
-    assert torch.allclose(xi.sum(1), torch.ones(3))
-    # Closer clients get more weight, and a larger sigma sharpens it.
-    sharp = heur_fedamp_weights(x, sigma=10.0, self_weight=0.3)
-    assert sharp[0, 1] > xi[0, 1] > xi[0, 2] > sharp[0, 2]
-    assert torch.allclose(sharp.diagonal(), torch.full((3,), 0.3))
-
-
-def test_weights_permutation_equivariant_and_single_client():
-    x = torch.randn(5, 7, generator=torch.Generator().manual_seed(0))
-    perm = torch.tensor([3, 0, 4, 1, 2])
-    xi = heur_fedamp_weights(x)
-    assert torch.allclose(heur_fedamp_weights(x[perm]), xi[perm][:, perm], atol=1e-6)
-    assert torch.equal(heur_fedamp_weights(x[:1]), torch.ones(1, 1))
-    # A zero vector has cosine 0 to everyone: uniform weights over the others.
-    z = torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
-    assert torch.allclose(heur_fedamp_weights(z)[0], torch.tensor([0.3, 0.35, 0.35]))
-
-
-def test_aggregate_builds_cloud_models_and_graph():
-    init = torch.tensor([1.0, 1.0])
-    strategy = FedAMP(sigma=1.0, self_weight=0.3)
-    strategy.setup(_context(n=3, init=init))
-    assert torch.equal(strategy.collaboration_graph(), torch.eye(3))
-    x = torch.tensor([[2.0, 1.0], [3.0, 1.0], [1.0, 4.0]])
-    strategy.aggregate_train(1, FederationGraph(x=x))
-    xi = heur_fedamp_weights(x - init, sigma=1.0, self_weight=0.3)  # centered on init
-    assert torch.allclose(strategy.collaboration_graph(), xi)
-    assert torch.allclose(strategy.cloud_params, xi @ x)
-    assert bool(strategy.has_cloud.all())
-    # Uncentered: the cosine of the parameters themselves.
-    raw = FedAMP(sigma=1.0, centered=False)
-    raw.setup(_context(n=3, init=init))
-    raw.aggregate_train(1, FederationGraph(x=x))
-    assert torch.allclose(raw.collaboration_graph(), heur_fedamp_weights(x, sigma=1.0))
-    assert not torch.allclose(raw.collaboration_graph(), xi)
-
-
-def test_partial_participation_updates_sampled_rows_only():
-    strategy = FedAMP(sigma=2.0)
-    strategy.setup(_context(n=3))
-    x = torch.tensor([[1.0, 0.5], [-1.0, 2.0]])
-    strategy.aggregate_train(1, FederationGraph(x=x, client_id=torch.tensor([0, 2])))
-    w = strategy.collaboration_graph()
-    xi = heur_fedamp_weights(x, sigma=2.0)
-    assert torch.allclose(w[[0, 2]][:, [0, 2]], xi)
-    assert torch.equal(w[1], torch.tensor([0.0, 1.0, 0.0]))
-    assert w[:, 1].tolist() == [0.0, 1.0, 0.0]
-    assert torch.allclose(w.sum(1), torch.ones(3))
-    assert strategy.has_cloud.tolist() == [True, False, True]
-    assert torch.equal(strategy.cloud_params[1], torch.zeros(2))
-
-
-def test_plan_proximal_term():
-    strategy = FedAMP(lam=2.0, alpha_k=4.0)
-    strategy.setup(_context(n=3))
-    clients = torch.tensor([0, 1])
-    plan = strategy.configure_train(1, clients)
-    assert plan.params is None  # clients continue from their own models
+def test_weights_of_three_clients_by_hand():
+    # Squared distances: |w0 - w1|^2 = 1, |w0 - w2|^2 = 4, |w1 - w2|^2 = 5.
+    w = torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, 2.0]])
+    sigma, alpha_k = 2.0, 0.5
+    a = alpha_k / sigma  # alpha_k A'(d) = alpha_k / sigma * exp(-d / sigma)
+    x01, x02, x12 = a * math.exp(-0.5), a * math.exp(-2.0), a * math.exp(-2.5)
+    expected = torch.tensor([[1 - x01 - x02, x01, x02],
+                             [x01, 1 - x01 - x12, x12],
+                             [x02, x12, 1 - x02 - x12]])
+    xi = fedamp_weights(w, sigma=sigma, alpha_k=alpha_k)
+    torch.testing.assert_close(xi, expected)
+    # The strategy sends u_i = sum_j xi_ij w_j and lam / alpha_k as the proximal coefficient.
+    strategy = FedAMP(lam=3.0, alpha_k=alpha_k, sigma=sigma)
+    strategy.setup(_context(w))
+    plan = strategy.configure_train(2, torch.tensor([2, 0]))
     cloud, coefficient = plan.regularizer.refs
-    assert coefficient.tolist() == [0.0, 0.0]  # no cloud model yet
-    strategy.aggregate_train(1, FederationGraph(x=torch.tensor([[1.0, 0.0], [0.0, 1.0]]),
-                                                client_id=torch.tensor([0, 2])))
-    plan = strategy.configure_train(2, clients)
-    cloud, coefficient = plan.regularizer.refs
-    assert coefficient.tolist() == [0.5, 0.0]  # lam / alpha_k for client 0 only
-    assert torch.equal(cloud[0], strategy.cloud_params[0])
-    theta = cloud[0] + torch.tensor([1.0, 2.0])
-    # lam / (2 alpha_k) ||theta - u||^2 = 0.25 * 5
-    assert plan.regularizer.fn(theta, cloud[0], coefficient[0]).item() == pytest.approx(1.25)
+    torch.testing.assert_close(cloud, torch.stack([
+        torch.tensor([x12 * 1.0, (1 - x02 - x12) * 2.0]),
+        torch.tensor([x01 * 1.0, x02 * 2.0])]))
+    assert coefficient.tolist() == [6.0, 6.0] and plan.params is None
+    torch.testing.assert_close(strategy.collaboration_graph()[[2, 0]], expected[[2, 0]])
+    assert strategy.collaboration_graph()[1].tolist() == [0.0, 1.0, 0.0]  # not sent yet
+    # lam / (2 alpha_k) |theta - u|^2 for client 2 at theta = u + (1, 2): 3 * 5.
+    assert float(plan.regularizer.fn(cloud[0] + torch.tensor([1.0, 2.0]), cloud[0],
+                                     coefficient[0])) == pytest.approx(15.0)
 
 
-def _distance_to_cloud(lam):
-    sim = _simulator(FedAMP(lam=lam), rounds=2, epochs=4)
-    sim.step()
-    cloud = sim.strategy.cloud_params.clone()
-    sim.step()
-    return (sim.local_params - cloud).norm(dim=1)
+def test_closer_models_weigh_more_and_non_sources_pass_nothing():
+    w = torch.tensor([[0.0, 0.0], [0.5, 0.0], [3.0, 0.0]])
+    xi = fedamp_weights(w, sigma=1.0, alpha_k=0.1)
+    assert xi[0, 1] > xi[0, 2] > 0 and torch.allclose(xi.sum(1), torch.ones(3))
+    # A larger sigma flattens the attention (and shrinks it, as A' = exp(-d/s)/s).
+    flat = fedamp_weights(w, sigma=100.0, alpha_k=0.1)
+    assert float(flat[0, 1] / flat[0, 2]) < float(xi[0, 1] / xi[0, 2])
+    masked = fedamp_weights(w, sigma=1.0, alpha_k=0.1, sources=torch.tensor([True, False, True]))
+    assert masked[0, 1] == 0 and masked[2, 1] == 0 and masked[1, 0] == xi[1, 0]
+    torch.testing.assert_close(masked.sum(1), torch.ones(3))
+    with pytest.raises(ValueError, match="sources must be a mask of the 3 clients"):
+        fedamp_weights(w, sources=torch.ones(2, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"num_clients, num_params"):
+        fedamp_weights(torch.ones(3))
 
 
-def test_large_lambda_keeps_models_near_cloud():
-    free = _distance_to_cloud(0.0)
-    tied = _distance_to_cloud(10.0)  # lr * lam / alpha_k = 1: stable
-    assert bool((tied < 0.5 * free).all())
+def test_first_round_cloud_is_the_clients_own_model():
+    sim = _simulator(FedAMP(lam=5.0), rounds=1)
+    plan = sim.strategy.configure_train(1, torch.arange(4))
+    cloud, _ = plan.regularizer.refs
+    assert torch.equal(cloud, sim.local_params)  # nobody has trained: u_i = w_i = w^0
+    assert torch.equal(sim.strategy.collaboration_graph(), torch.eye(4))
+
+
+def test_registered_hparams_and_search_space():
+    assert STRATEGIES["fedamp"] is FedAMP and STRATEGIES["heurfedamp"] is HeurFedAMP
+    assert build_strategy("fedamp", sigma=5.0).hparams() == {"lam": 1.0, "alpha_k": 1.0,
+                                                             "sigma": 5.0}
+    assert set(FedAMP.hparam_schema()) == {"lam", "alpha_k", "sigma"}
+    with pytest.raises(ValueError, match="sigma must be > 0"):
+        FedAMP(sigma=0.0)
+    with pytest.raises(ValueError, match="has no option"):
+        build_strategy("fedamp", self_weight=0.3)  # an option of heurfedamp only
 
 
 def test_groups_attend_to_each_other_in_simulation():
-    sim = _simulator(FedAMP(), rounds=2)
+    # sigma large against the squared distances of these small models.
+    sim = _simulator(FedAMP(sigma=5.0, alpha_k=0.5), rounds=3)
     sim.run()
     w = sim.strategy.collaboration_graph()
-    assert torch.allclose(w.sum(1), torch.ones(4), atol=1e-6)
-    # Clients 0, 1 share a labelling, as do 2, 3.
+    torch.testing.assert_close(w.sum(1), torch.ones(4, dtype=w.dtype))
     assert w[0, 1] > w[0, 2] and w[0, 1] > w[0, 3]
     assert w[2, 3] > w[2, 0] and w[2, 3] > w[2, 1]
     assert sim.strategy.personalized_params(torch.arange(4)) is None
 
 
-def test_state_dict_round_trip():
-    sim = _simulator(FedAMP(), rounds=2)
-    sim.run()
-    state = sim.strategy.state_dict()
-    assert set(state) == {"init_params", "cloud_params", "has_cloud", "weights"}
-    fresh = FedAMP()
-    fresh.setup(sim.strategy.ctx)
-    fresh.load_state_dict(state)
-    assert torch.equal(fresh.collaboration_graph(), sim.strategy.collaboration_graph())
-    clients = torch.tensor([1, 3])
-    a = fresh.configure_train(3, clients).regularizer.refs
-    b = sim.strategy.configure_train(3, clients).regularizer.refs
-    assert all(torch.equal(u, v) for u, v in zip(a, b, strict=True))
+def test_a_state_of_the_old_fedamp_is_refused_with_one_line():
+    # A state saved under "fedamp" before the rename: the heuristic strategy's, version 1.
+    old = _simulator(HeurFedAMP(), rounds=1)
+    old.run()
+    buffer = io.BytesIO()
+    torch.save(old.strategy.state_dict(), buffer)
+    buffer.seek(0)
+    state = torch.load(buffer, weights_only=True)
+    assert state._metadata[""]["version"] == 1
+    new = _simulator(FedAMP(), rounds=1)
+    with pytest.raises(ValueError) as err:
+        new.strategy.load_state_dict(state)
+    message = str(err.value)
+    assert "\n" not in message and "'heurfedamp'" in message and "heuristic" in message
+    # The new state carries version 2 and loads into FedAMP (and not into HeurFedAMP).
+    new.run()
+    state = new.strategy.state_dict()
+    assert state._metadata[""]["version"] == 2
+    fresh = _simulator(FedAMP(), rounds=1)
+    fresh.strategy.load_state_dict(state)
+    torch.testing.assert_close(fresh.strategy.weights, new.strategy.weights)
+    with pytest.raises(ValueError, match="has format version 2, this version of pyg_fedgraph "
+                                         "reads version 1"):
+        _simulator(HeurFedAMP(), rounds=1).strategy.load_state_dict(state)
+
+
+def test_cli_resume_of_an_old_fedamp_run_fails_with_one_line(tmp_path, capsys):
+    # An old run: the heuristic strategy's checkpoint under the name "fedamp".
+    out = tmp_path / "run"
+    assert main(["run", "--dataset", "fl60", "--strategy", "heurfedamp", "--rounds", "2",
+                 "--set", "steps=1", "--set", "data.samples_per_client=20", "--clients", "4",
+                 "--out", str(out), "--checkpoint-every", "1", "--quiet"]) == 0
+    state = torch.load(out / "checkpoint.pt", weights_only=True)
+    state["strategy_name"] = "fedamp"
+    state["run"]["config"]["strategy"] = "fedamp"
+    torch.save(state, out / "checkpoint.pt")
+    manifest = (out / "run.json")
+    if manifest.is_file():
+        manifest.write_text(manifest.read_text().replace('"heurfedamp"', '"fedamp"'))
+    capsys.readouterr()
+    assert main(["run", "--resume", str(out), "--rounds", "3", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'heurfedamp'" in err[0], err
 
 
 @pytest.mark.parametrize("dataset", ["fl60", "digits"])

@@ -235,6 +235,7 @@ class GraphClient:
                                                         buffers.unsqueeze(0),
                                                         local.unsqueeze(0)),
                                    finetune=plan.finetune, start_job=plan.start_job,
+                                   evaluator=plan.evaluator,
                                    seed=int(cast(int, config.get(P.SEED, self.seed))),
                                    rnd=int(cast(int, config[P.ROUND])), parallel=self.parallel)
         record: dict[str, int | float | list[int] | list[float]] = {
