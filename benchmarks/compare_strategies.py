@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from pyg_fedgraph.experiment import ExperimentConfig, build_dataset, build_simulator
+from pyg_fedgraph.experiment import ExperimentConfig, build_dataset, build_simulator, parse_value
 from pyg_fedgraph.simulation.report import format_table
 from pyg_fedgraph.strategies import STRATEGIES
 
@@ -34,10 +34,16 @@ def main() -> None:
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--strategies", default=None, help="comma list (default: all registered)")
     p.add_argument("--quick", action="store_true", help="5 rounds, 1 seed, epochs=1")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="a setting as on the command line (data.fractions=[0.5,0.2,0.3], lr=0.1)")
+    p.add_argument("--tag", default=None, help="results file name: compare_<tag>.md")
     p.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = p.parse_args()
     rounds, seeds = (5, 1) if args.quick else (args.rounds, args.seeds)
-    overrides = {"epochs": 1} if args.quick else {}
+    overrides: dict = {"epochs": 1} if args.quick else {}
+    for item in args.overrides:
+        key, _, value = item.partition("=")
+        overrides[key] = parse_value(value)
     names = args.strategies.split(",") if args.strategies else sorted(STRATEGIES)
     rows = []
     for name in names:
@@ -62,23 +68,27 @@ def main() -> None:
             row.update({"test mean": "n/a", "note": error})
         else:
             row.update({"test mean": statistics.mean(scores),
-                        "test std": statistics.pstdev(scores) if len(scores) > 1 else 0.0,
+                        "test std": statistics.stdev(scores) if len(scores) > 1 else 0.0,
                         "s/round": statistics.mean(per_round), "seeds": len(scores)})
         rows.append(row)
         print(f"{name:12s} {row.get('test mean')}", file=sys.stderr, flush=True)
     table = format_table(rows, ["strategy", "test mean", "test std", "s/round", "seeds", "note"])
     setting = (f"{args.dataset}" + ("" if args.dataset == "fl60" else f", {args.partition}")
+               + (f", {args.clients} clients" if args.clients else "")
                + f", {rounds} rounds, seeds 0..{seeds - 1}"
+               + "".join(f", {item}" for item in args.overrides)
                + (", 1 local epoch (quick)" if args.quick else ""))
     header = (f"# Strategies compared: {setting}\n\n"
-              f"Test metric = mean over clients at the round of best mean validation metric.\n"
+              f"Test metric = mean over clients at the round of best mean validation metric; "
+              f"std = sample standard deviation over seeds.\n"
               f"Machine: {platform.platform()}, {torch.get_num_threads()} torch threads, "
               f"torch {torch.__version__}; date {date.today()}.\n"
               f"Command: `python benchmarks/compare_strategies.py {' '.join(sys.argv[1:])}`\n\n")
     print(header + table)
     args.out.mkdir(parents=True, exist_ok=True)
-    tag = f"compare_{args.dataset}" + ("" if args.dataset == "fl60" else f"_{args.partition}") \
-        + ("_quick" if args.quick else "")
+    tag = f"compare_{args.tag}" if args.tag else (
+        f"compare_{args.dataset}" + ("" if args.dataset == "fl60" else f"_{args.partition}")
+        + ("_quick" if args.quick else ""))
     (args.out / f"{tag}.md").write_text(header + table + "\n")
 
 
