@@ -43,6 +43,7 @@ from _report import emit, machine
 from _runs import USED, cached_run, checkpoint_round, load_cached, runs_table
 from pfedgat_allocation import allocation_stats, label_histogram
 
+from pyg_fedgraph.cli.config import load_config
 from pyg_fedgraph.experiment import ExperimentConfig, build_simulator
 from pyg_fedgraph.strategies import STRATEGIES
 
@@ -124,7 +125,18 @@ PANACEA_T3 = {"fedavg": 99.2, "fedavg-ft": 100.0, "per-fedavg": 80.8, "pfedme": 
 #: K_c = 50 local SGD steps with batch 64 (K_s = 10 server steps is Panacea's
 #: default), FL-60's 100 samples per client split 80/20 (our validation split is
 #: carved from the 80: 64 / 16 / 20). Evaluated every 10 rounds.
-PANACEA_PROTOCOL = {"rounds": 800, "steps": 50, "batch_size": 64, "eval_every": 10}
+#: The settings files of configs/ that the sections read (the same settings users run).
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+
+
+def setting(name: str) -> dict[str, Any]:
+    r"""The settings of ``configs/<name>.yaml`` (see ``pyg_fedgraph.cli.config``)."""
+    return load_config(CONFIGS / f"{name}.yaml")
+
+
+_PANACEA = setting("panacea_fl60")
+PANACEA_PROTOCOL = {"rounds": _PANACEA["rounds"],
+                    **{k: _PANACEA["set"][k] for k in ("steps", "batch_size", "eval_every")}}
 
 
 def panacea_config(name: str, novel: bool, protocol: dict) -> ExperimentConfig:
@@ -293,10 +305,10 @@ def fedaghn_section(rounds: int, clients: int) -> list[str]:
             "| paper (CIFAR-10, 20 clients) | best | 0.0126 | 0.0733 | 0.0480 | 1.53 |"]
     accuracy = []
     for rule in ("pfedhn", "code"):
-        cfg = ExperimentConfig(dataset="digits", strategy="fedaghn", partition="group",
-                               clients=clients, rounds=rounds, seed=0,
-                               overrides={"sharpness": 5.0, "self_weight": 0.1,
-                                          "hn_momentum": 0.0, "hn_rule": rule})
+        case_file = setting("fedaghn_group_case_study")
+        cfg = ExperimentConfig(dataset=case_file["dataset"], strategy="fedaghn",
+                               partition=case_file["partition"], clients=clients, rounds=rounds,
+                               seed=0, overrides={**case_file["set"], "hn_rule": rule})
         sim = build_simulator(cfg, progress=False)
         group = sim.dataset.client_labels
         per_round = []
@@ -417,12 +429,16 @@ PFEDGRAPH_T3_CIFAR = {k: v[:4] for k, v in PFEDGRAPH_T3.items()}
 #: training set partitioned, 80/20 train/val per client, the official test set
 #: weighted by each client's label shares) with the paper's 3,072 training
 #: samples per client (Appendix C.1.3) and 768 validation samples (80/20).
-FMNIST_DATA = {"data.test_set": "global-weighted", "data.max_train_per_client": 3072,
-               "data.max_val_per_client": 768}
-#: The papers' training protocol (pFedGraph Sec. 4.1 / App. C.1.2): 50 rounds of
-#: 200 local iterations; lr 0.01, momentum 0.9, weight decay 1e-5 and batch 64
-#: come with the dataset (IMAGE_DEFAULTS).
-FULL = {"rounds": 50, "steps": 200}
+#: The files of configs/ holding each level's data and the paper's protocol.
+LEVEL_FILES = {"extreme": "pfedgraph_fmnist_extreme", "severe": "pfedgraph_fmnist_severe",
+               "modest": "pfedgraph_fmnist_modest",
+               "homogeneous": "pfedgraph_fmnist_homogeneous",
+               "dirichlet-0.5": "pfedgat_fmnist_dirichlet"}
+_LEVELS = {level: setting(name) for level, name in LEVEL_FILES.items()}
+#: The papers' training protocol (pFedGraph Sec. 4.1 / App. C.1.2), from the
+#: level files: 50 rounds of 200 local iterations; lr 0.01, momentum 0.9, weight
+#: decay 1e-5 and batch 64 come with the dataset (IMAGE_DEFAULTS).
+FULL = {"rounds": _LEVELS["extreme"]["rounds"], "steps": _LEVELS["extreme"]["set"]["steps"]}
 #: The reduced protocol: 8 rounds of 50 local steps (the full protocol's local
 #: work per round is what lets pFedGraph tell clients apart, so rounds are cut
 #: more than steps), validation capped at 384 and the test set at 1,000 images
@@ -438,13 +454,12 @@ STRATEGY_SETTINGS = {"fedavg-ft": {"finetune_from": "local"},
                      "fedprox-ft": {"finetune_from": "local"},
                      # Explicit, so that cached runs stay valid whatever the default.
                      "pfedgraph": {"alpha_rule": "paper"}}
-FMNIST_LEVELS = {  # name: (partition, clients, extra data options)
-    "extreme": ("pathological", 5, {"data.pairing": "fixed"}),
-    "severe": ("pathological", 10, {"data.pairing": "fixed"}),
-    "modest": ("dirichlet", 10, {"beta": 0.1}),
-    "homogeneous": ("iid", 10, {}),
-    "dirichlet-0.5": ("dirichlet", 10, {"beta": 0.5}),
-}
+#: name: (partition, clients, data options and beta), from the level files.
+FMNIST_LEVELS = {
+    level: (v["partition"], v["clients"],
+            {**{k: x for k, x in v["set"].items() if k.startswith("data.")},
+             **({"beta": v["beta"]} if v.get("beta") is not None else {})})
+    for level, v in _LEVELS.items()}
 T1_LEVELS = ("extreme", "severe", "modest", "homogeneous")
 DEFAULT_T1_STRATEGIES = ["local", "fedavg", "fedavg-ft", "fedprox", "fedprox-ft", "cfl",
                          "heurfedamp", "ditto", "pfedhn", "sfl", "pfedgat", "fedaghn", "pfedgraph"]
@@ -456,7 +471,7 @@ def fmnist_config(level: str, strategy: str, protocol: str, *, attack: str | Non
     partition, clients, data = FMNIST_LEVELS[level]
     data = dict(data)
     beta = data.pop("beta", None)
-    over = {**FMNIST_DATA, **data, **(FULL if protocol == "full" else REDUCED),
+    over = {**data, **(FULL if protocol == "full" else REDUCED),
             **STRATEGY_SETTINGS.get(strategy, {}), **(extra or {})}
     rounds = over.pop("rounds")
     return ExperimentConfig(dataset="fashion-mnist", strategy=strategy, partition=partition,
@@ -817,7 +832,7 @@ def main(argv: list[str] | None = None) -> str:
     if "t3" in sections:
         lines += pfedgraph_t3_section(rounds, q, quick_few if q else None)
     if "fedaghn" in sections:
-        lines += fedaghn_section(6 if q else 20, 20)
+        lines += fedaghn_section(6 if q else 20, setting("fedaghn_group_case_study")["clients"])
     if "pfedgat" in sections:
         lines += pfedgat_section(10 if q else max(rounds, 30), q)
     if "fedcedar" in sections:
