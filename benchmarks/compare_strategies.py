@@ -20,7 +20,13 @@ from pathlib import Path
 
 import torch
 
-from pyg_fedgraph.experiment import ExperimentConfig, build_dataset, build_simulator, parse_value
+from pyg_fedgraph.experiment import (
+    ExperimentConfig,
+    build_dataset,
+    build_simulator,
+    parse_value,
+    route_overrides,
+)
 from pyg_fedgraph.simulation.report import format_table
 from pyg_fedgraph.strategies import STRATEGIES
 
@@ -55,7 +61,9 @@ def main() -> None:
                                    clients=args.clients, seed=seed, overrides=overrides,
                                    partition=None if args.dataset == "fl60" else args.partition)
             try:
-                sim = build_simulator(cfg, dataset=build_dataset(cfg), progress=False)
+                # The data.* settings go to the dataset's builder (as the CLI does).
+                data = build_dataset(cfg, route_overrides(cfg)["data"])
+                sim = build_simulator(cfg, dataset=data, progress=False)
             except ValueError as err:  # e.g. a strategy that needs a prior graph
                 error = str(err).split(";")[0]
                 break
