@@ -6,7 +6,6 @@ import pytest
 import torch
 from strategy_toys import two_group_dataset
 
-from pyg_fedgraph.cli import main
 from pyg_fedgraph.models.mlp import MLP
 from pyg_fedgraph.simulation.simulator import Simulator
 from pyg_fedgraph.strategies import STRATEGIES, FedALA, FedAvg, build_strategy
@@ -166,13 +165,3 @@ def test_options_and_errors():
         FedALA(share=1.5)
     with pytest.raises(ValueError, match="layers=3 but the model has 2 layers"):
         _simulator(FedALA(layers=3))
-
-
-@pytest.mark.parametrize("dataset, partition", [("fl60", None), ("digits", "pathological"),
-                                                ("digits", "iid")])
-def test_cli_runs(tmp_path, dataset, partition):
-    args = ["run", "--dataset", dataset, "--strategy", "fedala", "--rounds", "2",
-            "--set", "steps=2", "--out", str(tmp_path), "--quiet"]
-    if partition:
-        args += ["--partition", partition]
-    assert main(args) == 0

@@ -5,7 +5,6 @@ import pytest
 import torch
 from strategy_toys import two_group_dataset
 
-from pyg_fedgraph.cli import main
 from pyg_fedgraph.data.federated_dataset import ClientSplit, FederatedDataset
 from pyg_fedgraph.models.mlp import MLP
 from pyg_fedgraph.nn import knn_vote
@@ -166,13 +165,3 @@ def test_options_and_errors():
         Simulator(regression, MLP(2, 4, 1), KNNPer(), rounds=1, progress=False)
     with pytest.raises(ValueError, match="output layer, a torch.nn.Linear"):
         output_layer(torch.nn.Sequential(torch.nn.ReLU()))
-
-
-@pytest.mark.parametrize("dataset, partition", [("fl60", None), ("digits", "pathological"),
-                                                ("digits", "iid")])
-def test_cli_runs(tmp_path, dataset, partition):
-    args = ["run", "--dataset", dataset, "--strategy", "knn-per", "--rounds", "2",
-            "--set", "steps=2", "--out", str(tmp_path), "--quiet"]
-    if partition:
-        args += ["--partition", partition]
-    assert main(args) == 0

@@ -5,7 +5,6 @@ import torch.nn.functional as F
 from strategy_toys import two_group_dataset
 from torch.func import functional_call
 
-from pyg_fedgraph.cli import main
 from pyg_fedgraph.models.mlp import MLP
 from pyg_fedgraph.nn import LayerAggregationHypernetwork, layerwise_aggregate
 from pyg_fedgraph.simulation.simulator import Simulator
@@ -130,13 +129,3 @@ def test_options_and_errors():
         PFedLA(hn_lr=0.0)
     with pytest.raises(RuntimeError, match=r"setup\(\) must be called first"):
         PFedLA().personalize(torch.arange(2))
-
-
-@pytest.mark.parametrize("dataset, partition", [("fl60", None), ("digits", "pathological"),
-                                                ("digits", "iid")])
-def test_cli_runs(tmp_path, dataset, partition):
-    args = ["run", "--dataset", dataset, "--strategy", "pfedla", "--rounds", "2",
-            "--set", "steps=2", "--set", "embedding_dim=25", "--out", str(tmp_path), "--quiet"]
-    if partition:
-        args += ["--partition", partition]
-    assert main(args) == 0
