@@ -186,14 +186,18 @@ def route_overrides(cfg: ExperimentConfig, model: str | None = None
     return out
 
 
+def dataset_options(name: str) -> set[str]:
+    r"""The keyword arguments the builder of dataset ``name`` accepts."""
+    key = dataset_key(name)
+    if key not in DATASETS:
+        raise ValueError(f"unknown dataset {name!r}; known: {sorted(DATASETS)}")
+    return set(inspect.signature(DATASETS[key]).parameters)
+
+
 def build_dataset(cfg: ExperimentConfig, extra: dict[str, Any] | None = None
                   ) -> FederatedDataset:
     r"""Loads ``cfg.dataset`` passing only the options its builder accepts."""
-    key = dataset_key(cfg.dataset)
-    if key not in DATASETS:
-        raise ValueError(f"unknown dataset {cfg.dataset!r}; known: {sorted(DATASETS)}")
-    builder = DATASETS[key]
-    accepted = set(inspect.signature(builder).parameters)
+    accepted = dataset_options(cfg.dataset)
     wanted = {"num_clients": cfg.clients, "partition": cfg.partition, "beta": cfg.beta,
               "classes_per_client": cfg.classes_per_client, "seed": cfg.seed,
               **(extra or {})}

@@ -34,7 +34,6 @@ data checksum) that is informational and ignored when the file is read back.
 from __future__ import annotations
 
 import hashlib
-import inspect
 import platform
 import subprocess
 import sys
@@ -262,7 +261,7 @@ def resolved_config(sim: Simulator, cfg: ExperimentConfig, *, checkpoint_every: 
                     save_models: bool = False) -> dict[str, Any]:
     r"""The settings of one finished run with every default filled in, as a
     config file holds them (no output folder), plus its provenance."""
-    from pyg_fedgraph.experiment import resolved_model
+    from pyg_fedgraph.experiment import dataset_options, resolved_model
 
     data = sim.dataset
     model_name, model_kwargs = resolved_model(cfg, data)
@@ -282,9 +281,7 @@ def resolved_config(sim: Simulator, cfg: ExperimentConfig, *, checkpoint_every: 
         resolved["state_device"] = overrides["state_device"]
     resolved.update(sim.strategy.hparams())
     # The dataset's own defaults, pinned where its builder takes them.
-    from pyg_fedgraph.datasets import DATASETS, dataset_key
-    builder = DATASETS.get(dataset_key(cfg.dataset))
-    takes = set(inspect.signature(builder).parameters) if builder is not None else set()
+    takes = dataset_options(cfg.dataset)
     partition = data.info.get("partition")
     return {
         "dataset": cfg.dataset, "strategy": cfg.strategy, "rounds": sim.rounds,

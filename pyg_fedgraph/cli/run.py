@@ -303,16 +303,17 @@ def _build_data(base: ExperimentConfig, names: Sequence[str]) -> FederatedDatase
     return dataset
 
 
-def _run_actions() -> list[argparse.Action]:
+def _actions(command: str) -> list[argparse.Action]:
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    return list(sub.choices["run"]._actions)
+    return list(sub.choices[command]._actions)
 
 
-def _given(argv: Sequence[str]) -> set[str]:
-    r"""The options of ``run`` that ``argv`` gives explicitly."""
+def _given(argv: Sequence[str], command: str = "run") -> set[str]:
+    r"""The options of ``command`` (``run`` or ``tune``) that ``argv`` gives
+    explicitly, each by its long name."""
     given = set()
-    for action in _run_actions():
+    for action in _actions(command):
         for opt in action.option_strings:
             if any(tok == opt or tok.startswith(opt + "=") for tok in argv):
                 given.add(action.option_strings[-1])
@@ -328,8 +329,7 @@ def apply_config(args: argparse.Namespace, argv: Sequence[str]) -> argparse.Name
     if getattr(args, "config", None) is None:
         return args
     values = load_config(args.config)
-    given = _given(argv) if args.command == "run" else {
-        tok.split("=")[0] for tok in argv if tok.startswith("--")}
+    given = _given(argv, args.command)
     out = argparse.Namespace(**vars(args))
     for key in FILE_KEYS:
         if key in ("set", "provenance") or not hasattr(out, key):
