@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from pyg_fedgraph.cli.syntax import key_value
 from pyg_fedgraph.experiment import (
     ExperimentConfig,
     build_dataset,
@@ -40,16 +41,15 @@ def main() -> None:
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--strategies", default=None, help="comma list (default: all registered)")
     p.add_argument("--quick", action="store_true", help="5 rounds, 1 seed, epochs=1")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+    p.add_argument("--set", dest="overrides", type=key_value, action="append", default=[],
+                   metavar="KEY=VALUE",
                    help="a setting as on the command line (data.fractions=[0.5,0.2,0.3], lr=0.1)")
     p.add_argument("--tag", default=None, help="results file name: compare_<tag>.md")
     p.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = p.parse_args()
     rounds, seeds = (5, 1) if args.quick else (args.rounds, args.seeds)
     overrides: dict = {"epochs": 1} if args.quick else {}
-    for item in args.overrides:
-        key, _, value = item.partition("=")
-        overrides[key] = parse_value(value)
+    overrides.update({key: parse_value(value) for key, value in args.overrides})
     names = args.strategies.split(",") if args.strategies else sorted(STRATEGIES)
     rows = []
     for name in names:
@@ -84,7 +84,7 @@ def main() -> None:
     setting = (f"{args.dataset}" + ("" if args.dataset == "fl60" else f", {args.partition}")
                + (f", {args.clients} clients" if args.clients else "")
                + f", {rounds} rounds, seeds 0..{seeds - 1}"
-               + "".join(f", {item}" for item in args.overrides)
+               + "".join(f", {key}={value}" for key, value in args.overrides)
                + (", 1 local epoch (quick)" if args.quick else ""))
     header = (f"# Strategies compared: {setting}\n\n"
               f"Test metric = mean over clients at the round of best mean validation metric; "
