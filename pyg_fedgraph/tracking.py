@@ -334,8 +334,10 @@ class MLflowTracker(Tracker):
 
     Args:
         tracking_uri (str): the MLflow store, e.g. ``"sqlite:///runs/x/mlflow.db"``
-            (a local file; MLflow keeps plain-directory stores, ``file:``, in
-            maintenance mode) or an MLflow server's ``http://`` address.
+            (a local file), a plain-directory store ``"file:///..."`` (in
+            maintenance mode in MLflow 3, which accepts it only with
+            ``MLFLOW_ALLOW_FILE_STORE=true`` set) or an MLflow server's
+            ``http://`` address.
         experiment (str, optional): the experiment's name, created when
             missing (default: ``"pyg-fedgraph"``).
         run_name (str, optional): the run's name (default: the strategy's).

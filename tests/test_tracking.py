@@ -173,9 +173,15 @@ def _mlflow_runs(uri, experiment):
     return client, client.search_runs([exp.experiment_id], order_by=["attributes.start_time"])
 
 
-def test_mlflow_reads_back_one_metric_per_evaluated_round_and_resumes(tmp_path):
+# The SQLite store the CLI uses, and MLflow's plain-folder file store (``file:``).
+@pytest.mark.parametrize("store", ["sqlite", "file"])
+def test_mlflow_reads_back_one_metric_per_evaluated_round_and_resumes(tmp_path, store,
+                                                                       monkeypatch):
     pytest.importorskip("mlflow")
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    # MLflow 3 refuses its maintenance-mode file store unless asked for it.
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    uri = (f"sqlite:///{tmp_path / 'mlflow.db'}" if store == "sqlite"
+           else (tmp_path / "mlruns").as_uri())
     cfg = ExperimentConfig(dataset="fl60", strategy="pfedgraph", rounds=4, clients=6,
                            overrides={"data.samples_per_client": 20, "steps": 2})
     first = MLflowTracker(uri, experiment="exp", run_name="run-a",
