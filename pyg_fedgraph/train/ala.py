@@ -13,7 +13,7 @@ from torch import Tensor
 from pyg_fedgraph.train.engine import ClientTrainer
 from pyg_fedgraph.train.jobs import ClientStart, StartJob, per_client, register_job
 from pyg_fedgraph.train.rules import LocalProblem
-from pyg_fedgraph.utils.seeds import make_generator
+from pyg_fedgraph.utils.seeds import make_generators
 
 __all__ = ["AdaptiveLocalAggregation", "ala_schedule"]
 
@@ -160,7 +160,7 @@ class AdaptiveLocalAggregation(StartJob):
 
         counts = trainer.dataset.num_samples("train")[start.rows.to(torch.long)]
         draw = rnd if self.draw_round is None else self.draw_round
-        gens = [make_generator(seed, "ala", draw, int(i)) for i in start.ids]
+        gens = make_generators(seed, "ala", draw, ids=start.ids.tolist())
         index, active = ala_schedule(counts, self.share, trainer.config.batch_size, gens)
         running = (~skip & (counts.to(skip.device) > 0))
         if bool(running.any()):

@@ -145,7 +145,8 @@ def batch_schedule(counts: Tensor, batch_size: int, *, epochs: int | None = None
     depend only on :math:`n_i`, so a client gets the same batches whether it
     trains alone (a Flower node) or batched with others (the simulator). This
     is one small draw per client (a loop over clients, cheap next to
-    training); a single generator is drawn from client after client.
+    training; clients with equal :math:`n_i` are then sorted together); a
+    single generator is drawn from client after client.
 
     Args:
         counts (torch.Tensor): samples per client :math:`(S,)`.
@@ -170,11 +171,18 @@ def batch_schedule(counts: Tensor, batch_size: int, *, epochs: int | None = None
         raise ValueError("batch_schedule needs epochs or steps")
     if rounds == 0:
         return empty
-    # perm[i, r, :n_i]: client i's r-th permutation of range(n_i).
+    # perm[i, r, :n_i]: client i's r-th permutation of range(n_i), the argsort of
+    # uniform draws. The draws are made client after client (the order matters when
+    # one generator serves all); clients with equal n_i are sorted in one call.
     perm = torch.zeros(s, rounds, n_max, dtype=torch.long)
+    draws: dict[int, tuple[list[int], list[Tensor]]] = {}
     for i, (n, gen) in enumerate(zip(counts.tolist(), gens, strict=True)):
         if n:
-            perm[i, :, :n] = torch.rand(rounds, n, generator=gen).argsort(dim=1)
+            rows, values = draws.setdefault(n, ([], []))
+            rows.append(i)
+            values.append(torch.rand(rounds, n, generator=gen))
+    for n, (rows, values) in draws.items():
+        perm[rows, :, :n] = torch.stack(values).argsort(dim=-1)
     safe = counts.clamp(min=1)
 
     def wrap(r: int, length: int) -> Tensor:  # (S, length), cycling over n_i entries
@@ -306,6 +314,8 @@ class ClientTrainer:
         return [slice(i, min(i + k, num_clients)) for i in range(0, num_clients, k)]
 
     def _forward(self, theta: Tensor, buffers: dict[str, Tensor], xb: Tensor) -> Tensor:
+        if self.precision == "fp32":  # no autocast, nothing to cast back (the common case)
+            return functional_call(self.model, (self.layout.unflatten(theta), buffers), (xb,))
         with autocast(self.device, self.precision):
             out = functional_call(self.model, (self.layout.unflatten(theta), buffers), (xb,))
         return out.float() if out.is_floating_point() else out
@@ -460,10 +470,18 @@ class ClientTrainer:
             act = active[t * k:(t + 1) * k].all(dim=0)
             if not bool(act.any()):
                 continue
+            # With every client active (equal sample counts, the usual case) and no fp16
+            # skips, the masks below would select every row: take the new values as they are.
+            everyone = scale is None and bool(act.all())
             act_dev = act.to(self.device)
-            old = {name: v.clone() for name, v in bufs.items()} if bufs else {}
+            old = {name: v.clone() for name, v in bufs.items()} if bufs and not everyone else {}
             new, new_state, loss = rule.step(problem, theta, state,
                                              list(index[t * k:(t + 1) * k].unbind(0)), cfg)
+            if everyone:
+                theta, state = new, new_state
+                loss_sum += loss
+                steps += 1
+                continue
             if scale is not None:
                 # fp16: a client whose scaled gradient overflowed skips the step and halves
                 # its scale; the others grow theirs slowly (torch.amp.GradScaler's rule).

@@ -52,7 +52,7 @@ from pyg_fedgraph.train.rules import SGD, LocalRule
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
-from pyg_fedgraph.utils.seeds import make_generator
+from pyg_fedgraph.utils.seeds import make_generators
 
 __all__ = ["ClientStart", "Job", "ClientJob", "StartJob", "JOBS", "register_job", "per_client",
            "TrainPlan", "PersonalTraining", "LossGradient", "ChooseModel", "SharedBody",
@@ -204,7 +204,7 @@ class PersonalTraining(ClientJob):
 
     def run(self, trainer: ClientTrainer, start: ClientStart, *, seed: int, rnd: int,
             parallel: bool = True) -> Tensor:
-        gens = [make_generator(seed, "personal", rnd, int(i)) for i in start.ids]
+        gens = make_generators(seed, "personal", rnd, ids=start.ids.tolist())
         return trainer.train(start.rows, self.params.detach(), start.buffers.clone(),
                              regularizer=self.regularizer, config=self.config, rule=self.rule,
                              generator=gens, parallel=parallel).params
@@ -319,7 +319,7 @@ class SharedBody(StartJob):
         params[:, ~head] = self.body.to(params)
         if (self.steps if self.steps is not None else self.epochs) == 0:
             return params, {self.output: params.new_zeros(params.size(0))}
-        gens = [make_generator(seed, "head", rnd, int(i)) for i in start.ids]
+        gens = make_generators(seed, "head", rnd, ids=start.ids.tolist())
         config = dataclasses.replace(trainer.config, epochs=self.epochs, steps=self.steps)
         res = trainer.train(start.rows, params, start.buffers.clone(), config=config,
                             rule=SGD(mask=head), generator=gens, parallel=parallel)
@@ -485,7 +485,7 @@ def run_plan(trainer: ClientTrainer, plan: TrainPlan, start: ClientStart, *, see
         params, outputs = plan.start_job.prepare(trainer, start, seed=seed, rnd=rnd,
                                                  parallel=parallel)
         start = dataclasses.replace(start, params=params)
-    gens = [make_generator(seed, "batches", rnd, int(i)) for i in start.ids]
+    gens = make_generators(seed, "batches", rnd, ids=start.ids.tolist())
     result = trainer.train(start.rows, start.params, start.buffers, regularizer=plan.regularizer,
                            config=plan.config, rule=plan.rule, generator=gens,
                            parallel=parallel)
@@ -505,7 +505,7 @@ def finetuned(trainer: ClientTrainer, start: ClientStart, finetune: FineTune | N
     when ``finetune`` is given, else ``start``'s own."""
     if finetune is None:
         return start.params, start.buffers
-    gens = [make_generator(seed, "finetune", rnd, int(i)) for i in start.ids]
+    gens = make_generators(seed, "finetune", rnd, ids=start.ids.tolist())
     res = trainer.train(start.rows, start.params, start.buffers,
                         config=finetune.local_config(trainer.config), generator=gens,
                         parallel=parallel)

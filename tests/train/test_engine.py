@@ -97,6 +97,32 @@ def test_batch_schedule_epochs_are_reshuffled_and_seeded():
     assert not torch.equal(idx1[:5, 0], idx1[5:, 0])  # epoch 2 is a fresh permutation
 
 
+@pytest.mark.parametrize("mode", [{"epochs": 2}, {"steps": 3}], ids=["epochs", "steps"])
+def test_batch_schedule_client_alone_equals_client_among_others(mode):
+    # Equal counts are sorted in one call, others apart: neither may change what a client
+    # draws from its own generator, so its batches equal those it draws alone.
+    counts = torch.tensor([7, 12, 7, 0, 12, 3, 7])
+    gens = [torch.Generator().manual_seed(100 + i) for i in range(counts.numel())]
+    index, active = batch_schedule(counts, 4, generator=gens, **mode)
+    for i, n in enumerate(counts.tolist()):
+        alone, alone_active = batch_schedule(counts[i:i + 1], 4, **mode,
+                                             generator=[torch.Generator().manual_seed(100 + i)])
+        if n == 0:
+            assert not active[:, i].any()
+            continue
+        # The batches it visits, in order (in epoch mode, smaller clients wait at the end
+        # of each epoch of the largest one, so the rows differ but not the visits).
+        assert torch.equal(index[active[:, i], i], alone[alone_active[:, 0], 0])
+    # One generator for all: clients draw one after the other, in client order.
+    shared, _ = batch_schedule(counts, 4, generator=torch.Generator().manual_seed(5), **mode)
+    gen = torch.Generator().manual_seed(5)
+    rounds = mode.get("steps", mode.get("epochs"))
+    for i, n in enumerate(counts.tolist()):
+        if n:
+            perm = torch.rand(rounds, n, generator=gen).argsort(dim=1)
+            assert torch.equal(shared[0, i], perm[0, torch.arange(4) % n])
+
+
 def test_batch_schedule_steps_mode():
     counts = torch.tensor(TRAIN_COUNTS)
     index, active = batch_schedule(counts, 4, steps=5, generator=torch.Generator().manual_seed(0))
