@@ -8,13 +8,15 @@ Claiming is serialized with a lock file, so several workers share one queue. The
 ``claims.py`` cache and checkpoint themselves: to continue after an interruption, delete
 ``claimed.txt`` and start the workers again (finished runs are read from the cache at once).
 
-Usage: ``python benchmarks/queue_worker.py NAME [--queue runs/queue] [--after PID]``
-(``--after``: wait for that process to end first).
+Usage: ``python benchmarks/queue_worker.py NAME [--queue runs/queue] [--after PID]
+[--background]`` (``--after``: wait for that process to end first; ``--background``: yield
+the CPU to interactive work, see :func:`lower_priority`).
 """
 from __future__ import annotations
 
 import argparse
 import fcntl
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -37,12 +39,41 @@ def claim(queue: Path) -> str | None:
         return job
 
 
+def lower_priority() -> None:
+    r"""Makes this worker and its runs yield the CPU to everything else: a
+    session of its own (Linux puts each session in its own scheduling group,
+    an *autogroup*, and ``nice`` only ranks processes inside one group), that
+    group lowered to nice 19, and the process itself at nice 19.
+
+    Done from inside the process on purpose: ``echo 19 > /proc/$!/autogroup``
+    after ``setsid cmd &`` can miss, because ``setsid`` forks when it is
+    started as a process-group leader and ``$!`` is then the parent, still in
+    the caller's session, whose group is lowered instead."""
+    if os.getsid(0) != os.getpid():
+        try:
+            os.setsid()
+        except OSError:  # a process-group leader (an interactive shell's job) may not:
+            if os.fork():  # go on in a child, which may
+                os._exit(0)
+            os.setsid()
+    if os.getsid(0) == os.getpid():  # never lower the caller's own session
+        try:
+            Path("/proc/self/autogroup").write_text("19")
+        except OSError:  # no autogroups (not Linux, or disabled): nice alone
+            pass
+    os.nice(19 - os.nice(0))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("name")
     parser.add_argument("--queue", type=Path, default=ROOT / "runs" / "queue")
     parser.add_argument("--after", type=int, default=None)
+    parser.add_argument("--background", action="store_true",
+                        help="own session, scheduling group and nice 19 (see README)")
     args = parser.parse_args()
+    if args.background:
+        lower_priority()
     if args.after is not None:
         while Path(f"/proc/{args.after}").exists():
             time.sleep(30)

@@ -29,8 +29,7 @@ NOT_RUN = {"python3.11 -m venv": "installs (what .ci/run does)",
            "sphinx-build": "builds the docs (.ci/run)", "pip ": "installs",
            ". .venv/bin/activate": "activates the virtual environment",
            "python benchmarks/": "reproduction and benchmark runs, minutes to hours",
-           "setsid ": "starts a reproduction run in the background",
-           "echo 19 > /proc/": "lowers a background job's priority",
+           "nohup ": "starts a reproduction run or worker in the background",
            "mkdir -p runs/queue": "prepares the reproduction queue",
            "cp benchmarks/": "prepares the reproduction queue"}
 
