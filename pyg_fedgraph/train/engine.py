@@ -174,36 +174,33 @@ def batch_schedule(counts: Tensor, batch_size: int, *, epochs: int | None = None
     # perm[i, r, :n_i]: client i's r-th permutation of range(n_i), the argsort of
     # uniform draws. The draws are made client after client (the order matters when
     # one generator serves all); clients with equal n_i are sorted in one call.
-    perm = torch.zeros(s, rounds, n_max, dtype=torch.long)
     draws: dict[int, tuple[list[int], list[Tensor]]] = {}
     for i, (n, gen) in enumerate(zip(counts.tolist(), gens, strict=True)):
         if n:
             rows, values = draws.setdefault(n, ([], []))
             rows.append(i)
             values.append(torch.rand(rounds, n, generator=gen))
-    for n, (rows, values) in draws.items():
-        perm[rows, :, :n] = torch.stack(values).argsort(dim=-1)
-    safe = counts.clamp(min=1)
-
-    def wrap(r: int, length: int) -> Tensor:  # (S, length), cycling over n_i entries
-        pos = torch.arange(length).unsqueeze(0) % safe.unsqueeze(1)
-        return perm[:, r].gather(1, pos)
-
+    if len(draws) == 1 and len(next(iter(draws.values()))[0]) == s:  # all of one size
+        perm = torch.stack(next(iter(draws.values()))[1]).argsort(dim=-1)
+    else:
+        perm = torch.zeros(s, rounds, n_max, dtype=torch.long)
+        for n, (rows, values) in draws.items():
+            perm[rows, :, :n] = torch.stack(values).argsort(dim=-1)
+    # Batches hold B real samples: client i's positions past n_i wrap around to the
+    # beginning of its permutation (every batch of a client with n_i < B, the last
+    # batch of an epoch otherwise).
+    length = batch_size if steps is not None else -(-n_max // batch_size) * batch_size
+    pos = torch.arange(length).unsqueeze(0) % counts.clamp(min=1).unsqueeze(1)  # (S, L)
+    visits = perm.gather(2, pos.unsqueeze(1).expand(s, rounds, length))  # (S, R, L)
     if steps is not None:
-        idx = torch.stack([wrap(r, batch_size) for r in range(steps)])
         active = (counts > 0).unsqueeze(0).expand(steps, s).clone()
-        return idx, active
-    per_epoch = -(-n_max // batch_size)
+        return visits.transpose(0, 1).contiguous(), active
+    per_epoch = length // batch_size
     n_batches = -(-counts // batch_size)  # (S,)
-    idxs: list[Tensor] = []
-    acts: list[Tensor] = []
-    for r in range(rounds):
-        # The last batch of client i restarts at the beginning of its permutation
-        # so that it is full: positions past n_i wrap around.
-        flat = wrap(r, per_epoch * batch_size)
-        idxs.append(flat.view(s, per_epoch, batch_size).transpose(0, 1))
-        acts.append(torch.arange(per_epoch).unsqueeze(1) < n_batches.unsqueeze(0))
-    return torch.cat(idxs), torch.cat(acts)
+    index = visits.view(s, rounds, per_epoch, batch_size).permute(1, 2, 0, 3) \
+        .reshape(rounds * per_epoch, s, batch_size)
+    active = (torch.arange(per_epoch).unsqueeze(1) < n_batches.unsqueeze(0)).repeat(rounds, 1)
+    return index, active
 
 
 class ClientTrainer:
