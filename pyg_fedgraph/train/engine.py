@@ -180,12 +180,9 @@ def batch_schedule(counts: Tensor, batch_size: int, *, epochs: int | None = None
             rows, values = draws.setdefault(n, ([], []))
             rows.append(i)
             values.append(torch.rand(rounds, n, generator=gen))
-    if len(draws) == 1 and len(next(iter(draws.values()))[0]) == s:  # all of one size
-        perm = torch.stack(next(iter(draws.values()))[1]).argsort(dim=-1)
-    else:
-        perm = torch.zeros(s, rounds, n_max, dtype=torch.long)
-        for n, (rows, values) in draws.items():
-            perm[rows, :, :n] = torch.stack(values).argsort(dim=-1)
+    perm = torch.zeros(s, rounds, n_max, dtype=torch.long)
+    for n, (rows, values) in draws.items():
+        perm[rows, :, :n] = torch.stack(values).argsort(dim=-1)
     # Batches hold B real samples: client i's positions past n_i wrap around to the
     # beginning of its permutation (every batch of a client with n_i < B, the last
     # batch of an epoch otherwise).
