@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import copy
 import functools
+import itertools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated
+from typing import Annotated, cast
 
 import torch
 from torch import Tensor, nn
@@ -115,17 +116,31 @@ class TrainResult:
     extra: dict = field(default_factory=dict)
 
 
-Generators = torch.Generator | Sequence[torch.Generator] | None
+#: Where a schedule's random draws come from: one generator for all clients,
+#: one per client, or one seed per client (an int, e.g. from
+#: :func:`~pyg_fedgraph.utils.seeds.derive_seeds`), which draws exactly what a
+#: generator seeded with it would, from one reseeded generator instead of a
+#: generator object (and its 5 KB state) per client.
+Generators = torch.Generator | Sequence[torch.Generator] | Sequence[int] | None
 
 
-def _client_generators(generator: Generators, s: int) -> list[torch.Generator | None]:
+def _client_generators(generator: Generators, s: int
+                       ) -> Iterator[torch.Generator | None]:
+    r"""The generator each of ``s`` clients draws from, in client order (a
+    per-client seed reseeds one shared generator when its client's turn
+    comes, so each must be used before the next is taken)."""
     if generator is None or isinstance(generator, torch.Generator):
-        return [generator] * s
-    gens: list[torch.Generator | None] = list(generator)
-    if len(gens) != s:
-        raise ValueError(f"{len(gens)} generators given for {s} clients; pass one per client "
+        return itertools.repeat(generator, s)
+    sources = list(generator)
+    if len(sources) != s:
+        raise ValueError(f"{len(sources)} generators given for {s} clients; pass one per client "
                          f"(or a single generator for all)")
-    return gens
+    if all(isinstance(g, torch.Generator) for g in sources):
+        return iter(cast("list[torch.Generator]", sources))
+    if all(isinstance(g, int) and not isinstance(g, bool) for g in sources):
+        shared = torch.Generator()
+        return (shared.manual_seed(cast(int, seed)) for seed in sources)
+    raise TypeError("pass torch.Generator objects or int seeds, one per client, not a mix")
 
 
 def batch_schedule(counts: Tensor, batch_size: int, *, epochs: int | None = None,
@@ -154,7 +169,8 @@ def batch_schedule(counts: Tensor, batch_size: int, *, epochs: int | None = None
         epochs (int, optional): epoch mode.
         steps (int, optional): steps mode (wins over ``epochs``).
         generator (torch.Generator or list, optional): one generator per
-            client, or one for all.
+            client, one int seed per client (see :data:`Generators`), or one
+            generator for all.
 
     Returns:
         ``index`` :math:`(T, S, B)` and ``active`` :math:`(T, S)` (bool).

@@ -52,7 +52,7 @@ from pyg_fedgraph.train.rules import SGD, LocalRule
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
-from pyg_fedgraph.utils.seeds import make_generators
+from pyg_fedgraph.utils.seeds import derive_seeds
 
 __all__ = ["ClientStart", "Job", "ClientJob", "StartJob", "JOBS", "register_job", "per_client",
            "TrainPlan", "PersonalTraining", "LossGradient", "ChooseModel", "SharedBody",
@@ -204,10 +204,10 @@ class PersonalTraining(ClientJob):
 
     def run(self, trainer: ClientTrainer, start: ClientStart, *, seed: int, rnd: int,
             parallel: bool = True) -> Tensor:
-        gens = make_generators(seed, "personal", rnd, ids=start.ids.tolist())
+        seeds = derive_seeds(seed, "personal", rnd, ids=start.ids.tolist())
         return trainer.train(start.rows, self.params.detach(), start.buffers.clone(),
                              regularizer=self.regularizer, config=self.config, rule=self.rule,
-                             generator=gens, parallel=parallel).params
+                             generator=seeds, parallel=parallel).params
 
 
 @register_job("loss-gradient")
@@ -319,10 +319,10 @@ class SharedBody(StartJob):
         params[:, ~head] = self.body.to(params)
         if (self.steps if self.steps is not None else self.epochs) == 0:
             return params, {self.output: params.new_zeros(params.size(0))}
-        gens = make_generators(seed, "head", rnd, ids=start.ids.tolist())
+        seeds = derive_seeds(seed, "head", rnd, ids=start.ids.tolist())
         config = dataclasses.replace(trainer.config, epochs=self.epochs, steps=self.steps)
         res = trainer.train(start.rows, params, start.buffers.clone(), config=config,
-                            rule=SGD(mask=head), generator=gens, parallel=parallel)
+                            rule=SGD(mask=head), generator=seeds, parallel=parallel)
         return res.params, {self.output: res.loss}
 
 
@@ -485,9 +485,9 @@ def run_plan(trainer: ClientTrainer, plan: TrainPlan, start: ClientStart, *, see
         params, outputs = plan.start_job.prepare(trainer, start, seed=seed, rnd=rnd,
                                                  parallel=parallel)
         start = dataclasses.replace(start, params=params)
-    gens = make_generators(seed, "batches", rnd, ids=start.ids.tolist())
+    seeds = derive_seeds(seed, "batches", rnd, ids=start.ids.tolist())
     result = trainer.train(start.rows, start.params, start.buffers, regularizer=plan.regularizer,
-                           config=plan.config, rule=plan.rule, generator=gens,
+                           config=plan.config, rule=plan.rule, generator=seeds,
                            parallel=parallel)
     outputs.update(result.extra)
     for job in plan.jobs:
@@ -505,9 +505,9 @@ def finetuned(trainer: ClientTrainer, start: ClientStart, finetune: FineTune | N
     when ``finetune`` is given, else ``start``'s own."""
     if finetune is None:
         return start.params, start.buffers
-    gens = make_generators(seed, "finetune", rnd, ids=start.ids.tolist())
+    seeds = derive_seeds(seed, "finetune", rnd, ids=start.ids.tolist())
     res = trainer.train(start.rows, start.params, start.buffers,
-                        config=finetune.local_config(trainer.config), generator=gens,
+                        config=finetune.local_config(trainer.config), generator=seeds,
                         parallel=parallel)
     return res.params, res.buffers
 

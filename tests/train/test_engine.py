@@ -123,6 +123,22 @@ def test_batch_schedule_client_alone_equals_client_among_others(mode):
             assert torch.equal(shared[0, i], perm[0, torch.arange(4) % n])
 
 
+@pytest.mark.parametrize("mode", [{"epochs": 2}, {"steps": 3}], ids=["epochs", "steps"])
+def test_batch_schedule_seeds_draw_what_seeded_generators_draw(mode):
+    counts = torch.tensor([7, 12, 7, 0, 12, 3, 7])
+    seeds = [2**62 + 17 * i for i in range(counts.numel())]  # large seeds, as derive_seeds gives
+    by_gens = batch_schedule(counts, 4, **mode,
+                             generator=[torch.Generator().manual_seed(s) for s in seeds])
+    by_seeds = batch_schedule(counts, 4, **mode, generator=seeds)
+    assert torch.equal(by_seeds[0], by_gens[0]) and torch.equal(by_seeds[1], by_gens[1])
+    other = batch_schedule(counts, 4, **mode, generator=[s + 1 for s in seeds])
+    assert not torch.equal(other[0], by_seeds[0])
+    with pytest.raises(ValueError, match="6 generators given for 7 clients"):
+        batch_schedule(counts, 4, **mode, generator=seeds[:6])
+    with pytest.raises(TypeError, match="not a mix"):
+        batch_schedule(counts, 4, **mode, generator=[torch.Generator(), *seeds[1:]])
+
+
 def test_batch_schedule_steps_mode():
     counts = torch.tensor(TRAIN_COUNTS)
     index, active = batch_schedule(counts, 4, steps=5, generator=torch.Generator().manual_seed(0))
