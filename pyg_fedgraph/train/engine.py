@@ -284,6 +284,47 @@ class ClientTrainer:
         # federated state: fresh zeros are passed so functional_call can mutate them.
         self._int_buffers = {n: b for n, b in self.model.named_buffers()
                              if not b.is_floating_point()}
+        self._channels_last = self._channels_last_weights()
+
+    def _channels_last_weights(self) -> frozenset[str]:
+        r"""The 2-D convolution weights that the ``"loop"`` execution passes
+        in channels-last memory format on the CPU.
+
+        With channels-last weights the convolutions write channels-last
+        outputs, and on the CPU the convolutions and above all the
+        max-pooling after them run faster in that layout (about 1.4x for the
+        simple CNN, see ``benchmarks/results/cnn_batching.md``); the values
+        are the same up to float rounding. Used only where a probe forward
+        on two random inputs gives the same output both ways (a model that
+        ``view``\ s its activations as if they were contiguous would fail or
+        differ); otherwise, and on other devices and executions, the set is
+        empty and nothing changes."""
+        if self.device.type != "cpu" or self.execution != "loop":
+            return frozenset()
+        names = frozenset(f"{prefix}.weight" if prefix else "weight"
+                          for prefix, m in self.model.named_modules()
+                          if isinstance(m, nn.Conv2d)) & {e.name for e in self.layout.params}
+        if not names:
+            return frozenset()
+        probe = torch.randn(2, *self.dataset.input_shape,
+                            generator=torch.Generator().manual_seed(0)).to(self.device)
+        flat = self.layout.flatten(self.model).detach()
+        bufs = {k: v.detach().clone() for k, v in self.model.named_buffers()}
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.no_grad():
+                plain = functional_call(self.model, (self.layout.unflatten(flat), bufs),
+                                        (probe,))
+                fast = functional_call(self.model, (_to_channels_last(
+                    self.layout.unflatten(flat), names), bufs), (probe,))
+            same = bool(torch.allclose(plain, fast, rtol=1e-4, atol=1e-5))
+        except RuntimeError as err:  # e.g. a .view() of a channels-last activation
+            log.debug("channels-last convolution weights not used: %s", err)
+            same = False
+        finally:
+            self.model.train(was_training)
+        return names if same else frozenset()
 
     # ------------------------------------------------------------- helpers
     def _buffer_dict(self, buffers: Tensor) -> dict[str, Tensor]:
@@ -324,10 +365,13 @@ class ClientTrainer:
         return [slice(i, min(i + k, num_clients)) for i in range(0, num_clients, k)]
 
     def _forward(self, theta: Tensor, buffers: dict[str, Tensor], xb: Tensor) -> Tensor:
+        params: dict[str, Tensor] = self.layout.unflatten(theta)
+        if self._channels_last and theta.dim() == 1 and self.execution == "loop":
+            params = _to_channels_last(params, self._channels_last)
         if self.precision == "fp32":  # no autocast, nothing to cast back (the common case)
-            return functional_call(self.model, (self.layout.unflatten(theta), buffers), (xb,))
+            return functional_call(self.model, (params, buffers), (xb,))
         with autocast(self.device, self.precision):
-            out = functional_call(self.model, (self.layout.unflatten(theta), buffers), (xb,))
+            out = functional_call(self.model, (params, buffers), (xb,))
         return out.float() if out.is_floating_point() else out
 
     def _client_loss(self, theta: Tensor, buffers: dict[str, Tensor], xb: Tensor, yb: Tensor,
@@ -644,6 +688,15 @@ class ClientTrainer:
         extra = "" if self.device.type == "cpu" else f", device={self.device}"
         return (f"{self.__class__.__name__}({type(self.model).__name__}, "
                 f"clients={self.dataset.num_clients}, D={self.layout.num_params}{extra})")
+
+
+def _to_channels_last(params: dict[str, Tensor], names: frozenset[str]) -> dict[str, Tensor]:
+    r"""``params`` with the tensors named in ``names`` copied into
+    channels-last memory format (``clone``, not ``contiguous``: a weight with
+    one input channel counts as contiguous in both formats and would keep its
+    strides, and the convolution would then pick the plain layout)."""
+    return {k: v.clone(memory_format=torch.channels_last) if k in names else v
+            for k, v in params.items()}
 
 
 def _concat(parts: list[TrainResult], device: torch.device) -> TrainResult:

@@ -177,6 +177,68 @@ def test_chunks_and_executions_of_a_cnn_with_batchnorm_agree():
         assert torch.equal(out.steps, ref.steps)
 
 
+class _ViewsActivations(torch.nn.Module):
+    r"""A CNN that flattens with ``view``, which needs contiguous activations."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(1, 4, kernel_size=3, padding=1)
+        self.fc = torch.nn.Linear(4 * 4 * 4, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        z = torch.nn.functional.max_pool2d(torch.relu(self.conv(x.view(-1, 1, 8, 8))), 2)
+        return self.fc(z.view(z.size(0), -1))
+
+
+def test_the_cpu_loop_runs_convolutions_channels_last_with_the_same_results():
+    data = digits(num_clients=4, partition="iid")
+    model = SimpleCNN(1, 10, image_size=8, channels=(4, 8, 8))
+    looped = ClientTrainer(model, data, execution="loop")
+    assert looped._channels_last == {"conv1.weight", "conv2.weight", "conv3.weight"}
+    assert ClientTrainer(model, data, execution="vmap")._channels_last == frozenset()
+    # The convolutions write channels-last outputs in the loop (conv1 has one input
+    # channel: its weight must be restrided by clone, contiguous() would keep it).
+    layouts = []
+    hook = looped.model.conv1.register_forward_hook(
+        lambda m, i, out: layouts.append(out.is_contiguous(memory_format=torch.channels_last)
+                                         and not out.is_contiguous()))
+    cfg = LocalConfig(lr=0.05, batch_size=8, steps=3, momentum=0.9)
+    start = train_engine.ParamLayout.from_module(model).flatten(model).repeat(4, 1)
+    out = looped.train(torch.arange(4), start, config=cfg,
+                       generator=[torch.Generator().manual_seed(i) for i in range(4)])
+    hook.remove()
+    assert layouts and all(layouts)
+    ref = ClientTrainer(model, data, execution="vmap").train(
+        torch.arange(4), start, config=cfg,
+        generator=[torch.Generator().manual_seed(i) for i in range(4)])
+    torch.testing.assert_close(out.params, ref.params, rtol=0, atol=1e-5)
+    torch.testing.assert_close(out.loss, ref.loss, rtol=0, atol=1e-5)
+    # The per-client reference loop (torch.optim) keeps the plain layout and agrees too.
+    plain = looped.train(torch.arange(4), start, config=cfg, parallel=False,
+                         generator=[torch.Generator().manual_seed(i) for i in range(4)])
+    torch.testing.assert_close(out.params, plain.params, rtol=0, atol=1e-5)
+
+
+def test_a_model_that_views_its_activations_keeps_the_plain_layout():
+    data = digits(num_clients=3, partition="iid")
+    model = _ViewsActivations()
+    # What the probe protects against: a channels-last activation cannot be viewed flat.
+    z = torch.nn.functional.conv2d(torch.randn(2, 1, 8, 8), model.conv.weight.detach().clone(
+        memory_format=torch.channels_last), padding=1)
+    with pytest.raises(RuntimeError, match="view"):
+        z.view(2, -1)
+    looped = ClientTrainer(model, data, execution="loop")
+    assert looped._channels_last == frozenset()
+    cfg = LocalConfig(lr=0.05, batch_size=8, steps=2)
+    start = train_engine.ParamLayout.from_module(model).flatten(model).repeat(3, 1)
+    out = looped.train(torch.arange(3), start, config=cfg,
+                       generator=[torch.Generator().manual_seed(i) for i in range(3)])
+    ref = ClientTrainer(model, data, execution="vmap").train(
+        torch.arange(3), start, config=cfg,
+        generator=[torch.Generator().manual_seed(i) for i in range(3)])
+    torch.testing.assert_close(out.params, ref.params, rtol=0, atol=1e-5)
+
+
 def test_execution_table_and_model_families():
     assert model_family(MLP(4, 8, 2)) == "mlp"
     assert model_family(SimpleCNN(1, 10, image_size=28)) == "cnn"
