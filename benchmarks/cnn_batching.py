@@ -205,9 +205,10 @@ def main(argv: list[str] | None = None) -> str:
         f"the convolutions are faster; the loop in that layout ran at "
         f"{base / min(times['loop (channels-last)']):.2f}x. This is why `EXECUTION_TABLE` "
         "picks `loop` for CNNs on the CPU and why the `loop` execution of `ClientTrainer` "
-        "passes its convolution weights channels-last there (see `devices.md`, section b); "
-        "batching pays on GPUs, where one kernel per layer for all clients replaces many "
-        "small launches.", "",
+        "passes its convolution weights channels-last there (see `devices.md`, section b). "
+        "On a GPU, one kernel per layer for all clients replaces many small launches, where "
+        "batching is expected to pay; that is measured by `devices.py` when a GPU is at "
+        "hand.", "",
         "## Machine", "", *machine(load_start), "",
         f"Command: `python benchmarks/cnn_batching.py {' '.join(argv or sys.argv[1:])}`", ""])
     emit(text, args.out)

@@ -184,7 +184,8 @@ def execution_rows(device: torch.device, quick: bool, repeats: int,
         rows.append({"device": str(device), "case": case.name, "family": model_family(model),
                      "vmap s": med["vmap"], "loop s": med["loop"], "reference s":
                      med["reference"], "loop / vmap": med["loop"] / med["vmap"],
-                     "reference / vmap": med["reference"] / med["vmap"], "auto": auto,
+                     "reference / vmap": med["reference"] / med["vmap"],
+                     "reference / auto": med["reference"] / med[auto], "auto": auto,
                      "fastest": fastest, "max diff": diff, "note": case.note,
                      "spread": {k: (min(v), max(v)) for k, v in times.items()}})
         print(f"[execution] {device} {case.name}: vmap {med['vmap']:.3g} s, loop "
@@ -490,10 +491,12 @@ def report(chunk: list[dict[str, Any]], execution: list[dict[str, Any]],
               "vmap is faster. \"auto\": what `execution=\"auto\"` picks from "
               "`EXECUTION_TABLE` (" + ", ".join(f"{f}/{d}: {e}" for (f, d), e in
                                                  EXECUTION_TABLE.items()) +
-              "); \"fastest\": the faster of vmap and loop in this run. \"max diff\": "
+              "); \"reference / auto\" > 1: what `auto` picks is faster than the reference "
+              "loop; \"fastest\": the faster of vmap and loop in this run. \"max diff\": "
               "max |parameter difference| of vmap and loop to the reference.", ""]
     lines += table(execution, ["device", "case", "family", "vmap s", "loop s", "reference s",
-                               "loop / vmap", "reference / vmap", "auto", "fastest",
+                               "loop / vmap", "reference / vmap", "reference / auto", "auto",
+                               "fastest",
                                "max diff"])
     lines += [""] + [f"- {r['device']}, {r['case']}: {r['note']}; range over runs: " +
                      ", ".join(f"{k} {fmt(v)} s" for k, v in r["spread"].items())

@@ -229,7 +229,8 @@ class ClientTrainer:
     Within a chunk, ``execution`` says how the clients' gradients are
     computed: ``"vmap"`` (one :func:`torch.vmap` call over the chunk) or
     ``"loop"`` (the same functional gradient, client after client, which is
-    faster for convolutions on the CPU); ``"auto"`` takes the choice of
+    faster for convolutions on the CPU, where it also passes convolution
+    weights in channels-last memory format); ``"auto"`` takes the choice of
     :func:`~pyg_fedgraph.train.execution.choose_execution`, a table measured
     by ``benchmarks/devices.py``, never a measurement at run time. Both give
     the same results to float rounding. ``precision`` runs the forward passes
