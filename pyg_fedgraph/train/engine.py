@@ -135,12 +135,14 @@ def _client_generators(generator: Generators, s: int
     if len(sources) != s:
         raise ValueError(f"{len(sources)} generators given for {s} clients; pass one per client "
                          f"(or a single generator for all)")
-    if all(isinstance(g, torch.Generator) for g in sources):
+    kinds = {type(g) for g in sources}
+    if kinds <= {torch.Generator}:
         return iter(cast("list[torch.Generator]", sources))
-    if all(isinstance(g, int) and not isinstance(g, bool) for g in sources):
+    if kinds <= {int}:
         shared = torch.Generator()
-        return (shared.manual_seed(cast(int, seed)) for seed in sources)
-    raise TypeError("pass torch.Generator objects or int seeds, one per client, not a mix")
+        return map(shared.manual_seed, cast("list[int]", sources))
+    raise TypeError(f"pass torch.Generator objects or Python int seeds, one per client, not a "
+                    f"mix; got {sorted(k.__name__ for k in kinds)}")
 
 
 def batch_schedule(counts: Tensor, batch_size: int, *, epochs: int | None = None,

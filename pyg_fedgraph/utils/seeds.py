@@ -115,50 +115,66 @@ def _words(value: int) -> list[int]:
 
 
 @functools.lru_cache(maxsize=16)
-def _hash_consts(first: int, mult: int, count: int) -> tuple[np.uint32, ...]:
+def _hash_consts(first: int, mult: int, count: int) -> tuple[int, ...]:
     r"""The ``count`` successive hash multipliers that start at ``first``:
     SeedSequence multiplies its hash constant by ``mult`` before each use."""
     out, const = [], first
     for _ in range(count):
-        out.append(np.uint32(const))
+        out.append(const)
         const = (const * mult) & _M32
     return tuple(out)
 
 
-def _seed_sequence_state(entropy: np.ndarray) -> np.ndarray:
-    r"""``SeedSequence(row).generate_state(2)`` for every row of ``entropy``
-    :math:`(M, W)` (uint32 words), as :math:`(M, 2)` uint32: the same
-    arithmetic as numpy's, on columns instead of scalars."""
-    width = entropy.shape[1]
+Word = int | np.ndarray  # one 32-bit word shared by all rows (an int) or one per row (uint32)
+
+
+def _hashmix(value: Word, const_in: int, const_out: int) -> Word:
+    if isinstance(value, int):
+        v = ((value ^ const_in) * const_out) & _M32
+        return v ^ (v >> 16)
+    out: np.ndarray = (value ^ np.uint32(const_in)) * np.uint32(const_out)
+    return out ^ (out >> _SHIFT)
+
+
+def _mix(x: Word, y: Word) -> Word:
+    if isinstance(x, int) and isinstance(y, int):
+        r = (x * _MIX_L - y * _MIX_R) & _M32
+        return r ^ (r >> 16)
+    left = (x * _MIX_L) & _M32 if isinstance(x, int) else x * _MIX_L32
+    right = (y * _MIX_R) & _M32 if isinstance(y, int) else y * _MIX_R32
+    out: np.ndarray = np.subtract(left, right, dtype=np.uint32)
+    return out ^ (out >> _SHIFT)
+
+
+def _seed_sequence_state(columns: list[Word], rows: int) -> np.ndarray:
+    r"""``SeedSequence(entropy).generate_state(2)`` for ``rows`` entropies
+    given column by column, as :math:`(\text{rows}, 2)` uint32: numpy's
+    arithmetic, with the columns that all rows share (the run's seed, the
+    purpose, the round) computed once as Python ints and only the others
+    (the client ids) as numpy columns."""
+    width = len(columns)
     mixes = _POOL + _POOL * (_POOL - 1) + max(width - _POOL, 0) * _POOL
-    consts_a = iter(_hash_consts(_INIT_A, _MULT_A, mixes + 1))
-    const = next(consts_a)
+    consts = _hash_consts(_INIT_A, _MULT_A, mixes + 1)
+    used = 0
 
-    def hashmix(value: np.ndarray) -> np.ndarray:
-        nonlocal const
-        value = value ^ const
-        const = next(consts_a)
-        value = value * const
-        return value ^ (value >> _SHIFT)
+    def hashmix(value: Word) -> Word:
+        nonlocal used
+        used += 1
+        return _hashmix(value, consts[used - 1], consts[used])
 
-    def mix(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-        r: np.ndarray = np.subtract(x * _MIX_L32, y * _MIX_R32, dtype=np.uint32)
-        return r ^ (r >> _SHIFT)
-
-    zero = np.zeros(entropy.shape[0], dtype=np.uint32)
-    pool = [hashmix(entropy[:, i] if i < width else zero) for i in range(_POOL)]
+    pool = [hashmix(columns[i] if i < width else 0) for i in range(_POOL)]
     for src in range(_POOL):
         for dst in range(_POOL):
             if src != dst:
-                pool[dst] = mix(pool[dst], hashmix(pool[src]))
+                pool[dst] = _mix(pool[dst], hashmix(pool[src]))
     for src in range(_POOL, width):
         for dst in range(_POOL):
-            pool[dst] = mix(pool[dst], hashmix(entropy[:, src]))
+            pool[dst] = _mix(pool[dst], hashmix(columns[src]))
     consts_b = _hash_consts(_INIT_B, _MULT_B, 3)
     out = []
     for i in range(2):
-        value = (pool[i] ^ consts_b[i]) * consts_b[i + 1]
-        out.append(value ^ (value >> _SHIFT))
+        value = _hashmix(pool[i], consts_b[i], consts_b[i + 1])
+        out.append(np.broadcast_to(np.asarray(value, dtype=np.uint32), (rows,)))
     return np.stack(out, axis=1)
 
 
@@ -177,23 +193,34 @@ def derive_seeds(seed: int, purpose: str, *keys: int, ids: Iterable[int]) -> lis
     """
     ids = [int(i) for i in ids]
     head = _entropy(seed, purpose, keys)
-    if any(i < 0 for i in ids):
-        raise ValueError(f"ids must be non-negative ints, got {min(ids)}")
-    prefix = np.array([w for v in head for w in _words(v)], dtype=np.uint32)
+    if not ids:
+        return []
+    low, high = min(ids), max(ids)
+    if low < 0:
+        raise ValueError(f"ids must be non-negative ints, got {low}")
+    prefix: list[Word] = [w for v in head for w in _words(v)]
+    if high <= _M32:  # the usual case: every id is one 32-bit word
+        return _seeds_of(prefix, [np.array(ids, dtype=np.uint32)], len(ids))
     out = [0] * len(ids)
     by_width: dict[int, list[int]] = {}
     for pos, i in enumerate(ids):  # ids of 2**32 and more are read as several words
-        by_width.setdefault(1 if i <= _M32 else len(_words(i)), []).append(pos)
+        by_width.setdefault(len(_words(i)), []).append(pos)
     for width, positions in by_width.items():
-        tail = np.array([_words(ids[p]) for p in positions] if width > 1
-                        else [ids[p] for p in positions], dtype=np.uint32).reshape(-1, width)
-        entropy = np.concatenate([np.broadcast_to(prefix, (len(positions), prefix.size)), tail],
-                                 axis=1)
-        words = _seed_sequence_state(entropy).astype(np.uint64)
-        seeds = ((words[:, 0] << np.uint64(32)) | words[:, 1]) & np.uint64(_MASK)
-        for p, value in zip(positions, seeds.tolist(), strict=True):
-            out[p] = int(value)
+        tail = np.array([_words(ids[p]) for p in positions],
+                        dtype=np.uint32).reshape(-1, width)
+        for p, value in zip(positions, _seeds_of(prefix, list(tail.T), len(positions)),
+                            strict=True):
+            out[p] = value
     return out
+
+
+def _seeds_of(prefix: list[Word], tail: list[np.ndarray], rows: int) -> list[int]:
+    r"""The 63-bit seeds of ``rows`` entropies: the shared ``prefix`` words,
+    then the per-row ``tail`` columns."""
+    words = _seed_sequence_state([*prefix, *tail], rows).astype(np.uint64)
+    seeds: list[int] = (((words[:, 0] << np.uint64(32)) | words[:, 1])
+                        & np.uint64(_MASK)).tolist()
+    return seeds
 
 
 def make_generator(seed: int, purpose: str, *keys: int) -> torch.Generator:

@@ -135,8 +135,10 @@ def test_batch_schedule_seeds_draw_what_seeded_generators_draw(mode):
     assert not torch.equal(other[0], by_seeds[0])
     with pytest.raises(ValueError, match="6 generators given for 7 clients"):
         batch_schedule(counts, 4, **mode, generator=seeds[:6])
-    with pytest.raises(TypeError, match="not a mix"):
+    with pytest.raises(TypeError, match="not a mix; got \\['Generator', 'int'\\]"):
         batch_schedule(counts, 4, **mode, generator=[torch.Generator(), *seeds[1:]])
+    with pytest.raises(TypeError, match="Python int seeds"):
+        batch_schedule(counts, 4, **mode, generator=[True] * counts.numel())
 
 
 def test_batch_schedule_steps_mode():
