@@ -287,6 +287,7 @@ class ClientTrainer:
         # federated state: fresh zeros are passed so functional_call can mutate them.
         self._int_buffers = {n: b for n, b in self.model.named_buffers()
                              if not b.is_floating_point()}
+        self._param_names = [e.name for e in self.layout.params]
         self._channels_last = self._channels_last_weights()
 
     def _channels_last_weights(self) -> frozenset[str]:
@@ -368,8 +369,11 @@ class ClientTrainer:
         return [slice(i, min(i + k, num_clients)) for i in range(0, num_clients, k)]
 
     def _forward(self, theta: Tensor, buffers: dict[str, Tensor], xb: Tensor) -> Tensor:
-        params: dict[str, Tensor] = self.layout.unflatten(theta)
-        if self._channels_last and theta.dim() == 1 and self.execution == "loop":
+        return self._forward_params(self.layout.unflatten(theta), buffers, xb)
+
+    def _forward_params(self, params: dict[str, Tensor], buffers: dict[str, Tensor],
+                        xb: Tensor) -> Tensor:
+        if self._channels_last and self.execution == "loop":  # one client at a time
             params = _to_channels_last(params, self._channels_last)
         if self.precision == "fp32":  # no autocast, nothing to cast back (the common case)
             return functional_call(self.model, (params, buffers), (xb,))
@@ -384,6 +388,28 @@ class ClientTrainer:
         if reg_fn is not None:
             loss = loss + reg_fn(theta, *refs)
         return loss if scale is None else loss * scale
+
+    def _pieces_loss(self, pieces: tuple[Tensor, ...], buffers: dict[str, Tensor], xb: Tensor,
+                     yb: Tensor, reg_fn: Callable[..., Tensor] | None, scale: Tensor | None,
+                     *refs: Tensor) -> Tensor:
+        r""":meth:`_client_loss` as a function of the parameter tensors
+        (the views :meth:`ParamLayout.unflatten` gives, in layout order).
+
+        Training differentiates this one: the gradient of the flat vector
+        through its views would sum one zero-filled :math:`(D,)` tensor per
+        parameter tensor (the backward of each slice), while the gradients of
+        the pieces are joined by one concatenation; the values are the same."""
+        params = dict(zip(self._param_names, pieces, strict=True))
+        loss = self.objective.loss(self._forward_params(params, buffers, xb), yb).mean()
+        if reg_fn is not None:
+            loss = loss + reg_fn(self._join(pieces), *refs)
+        return loss if scale is None else loss * scale
+
+    def _join(self, pieces: Sequence[Tensor], lead: int = 0) -> Tensor:
+        r"""Parameter tensors (each with ``lead`` leading batch dimensions)
+        joined into flat vectors, the inverse of :meth:`ParamLayout.unflatten`."""
+        dtype = torch.get_default_dtype()
+        return torch.cat([p.reshape(*p.shape[:lead], -1).to(dtype) for p in pieces], dim=lead)
 
     # ---------------------------------------------------------------- train
     def train(self, clients: Tensor, params: Tensor, buffers: Tensor | None = None, *,
@@ -449,7 +475,7 @@ class ClientTrainer:
         :math:`(S,)` (fp16), gradients are of the scaled loss divided back."""
         reg_fn = regularizer.fn if regularizer is not None else None
         refs = regularizer.refs if regularizer is not None else ()
-        value_and_grad = grad_and_value(self._client_loss)
+        value_and_grad = grad_and_value(self._pieces_loss)
 
         def one_hvp(theta: Tensor, b: dict[str, Tensor], xb: Tensor, yb: Tensor,
                     v: Tensor, *r: Tensor) -> Tensor:
@@ -465,7 +491,9 @@ class ClientTrainer:
 
             def grads(theta: Tensor, b: dict[str, Tensor], xb: Tensor, yb: Tensor
                       ) -> tuple[Tensor, Tensor]:
-                return batched_grad(theta, b, xb, yb, reg_fn, scale, *refs)
+                pieces = tuple(self.layout.unflatten(theta).values())
+                g, loss = batched_grad(pieces, b, xb, yb, reg_fn, scale, *refs)
+                return self._join(g, lead=1), loss
 
             def hvps(theta: Tensor, b: dict[str, Tensor], xb: Tensor, yb: Tensor,
                      v: Tensor) -> Tensor:
@@ -475,10 +503,11 @@ class ClientTrainer:
                          scale_i: Tensor | None, *r: Tensor) -> tuple[Tensor, Tensor]:
                 # Plain autograd, no function transform: the cheapest per-client gradient.
                 with torch.enable_grad():
-                    leaf = theta_i.detach().requires_grad_()
-                    loss = self._client_loss(leaf, b, xb, yb, reg_fn, scale_i, *r)
-                    (g,) = torch.autograd.grad(loss, leaf)
-                return g, loss.detach()
+                    leaves = tuple(p.detach().requires_grad_()
+                                   for p in self.layout.unflatten(theta_i).values())
+                    loss = self._pieces_loss(leaves, b, xb, yb, reg_fn, scale_i, *r)
+                    g = torch.autograd.grad(loss, leaves)
+                return self._join(g), loss.detach()
 
             def grads(theta: Tensor, b: dict[str, Tensor], xb: Tensor, yb: Tensor
                       ) -> tuple[Tensor, Tensor]:
