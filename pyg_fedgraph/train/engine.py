@@ -704,17 +704,20 @@ class ClientTrainer:
         w = (valid.to(params.dtype) / counts.clamp(min=1).to(params.dtype).unsqueeze(1)
              ).to(self.device)
 
-        def loss_fn(theta: Tensor, b: dict[str, Tensor], x: Tensor, y: Tensor,
-                    wi: Tensor) -> Tensor:
-            return (self.objective.loss(self._forward(theta, b, x), y) * wi).sum()
+        def loss_fn(pieces: tuple[Tensor, ...], b: dict[str, Tensor], x: Tensor, y: Tensor,
+                    wi: Tensor) -> Tensor:  # of the parameter tensors, see _pieces_loss
+            out = self._forward_params(dict(zip(self._param_names, pieces, strict=True)), b, x)
+            return (self.objective.loss(out, y) * wi).sum()
 
         one = grad_and_value(loss_fn)
         if self.execution == "vmap":
-            g, loss = vmap(one)(params, bufs, xb, yb, w)
-            return g, loss
-        out = [one(params[i], {k: v[i] for k, v in bufs.items()}, xb[i], yb[i], w[i])
+            g, loss = vmap(one)(tuple(self.layout.unflatten(params).values()), bufs, xb, yb, w)
+            return self._join(g, lead=1), loss
+        out = [one(tuple(self.layout.unflatten(params[i]).values()),
+                   {k: v[i] for k, v in bufs.items()}, xb[i], yb[i], w[i])
                for i in range(params.size(0))]
-        return torch.stack([g for g, _ in out]), torch.stack([lo for _, lo in out])
+        return (torch.stack([self._join(g) for g, _ in out]),
+                torch.stack([lo for _, lo in out]))
 
     def __repr__(self) -> str:
         extra = "" if self.device.type == "cpu" else f", device={self.device}"

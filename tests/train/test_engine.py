@@ -350,10 +350,11 @@ def test_client_split_weight_checks():
         ClientSplit.from_lists([torch.zeros(2, 1)], [torch.zeros(2)], [torch.ones(1)])
 
 
+@pytest.mark.parametrize("execution", ["vmap", "loop"])
 @pytest.mark.parametrize("model_fn", [make_mlp, make_bn_model], ids=["mlp", "batchnorm"])
-def test_loss_gradient_matches_autograd(model_fn):
+def test_loss_gradient_matches_autograd(model_fn, execution):
     data = make_dataset()
-    trainer = ClientTrainer(model_fn(), data)
+    trainer = ClientTrainer(model_fn(), data, execution=execution)
     clients = torch.tensor([0, 3, 1])  # client 3 has no validation samples
     params, buffers = start_state(trainer, 3, seed=7)
     g, loss = trainer.loss_gradient(clients, params, buffers, split="val")
