@@ -404,7 +404,20 @@ def fedcedar_section(rounds: int, per_group: int, epochs: int) -> list[str]:
 
 #: What we conclude from each reproduction section (written after the runs; the
 #: numbers it quotes are those of the tables generated with it).
-SECTION_NOTES: dict[str, str] = {}
+SECTION_NOTES: dict[str, str] = {
+    "fmnist-t1": (
+        "Why pFedGraph's average is not the best here, as we read it. Three of the four levels "
+        "(and every cell of the other strategies) run the reduced protocol, 8 rounds of 50 local "
+        "steps against the paper's 50 of 200: the collaboration graph has few rounds to pay "
+        "off, and in the one level run fully (extreme) pFedGraph is within 0.2 points of the "
+        "paper. The margins are small in the paper too: its pFedGraph beats Local by 0.00, "
+        "0.07, 0.02 and 2.37 points per level; where the paper's margin is large (IID, "
+        "homogeneous), 8 rounds leave every strategy about 20 points under the paper (Local "
+        "and pFedGraph alike at 64.6 per-client-best against 84.88 and 87.25), so the "
+        "difference collaboration makes on IID data cannot show yet. The averages of pFedGAT, "
+        "Local and pFedGraph lie within one point, from one run (seed 0) per cell; how much "
+        "they vary from seed to seed is not measured here."),
+}
 
 
 # ------------------------------------------- G-I. Fashion-MNIST reproduction
@@ -598,7 +611,9 @@ def fmnist_t1_section(strategies: list[str] | None, levels: list[str] | None,
         else:
             ours = 100 * entry["summary"]["test_per_client_best"]
             gaps.append(f"| extreme / {n} | {ours:.2f} | {paper:.2f} | {ours - paper:+.2f} |")
-    notes = SECTION_NOTES.get("fmnist-t1", "")
+    goals = t1_goals(cells, avgs)
+    # The note explains the goal's miss: shown while it is missed.
+    notes = SECTION_NOTES.get("fmnist-t1", "") if best_name not in (None, "pfedgraph") else ""
     return ["## G. pFedGraph Table 1 on Fashion-MNIST", "", FMNIST_PROTOCOL_TEXT, "",
             f"Protocols: **full** = the paper's {_protocol_text(FULL)} (Sec. 4.1), run for "
             f"{', '.join(FULL_STRATEGIES)} at the extreme level; every other cell **reduced** "
@@ -609,8 +624,39 @@ def fmnist_t1_section(strategies: list[str] | None, levels: list[str] | None,
             f"Best average (per-client-best) here: **{best_name or 'pending'}**."
             + (f" Not registered: {', '.join(missing)}." if missing else "")
             + (f" Not run at all yet: {', '.join(not_run)}."
-               if not_run else ""), "", *rows, "", *gaps, "", *pending_lines("fmnist-t1"),
-            *([notes, ""] if notes else [])]
+               if not_run else ""), "", *rows, "", *gaps, "", *goals,
+            *pending_lines("fmnist-t1"), *([notes, ""] if notes else [])]
+
+
+def t1_goals(cells: dict[str, dict | None], avgs: dict[str, tuple[float, float]]
+             ) -> list[str]:
+    r"""Issue 18's goals for section G, judged on the cells at hand."""
+    out = []
+    diffs = {}
+    for n in FULL_STRATEGIES:
+        entry = cells.get(f"extreme/{n}")
+        if entry is not None and n in PFEDGRAPH_T1_FMNIST:
+            diffs[n] = (100 * entry["summary"]["test_per_client_best"]
+                        - PFEDGRAPH_T1_FMNIST[n][0])
+    if len(diffs) == len(FULL_STRATEGIES):
+        worst = max(diffs, key=lambda n: abs(diffs[n]))
+        verdict = "met" if abs(diffs[worst]) <= 3 else "**not met**"
+        out.append(f"- Goal: the full-protocol cells within 3 points of the paper: {verdict} "
+                   f"(largest difference {diffs[worst]:+.2f} points, {worst}).")
+    if "pfedgraph" in avgs and len(avgs) > 1:
+        ranked = sorted(avgs, key=lambda n: -avgs[n][1])
+        ours = avgs["pfedgraph"][1]
+        if ranked[0] == "pfedgraph":
+            out.append(f"- Goal: pFedGraph's average the best of our strategies: met "
+                       f"({pct(ours)}, next {ranked[1]} {pct(avgs[ranked[1]][1])}).")
+        else:
+            above = [n for n in ranked if avgs[n][1] > ours]
+            out.append("- Goal: pFedGraph's average the best of our strategies: **not met**: "
+                       f"pFedGraph {pct(ours)} (per-client-best) ranks "
+                       f"{ranked.index('pfedgraph') + 1} of {len(ranked)}, below "
+                       + ", ".join(f"{n} {pct(avgs[n][1])} ({100 * (avgs[n][1] - ours):+.1f})"
+                                   for n in above) + ".")
+    return [*out, ""] if out else []
 
 
 PFEDGAT_LEVELS = ("homogeneous", "severe", "dirichlet-0.5")
@@ -688,6 +734,7 @@ def fmnist_t3_section(strategies: list[str] | None, run_missing: bool) -> list[s
             not_run.append(n)
         rows.append(f"| {n} | " + " | ".join(parts)
                     + f" | {avg} / {paper[4] if paper else '-'} |")
+    goal = t3_goal(cells)
     return ["## I. pFedGraph Table 3 direction on Fashion-MNIST: model poisoning, IID", "",
             FMNIST_PROTOCOL_TEXT, "",
             "Paper (Sec. 4.3, Table 3): CIFAR-10, homogeneous split, 10 clients, 40% malicious "
@@ -699,8 +746,29 @@ def fmnist_t3_section(strategies: list[str] | None, run_missing: bool) -> list[s
             "shown for the direction only. AVG: per-client-best (the code's rule)."
             + (f" Not registered: {', '.join(missing)}." if missing else "")
             + (f" Not run at all yet: {', '.join(not_run)}."
-               if not_run else ""), "", *rows, "", *pending_lines("fmnist-t3"),
+               if not_run else ""), "", *rows, "", *goal, *pending_lines("fmnist-t3"),
             *([SECTION_NOTES["fmnist-t3"], ""] if "fmnist-t3" in SECTION_NOTES else [])]
+
+
+def t3_goal(cells: dict[str, dict | None]) -> list[str]:
+    r"""Issue 18's goal for section I: under each attack, pFedGraph's benign
+    accuracy (per-client-best) above both Local's and FedAvg's."""
+    def acc(key: str) -> float | None:
+        entry = cells.get(key)
+        return None if entry is None else 100 * entry["summary"]["test_per_client_best"]
+
+    local = acc(f"{T3_ATTACKS[0]}/local")
+    margins = []
+    for a in T3_ATTACKS:
+        ours, fedavg = acc(f"{a}/pfedgraph"), acc(f"{a}/fedavg")
+        if ours is None or fedavg is None or local is None:
+            return []
+        margins.append((a, ours - local, ours - fedavg))
+    met = all(m_local > 0 and m_fedavg > 0 for _, m_local, m_fedavg in margins)
+    return [f"- Goal: under each attack, pFedGraph's benign accuracy above Local's and "
+            f"FedAvg's: {'met' if met else '**not met**'} (pFedGraph minus Local / minus "
+            "FedAvg, points: " + "; ".join(f"{a} {ml:+.1f} / {mf:+.1f}"
+                                           for a, ml, mf in margins) + ").", ""]
 
 
 ALPHA_LEVELS = ("extreme", "severe", "modest", "homogeneous")

@@ -296,7 +296,7 @@ class ClientTrainer:
 
         With channels-last weights the convolutions write channels-last
         outputs, and on the CPU the convolutions and above all the
-        max-pooling after them run faster in that layout (about 1.4x for the
+        max-pooling after them run faster in that layout (about 1.5x for the
         simple CNN, see ``benchmarks/results/cnn_batching.md``); the values
         are the same up to float rounding. Used only where a probe forward
         on two random inputs gives the same output both ways (a model that
