@@ -1,17 +1,21 @@
 """Cached runs for the reproduction sections of ``claims.py``.
 
 A reproduction run on real data takes minutes to an hour on one core, so each
-run's outcome is kept in ``runs/claims_cache/<key>.json`` (``runs/`` is not
-tracked by git) together with its configuration, timing and machine load. A
-section can then be filled by several processes (``--no-write``) and its
-results file assembled afterwards from the cache; a cached entry is reused
-only when its configuration is identical.
+finished run's outcome is kept as a record,
+``benchmarks/results/claims_runs/<key>.json``, together with its
+configuration, timing and machine load. The records are committed (a few kB
+each): the results files are rebuilt from them in any later checkout, and a
+run is never lost with a machine (the first cache lived in the untracked
+``runs/`` and went with the machine that made it). A section can be filled by
+several processes (``--no-write``) and its results file assembled afterwards
+from the records; a record is reused only when its configuration is identical.
 
 A run in progress checkpoints the simulator's whole state
 (:meth:`Simulator.state_dict`, written atomically with
 :func:`~pyg_fedgraph.simulation.checkpoint.save_checkpoint`, as the CLI's
 ``--checkpoint-every`` does) into ``runs/claims_cache/<key>.ckpt.pt`` after every
-round, at most once per :data:`CHECKPOINT_SECONDS`. Running the same
+round, at most once per :data:`CHECKPOINT_SECONDS` (checkpoints are large and
+stay untracked). Running the same
 configuration again, after a crash, a kill or a restart of the machine,
 continues from that round and gives the history an uninterrupted run gives;
 the checkpoint is removed once the finished entry is stored.
@@ -34,7 +38,10 @@ from pyg_fedgraph.simulation import checkpoint as ckpt_io
 from pyg_fedgraph.train.jobs import ClientStart, evaluate_clients
 
 ROOT = Path(__file__).resolve().parent.parent
+#: Checkpoints of runs in progress (untracked).
 CACHE = ROOT / "runs" / "claims_cache"
+#: Records of finished runs (tracked).
+RECORDS = ROOT / "benchmarks" / "results" / "claims_runs"
 #: Every cached entry read or written by this process, by key (for the
 #: results files' table of runs).
 USED: dict[str, dict[str, Any]] = {}
@@ -71,7 +78,7 @@ def _plain(cfg: ExperimentConfig) -> dict[str, Any]:
 
 
 def load_cached(cfg: ExperimentConfig) -> dict[str, Any] | None:
-    path = CACHE / f"{config_key(cfg)}.json"
+    path = RECORDS / f"{config_key(cfg)}.json"
     if not path.exists():
         return None
     entry = json.loads(path.read_text())
@@ -119,10 +126,10 @@ def _entry(cfg: ExperimentConfig, summary: dict, history: History, graph, second
 
 
 def _store(cfg: ExperimentConfig, entry: dict[str, Any]) -> None:
-    CACHE.mkdir(parents=True, exist_ok=True)
-    path = CACHE / f"{config_key(cfg)}.json"
+    RECORDS.mkdir(parents=True, exist_ok=True)
+    path = RECORDS / f"{config_key(cfg)}.json"
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(entry, default=float))
+    tmp.write_text(json.dumps(entry, default=float, sort_keys=True) + "\n")
     tmp.replace(path)
 
 

@@ -100,9 +100,10 @@ def pending_lines(section: str) -> list[str]:
     if not todo:
         return []
     lines = [f"Not yet run ({len(todo)} runs; their cells read `pending`): "
-             "each command runs one into `runs/claims_cache/` (or resumes it from its "
-             "checkpoint), then `python benchmarks/claims.py --cached-only` rewrites this "
-             "file.", "", "| run | state | command |", "|---|---|---|"]
+             "each command runs one into `benchmarks/results/claims_runs/` (or resumes it "
+             "from its checkpoint in `runs/claims_cache/`), then "
+             "`python benchmarks/claims.py --cached-only` rewrites this file.", "",
+             "| run | state | command |", "|---|---|---|"]
     for what, cmd, rnd in todo:
         state = "not started" if rnd is None else f"checkpoint at round {rnd}"
         lines.append(f"| {what} | {state} | `{cmd}` |")
@@ -835,9 +836,81 @@ def fedaghn_rule_section(run_missing: bool, level: str = "severe") -> list[str]:
 # -------------------------------------------------------------------- main
 #: Sections computed on every call (digits and FL-60 case studies, minutes).
 DIGITS_SECTIONS = ("t1", "t3", "fedaghn", "pfedgat", "fedcedar")
-#: Sections of cached runs (runs/claims_cache), read with --cached-only.
+#: Sections of recorded runs (results/claims_runs), read with --cached-only.
 CACHED_SECTIONS = ("panacea", "fmnist-t1", "fmnist-pfedgat", "fmnist-t3", "pfedgraph-alpha",
                    "fedaghn-rule")
+
+
+#: The heading letter of each section in claims.md.
+LETTERS = {"panacea": "A", "t1": "B", "t3": "C", "fedaghn": "D", "pfedgat": "E",
+           "fedcedar": "F", "fmnist-t1": "G", "fmnist-pfedgat": "H", "fmnist-t3": "I",
+           "pfedgraph-alpha": "J", "fedaghn-rule": "K"}
+RUNS_HEADER = "| run | rounds | wall (s) | CPU (s) | load start / end | finished |"
+
+
+def split_sections(text: str) -> tuple[list[str], list[tuple[str, list[str]]]]:
+    r"""A results file as (its lines before the first ``## `` heading, its
+    ``(heading, lines)`` blocks in order, each block from its heading up to the
+    next one)."""
+    head: list[str] = []
+    blocks: list[tuple[str, list[str]]] = []
+    for line in text.splitlines():
+        if line.startswith("## "):
+            blocks.append((line, [line]))
+        elif blocks:
+            blocks[-1][1].append(line)
+        else:
+            head.append(line)
+    return head, blocks
+
+
+def _letter(heading: str) -> str | None:
+    r"""``"A"`` for ``"## A. Panacea ..."``; ``None`` for Runs and Machine."""
+    word = heading[3:].split(" ", 1)[0]
+    return word[0] if len(word) == 2 and word.endswith(".") else None
+
+
+def runs_section(rows: list[str]) -> list[str]:
+    r"""The Runs section for these table rows (:func:`_runs.runs_table`'s
+    format), with the totals of wall and CPU time of the runs that were not
+    read off another run."""
+    rows = sorted(set(rows))
+    own = [r.split(" | ") for r in rows if "(inside the run" not in r]
+    total = sum(float(c[2]) for c in own)
+    cpu = sum(float(c[3]) for c in own if c[3] != "-")
+    return ["## Runs", "",
+            "Every run of the cached sections above (their records in `claims_runs/`), one "
+            "process each on one torch thread, on the machine below (shared with other "
+            "jobs: the load average says how busy it was). No GPU was available. Total: "
+            f"{total / 3600:.1f} h of wall time, {cpu / 3600:.1f} h of CPU time where "
+            "recorded (CPU time was not recorded for the first runs).", "",
+            RUNS_HEADER, "|---|---:|---:|---:|---|---|", *rows, ""]
+
+
+def merge_sections(old: str, new: str, rebuilt: set[str], note: str) -> str:
+    r"""``old`` (a results file) with the sections whose letters are in
+    ``rebuilt`` taken from ``new`` (inserted in letter order when ``old``
+    lacks them), the other sections kept as they are, the Runs tables of
+    both joined (a run listed by both, once), ``new``'s header and Machine
+    section, and ``note`` (which sections this command rebuilt) after it."""
+    _, old_blocks = split_sections(old)
+    head, new_blocks = split_sections(new)
+    fresh = {_letter(h): b for h, b in new_blocks if _letter(h) in rebuilt}
+    kept = [(h, b) for h, b in old_blocks if _letter(h) is not None]
+    letters = {_letter(h) for h, _ in kept}
+    body = [(h, fresh[_letter(h)] if _letter(h) in fresh else b) for h, b in kept]
+    body += [(h, b) for h, b in new_blocks if _letter(h) in rebuilt - letters]
+    body.sort(key=lambda hb: str(_letter(hb[0])))
+    rows = [line for _, b in old_blocks + new_blocks if b[0] == "## Runs"
+            for line in b if line.startswith("| ") and line != RUNS_HEADER]
+    machine_block = next((b for h, b in new_blocks if h == "## Machine"), [])
+    lines = [*head]
+    for _, b in body:
+        lines += b
+    if rows:
+        lines += runs_section(rows)
+    lines += [*machine_block, note]
+    return "\n".join(lines).rstrip("\n") + "\n"
 
 
 def main(argv: list[str] | None = None) -> str:
@@ -857,8 +930,12 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--levels", default=None,
                         help="comma list of heterogeneity levels of sections G-I to run")
     parser.add_argument("--cached-only", action="store_true",
-                        help="cached sections (A, G-K): only read runs/claims_cache, run "
+                        help="cached sections (A, G-K): only read the run records, run "
                              "nothing, list what is missing with its command")
+    parser.add_argument("--update", action="store_true",
+                        help="with --only: rewrite only those sections of the results file, "
+                             "keeping the others as they are (their runs' records may be "
+                             "absent: see the file's header)")
     parser.add_argument("--no-write", action="store_true",
                         help="run (and cache) without writing a results file")
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -882,12 +959,17 @@ def main(argv: list[str] | None = None) -> str:
              "Section A runs Panacea's own protocol on FL-60; sections G-K reproduce "
              "pFedGraph Table 1, pFedGAT Table 1 and pFedGraph Table 3 (direction) on the "
              "real Fashion-MNIST, and measure pFedGraph's alpha rules and FedAGHN's sign. "
-             "Their runs are cached in `runs/claims_cache/` (checkpointed every round); "
-             "`python benchmarks/claims.py --cached-only` rebuilds this file from the cache, "
-             "and each section lists the runs it still lacks with the command that runs "
-             "them. Why FL-60's baselines differ from Panacea's: `fl60_protocol.md`. No GPU "
-             "was available when they were made: the full protocol was run (or started) for "
-             "the extreme level of pFedGraph's Table 1 only."
+             "Each of their runs is a record in `claims_runs/` (committed; checkpointed every "
+             "round while it runs); `python benchmarks/claims.py --cached-only` rebuilds this "
+             "file from the records, and each section lists the runs it still lacks with the "
+             "command that runs them. The records of the runs made before 2026-11-24 (all of "
+             "sections G, I and K, the first cells of H and J) lived in the untracked `runs/` "
+             "and were lost with their machine: those sections stand as commit 656fc40 wrote "
+             "them from their records, and `--update` rebuilds only the sections it names "
+             "(see the Machine section for which). Why FL-60's baselines differ from "
+             "Panacea's: `fl60_protocol.md`. No GPU was available when they were made: the "
+             "full protocol was run (or started) for the extreme level of pFedGraph's Table 1 "
+             "only."
              + (" --quick: very few rounds and 1 local epoch, a smoke test of the suite; "
                 "its numbers are far from converged." if q else ""), ""]
     run_missing = not args.cached_only
@@ -916,22 +998,21 @@ def main(argv: list[str] | None = None) -> str:
     if "fedaghn-rule" in sections:
         lines += fedaghn_rule_section(run_missing)
     if USED:
-        total = sum(e["seconds"] for e in USED.values() if "derived_from" not in e)
-        cpu = sum(e.get("cpu_seconds") or 0.0 for e in USED.values()
-                  if "derived_from" not in e)
-        lines += ["## Runs", "",
-                  "Every run of the cached sections above (from `runs/claims_cache/`), one "
-                  "process each on one torch thread, on the machine below (shared with other "
-                  "jobs: the load average says how busy it was). No GPU was available in this "
-                  f"session. Total: {total / 3600:.1f} h of wall time, {cpu / 3600:.1f} h of "
-                  "CPU time where recorded (CPU time was not recorded for the first runs).",
-                  "", *runs_table(), ""]
+        lines += runs_section(runs_table()[2:])
     lines += ["## Machine", "", *machine(load_start), "",
               f"Total wall time {time.perf_counter() - t_start:.0f} s. Command: `"
               + " ".join(["python benchmarks/claims.py", *argv]) + "`"]
     text = "\n".join(lines) + "\n"
-    emit(text, None if args.no_write else
-         args.out or RESULTS / ("claims_quick.md" if q else "claims.md"))
+    out = args.out or RESULTS / ("claims_quick.md" if q else "claims.md")
+    if args.update and not args.no_write:
+        if not args.only:
+            parser.error("--update rewrites the sections named by --only")
+        rebuilt = {LETTERS[s] for s in sections}
+        note = (f"\nThis command rebuilt section(s) {', '.join(sorted(rebuilt))}; the other "
+                "sections are as an earlier command left them (`git log -p` on this file "
+                "says which).")
+        text = merge_sections(out.read_text() if out.is_file() else "", text, rebuilt, note)
+    emit(text, None if args.no_write else out)
     return text
 
 

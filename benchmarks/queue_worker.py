@@ -5,8 +5,9 @@ skipped) that is not yet in ``<queue>/claimed.txt``, runs it with the shell in t
 repository root, logs it into ``<queue>/<name>.log`` and goes on; with nothing left it checks
 again every minute. ``touch <queue>/STOP`` stops the workers after their current job.
 Claiming is serialized with a lock file, so several workers share one queue. The runs of
-``claims.py`` cache and checkpoint themselves: to continue after an interruption, delete
-``claimed.txt`` and start the workers again (finished runs are read from the cache at once).
+``claims.py`` record and checkpoint themselves: to continue after an interruption, delete
+``claimed.txt`` and start the workers again (finished runs are read from their records at
+once).
 
 Usage: ``python benchmarks/queue_worker.py NAME [--queue runs/queue] [--after PID]
 [--background]`` (``--after``: wait for that process to end first; ``--background``: yield

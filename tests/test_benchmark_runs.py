@@ -20,6 +20,7 @@ def runs(monkeypatch, tmp_path):
     monkeypatch.syspath_prepend(str(BENCH))
     module = importlib.import_module("_runs")
     monkeypatch.setattr(module, "CACHE", tmp_path / "cache")
+    monkeypatch.setattr(module, "RECORDS", tmp_path / "records")
     monkeypatch.setattr(module, "USED", {})
     yield module
     sys.modules.pop("_runs", None)
@@ -50,6 +51,7 @@ def test_interrupted_run_resumes_to_the_uninterrupted_history(runs, tmp_path, mo
     assert not runs.checkpoint_file(cfg).exists()  # removed once the entry is stored
 
     monkeypatch.setattr(runs, "CACHE", tmp_path / "second")
+    monkeypatch.setattr(runs, "RECORDS", tmp_path / "second-records")
 
     def stop_in_round_3(msg, **_):
         if msg.startswith("  round 3:"):
@@ -98,3 +100,42 @@ def test_cached_only_lists_missing_runs_with_their_command(claims, runs):
     assert (f"| fedavg-ft, modest (in the fedavg run) | not started | "
             f"`{cmd.format('modest', 'fedavg')}` |") in text
     assert text.count("not started") == 3 + 4  # local: 3 levels; fedavg-ft: 4
+
+
+def _row(what: str, wall: float, cpu: str, date: str) -> str:
+    return f"| {what} | 8 | {wall:.0f} | {cpu} | 1.0 / 1.0 | {date} |"
+
+
+def test_update_rewrites_only_the_named_sections(claims):
+    head = claims.RUNS_HEADER + "\n|---|---:|---:|---:|---|---|"
+    shared = _row("fmnist fedavg iid", 3600, "3240", "d1")
+    old = "\n".join([
+        "# Paper claims", "", "old header", "",
+        "## A. Panacea", "", "old A", "",
+        "## B. pFedGraph", "", "old B", "",
+        "## Runs", "", "old totals", "", head, shared,
+        _row("fmnist local iid", 7200, "-", "d0"),
+        _row("fmnist fedavg-ft iid (inside the run x)", 3600, "3240", "d1"), "",
+        "## Machine", "", "old machine", ""])
+    new = "\n".join([
+        "# Paper claims", "", "new header", "",
+        "## A. Panacea", "", "new A", "",
+        "## C. Poisoning", "", "new C", "",
+        "## Runs", "", "new totals", "", head, shared,
+        _row("fl60 panacea", 1800, "1080", "d2"), "",
+        "## Machine", "", "new machine", ""])
+    text = claims.merge_sections(old, new, {"A", "C"}, "note")
+    lines = text.splitlines()
+    # A replaced, B kept, C inserted after B; the new header and machine; the note last.
+    assert [line for line in lines if line.startswith("## ")] == [
+        "## A. Panacea", "## B. pFedGraph", "## C. Poisoning", "## Runs", "## Machine"]
+    assert "new A" in lines and "old A" not in lines and "old B" in lines and "new C" in lines
+    assert "new header" in lines and "new machine" in lines and "old machine" not in lines
+    assert lines[-1] == "note"
+    # Every run once; totals over the runs not read off another run: 3600 + 7200 + 1800 s
+    # of wall time, 3240 + 1080 s of CPU time (the run without one counts for wall only).
+    assert text.count(shared) == 1 and _row("fl60 panacea", 1800, "1080", "d2") in lines
+    assert sum(line.startswith("| fmnist") or line.startswith("| fl60") for line in lines) == 4
+    assert "Total: 3.5 h of wall time, 1.2 h of CPU time" in text
+    # A section named but absent from both files is simply not there.
+    assert claims.merge_sections(old, new, {"K"}, "n").count("## ") == 4
