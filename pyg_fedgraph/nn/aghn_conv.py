@@ -85,8 +85,10 @@ class AGHNConv(MessagePassing):
     :class:`~pyg_fedgraph.strategies.FedAGHN`'s ``hn_rule``.)
 
     **A self weight at the threshold stays there.** The forward pass uses
-    :math:`\max(q, q_{\min})`, and :func:`torch.clamp` passes no gradient at
-    or below the bound; so once :math:`q_{il}` reaches :math:`q_{\min}`
+    :math:`\max(q, q_{\min})` with no gradient at or below the bound (written
+    out with :func:`torch.where`: the gradient of :func:`torch.clamp` exactly
+    at its bound differs between torch releases, 2.13 passes it, 2.14 does
+    not); so once :math:`q_{il}` reaches :math:`q_{\min}`
     (stepped below it and projected back by :meth:`clamp_self_weight_`, or
     not), its gradient is 0 and plain SGD never moves it again: the client
     gives itself weight :math:`q_{\min}/(1+q_{\min})` (0 for the default
@@ -217,7 +219,8 @@ class AGHNConv(MessagePassing):
             p = self.sharpness[client_id].to(x.dtype)  # (N, L)
             logits = p[tgt] * cos[:, tgt, src].t()  # (E, L)
             edge_w = softmax(logits, tgt, num_nodes=n, dim=0)
-            self_w = self.self_weight[client_id].to(x.dtype).clamp(min=self.self_weight_min)
+            q = self.self_weight[client_id].to(x.dtype)
+            self_w = torch.where(q > self.self_weight_min, q, self.self_weight_min)
 
         total = scatter(edge_w, tgt, dim=0, dim_size=n, reduce="sum") + self_w
         # A client with no in-neighbour and a zero self weight keeps its own

