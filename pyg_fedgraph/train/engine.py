@@ -389,27 +389,42 @@ class ClientTrainer:
             loss = loss + reg_fn(theta, *refs)
         return loss if scale is None else loss * scale
 
-    def _pieces_loss(self, pieces: tuple[Tensor, ...], buffers: dict[str, Tensor], xb: Tensor,
-                     yb: Tensor, reg_fn: Callable[..., Tensor] | None, scale: Tensor | None,
-                     *refs: Tensor) -> Tensor:
-        r""":meth:`_client_loss` as a function of the parameter tensors
-        (the views :meth:`ParamLayout.unflatten` gives, in layout order).
+    def _pieces_loss(self, pieces: tuple[Tensor, ...], theta: Tensor, buffers: dict[str, Tensor],
+                     xb: Tensor, yb: Tensor, reg_fn: Callable[..., Tensor] | None,
+                     scale: Tensor | None, *refs: Tensor) -> Tensor:
+        r""":meth:`_client_loss` with the data term a function of the parameter
+        tensors ``pieces`` (the views :meth:`ParamLayout.unflatten` gives, in
+        layout order) and the regularizer a function of the flat ``theta``
+        :math:`(D,)` holding the same values.
 
-        Training differentiates this one: the gradient of the flat vector
+        Training differentiates this one with respect to both and adds the
+        two gradients (:meth:`_split_grad`): the gradient of the flat vector
         through its views would sum one zero-filled :math:`(D,)` tensor per
         parameter tensor (the backward of each slice), while the gradients of
-        the pieces are joined by one concatenation; the values are the same."""
+        the pieces are joined by one concatenation; and the regularizer needs
+        no concatenation of the pieces inside the differentiated function. The
+        values are the same as :meth:`_client_loss`'s gradient, bit for bit
+        (each entry is the same two terms, added in the same order)."""
         params = dict(zip(self._param_names, pieces, strict=True))
         loss = self.objective.loss(self._forward_params(params, buffers, xb), yb).mean()
         if reg_fn is not None:
-            loss = loss + reg_fn(self._join(pieces), *refs)
+            loss = loss + reg_fn(theta, *refs)
         return loss if scale is None else loss * scale
+
+    def _split_grad(self, grads: tuple[tuple[Tensor, ...], Tensor], lead: int = 0) -> Tensor:
+        r"""The flat gradient from :meth:`_pieces_loss`'s two with a
+        regularizer: the joined gradients of the pieces plus that of ``theta``."""
+        g_pieces, g_theta = grads
+        g = self._join(g_pieces, lead=lead)
+        return g + g_theta.to(g.dtype)
 
     def _join(self, pieces: Sequence[Tensor], lead: int = 0) -> Tensor:
         r"""Parameter tensors (each with ``lead`` leading batch dimensions)
         joined into flat vectors, the inverse of :meth:`ParamLayout.unflatten`."""
         dtype = torch.get_default_dtype()
-        return torch.cat([p.reshape(*p.shape[:lead], -1).to(dtype) for p in pieces], dim=lead)
+        return torch.cat([p.reshape(*p.shape[:lead], -1) if p.dtype == dtype
+                          else p.reshape(*p.shape[:lead], -1).to(dtype) for p in pieces],
+                         dim=lead)
 
     # ---------------------------------------------------------------- train
     def train(self, clients: Tensor, params: Tensor, buffers: Tensor | None = None, *,
@@ -475,7 +490,8 @@ class ClientTrainer:
         :math:`(S,)` (fp16), gradients are of the scaled loss divided back."""
         reg_fn = regularizer.fn if regularizer is not None else None
         refs = regularizer.refs if regularizer is not None else ()
-        value_and_grad = grad_and_value(self._pieces_loss)
+        regularized = reg_fn is not None
+        value_and_grad = grad_and_value(self._pieces_loss, argnums=(0, 1) if regularized else 0)
 
         def one_hvp(theta: Tensor, b: dict[str, Tensor], xb: Tensor, yb: Tensor,
                     v: Tensor, *r: Tensor) -> Tensor:
@@ -484,7 +500,7 @@ class ClientTrainer:
             return torch.func.jvp(g, (theta,), (v,))[1]
 
         if self.execution == "vmap":
-            in_dims = (0, 0, 0, 0, None, None if scale is None else 0) + (0,) * len(refs)
+            in_dims = (0, 0, 0, 0, 0, None, None if scale is None else 0) + (0,) * len(refs)
             batched_grad = vmap(value_and_grad, in_dims=in_dims, randomness="different")
             batched_hvp = vmap(one_hvp, in_dims=(0, 0, 0, 0, 0) + (0,) * len(refs),
                                randomness="different")
@@ -492,8 +508,9 @@ class ClientTrainer:
             def grads(theta: Tensor, b: dict[str, Tensor], xb: Tensor, yb: Tensor
                       ) -> tuple[Tensor, Tensor]:
                 pieces = tuple(self.layout.unflatten(theta).values())
-                g, loss = batched_grad(pieces, b, xb, yb, reg_fn, scale, *refs)
-                return self._join(g, lead=1), loss
+                g, loss = batched_grad(pieces, theta, b, xb, yb, reg_fn, scale, *refs)
+                return (self._split_grad(g, lead=1) if regularized
+                        else self._join(g, lead=1)), loss
 
             def hvps(theta: Tensor, b: dict[str, Tensor], xb: Tensor, yb: Tensor,
                      v: Tensor) -> Tensor:
@@ -505,9 +522,12 @@ class ClientTrainer:
                 with torch.enable_grad():
                     leaves = tuple(p.detach().requires_grad_()
                                    for p in self.layout.unflatten(theta_i).values())
-                    loss = self._pieces_loss(leaves, b, xb, yb, reg_fn, scale_i, *r)
-                    g = torch.autograd.grad(loss, leaves)
-                return self._join(g), loss.detach()
+                    flat = theta_i.detach().requires_grad_(regularized)
+                    loss = self._pieces_loss(leaves, flat, b, xb, yb, reg_fn, scale_i, *r)
+                    if not regularized:
+                        return self._join(torch.autograd.grad(loss, leaves)), loss.detach()
+                    g = torch.autograd.grad(loss, (*leaves, flat))
+                return self._split_grad((g[:-1], g[-1])), loss.detach()
 
             def grads(theta: Tensor, b: dict[str, Tensor], xb: Tensor, yb: Tensor
                       ) -> tuple[Tensor, Tensor]:

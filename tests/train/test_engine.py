@@ -372,6 +372,34 @@ def test_loss_gradient_matches_autograd(model_fn, execution):
     assert float(loss[1]) == 0.0 and not g[1].any()
 
 
+@pytest.mark.parametrize("execution", ["vmap", "loop"])
+def test_regularized_training_gradient_is_the_flat_vectors(execution):
+    # The data term is differentiated through the parameter tensors and the regularizer
+    # through the flat vector (_pieces_loss); their sum is the gradient of the whole loss
+    # with respect to the flat vector, here from plain autograd, one client at a time.
+    data = make_dataset()
+    trainer = ClientTrainer(make_mlp(), data, execution=execution)
+    clients = torch.tensor([0, 1, 3])
+    params, buffers = start_state(trainer, 3, seed=5)
+    refs = torch.randn(3, trainer.layout.num_params, generator=torch.Generator().manual_seed(6))
+    bufs = trainer._buffer_dict(buffers)
+    batch = torch.tensor([[0, 1, 2], [1, 0, 0], [2, 2, 1]]).t()  # 3 samples per client
+    problem = trainer.problem(clients, bufs, Regularizer(proximal, refs))
+    g, loss = problem.grad(params, batch)
+    x, y = data.batch("train", batch, clients)
+    for i in range(3):
+        theta = params[i].clone().requires_grad_()
+        m = copy.deepcopy(trainer.model)
+        out = torch.func.functional_call(m, trainer.layout.unflatten(theta), (x[i],))
+        whole = F.cross_entropy(out, y[i]) + proximal(theta, refs[i])
+        expected, = torch.autograd.grad(whole, theta)
+        assert torch.allclose(g[i], expected, atol=1e-6, rtol=0)
+        assert torch.allclose(loss[i], whole.detach(), atol=1e-6)
+    # Without the regularizer the gradient is smaller by exactly its gradient, 0.1 (θ - r).
+    plain, _ = trainer.problem(clients, bufs, None).grad(params, batch)
+    assert torch.allclose(g - plain, 0.1 * (params - refs), atol=1e-6, rtol=0)
+
+
 def test_repr():
     trainer = ClientTrainer(make_mlp(), make_dataset())
     d = trainer.layout.num_params
