@@ -1002,6 +1002,8 @@ def main(argv: list[str] | None = None) -> str:
                         help="with --only: rewrite only those sections of the results file, "
                              "keeping the others as they are (their runs' records may be "
                              "absent: see the file's header)")
+    parser.add_argument("--note", default="",
+                        help="with --update: a sentence added to the note of what was rebuilt")
     parser.add_argument("--no-write", action="store_true",
                         help="run (and cache) without writing a results file")
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -1076,7 +1078,7 @@ def main(argv: list[str] | None = None) -> str:
         rebuilt = {LETTERS[s] for s in sections}
         note = (f"\nThis command rebuilt section(s) {', '.join(sorted(rebuilt))}; the other "
                 "sections are as an earlier command left them (`git log -p` on this file "
-                "says which).")
+                "says which)." + (f" {args.note}" if args.note else ""))
         text = merge_sections(out.read_text() if out.is_file() else "", text, rebuilt, note)
     emit(text, None if args.no_write else out)
     return text
