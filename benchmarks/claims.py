@@ -250,8 +250,9 @@ def panacea_tuned_lines(run_missing: bool, strategies: list[str] | None) -> list
             "(`fl60_protocol.md` shows FedAvg stalling with 0.05 and momentum 0.9 and fitting "
             "nearly every client with lr 0.01, momentum 0 or 5 local steps). Table II "
             "again for the strategies of the goal, plain SGD, the client learning rate "
-            "chosen per strategy by best mean validation accuracy (cells in parentheses: "
-            "best validation (%) per learning rate), everything else as above:", "", *rows, "",
+            "chosen per strategy by best mean validation accuracy (ties: the smaller rate; "
+            "cells in parentheses: best validation (%) per learning rate), everything else "
+            "as above:", "", *rows, "",
             f"- Goal (issue 18): FedAvg, pFedHN and SFL within 5 points of Table II: {goal}.",
             ""]
 
