@@ -16,7 +16,7 @@ import itertools
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, cast
+from typing import Annotated, Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -398,7 +398,7 @@ class ClientTrainer:
         :math:`(D,)` holding the same values.
 
         Training differentiates this one with respect to both and adds the
-        two gradients (:meth:`_split_grad`): the gradient of the flat vector
+        two gradients (:meth:`_flat_grad`): the gradient of the flat vector
         through its views would sum one zero-filled :math:`(D,)` tensor per
         parameter tensor (the backward of each slice), while the gradients of
         the pieces are joined by one concatenation; and the regularizer needs
@@ -411,9 +411,13 @@ class ClientTrainer:
             loss = loss + reg_fn(theta, *refs)
         return loss if scale is None else loss * scale
 
-    def _split_grad(self, grads: tuple[tuple[Tensor, ...], Tensor], lead: int = 0) -> Tensor:
-        r"""The flat gradient from :meth:`_pieces_loss`'s two with a
-        regularizer: the joined gradients of the pieces plus that of ``theta``."""
+    def _flat_grad(self, grads: Any, regularized: bool, lead: int = 0) -> Tensor:
+        r"""The flat gradient from what differentiating :meth:`_pieces_loss`
+        gives: the pieces' gradients joined, plus with a regularizer the
+        gradient of ``theta`` (``grads`` is then ``(pieces' gradients,
+        theta's gradient)``)."""
+        if not regularized:
+            return self._join(grads, lead=lead)
         g_pieces, g_theta = grads
         g = self._join(g_pieces, lead=lead)
         return g + g_theta.to(g.dtype)
@@ -509,8 +513,7 @@ class ClientTrainer:
                       ) -> tuple[Tensor, Tensor]:
                 pieces = tuple(self.layout.unflatten(theta).values())
                 g, loss = batched_grad(pieces, theta, b, xb, yb, reg_fn, scale, *refs)
-                return (self._split_grad(g, lead=1) if regularized
-                        else self._join(g, lead=1)), loss
+                return self._flat_grad(g, regularized, lead=1), loss
 
             def hvps(theta: Tensor, b: dict[str, Tensor], xb: Tensor, yb: Tensor,
                      v: Tensor) -> Tensor:
@@ -524,10 +527,9 @@ class ClientTrainer:
                                    for p in self.layout.unflatten(theta_i).values())
                     flat = theta_i.detach().requires_grad_(regularized)
                     loss = self._pieces_loss(leaves, flat, b, xb, yb, reg_fn, scale_i, *r)
-                    if not regularized:
-                        return self._join(torch.autograd.grad(loss, leaves)), loss.detach()
-                    g = torch.autograd.grad(loss, (*leaves, flat))
-                return self._split_grad((g[:-1], g[-1])), loss.detach()
+                    g = torch.autograd.grad(loss, (*leaves, flat) if regularized else leaves)
+                return (self._flat_grad((g[:-1], g[-1]) if regularized else g, regularized),
+                        loss.detach())
 
             def grads(theta: Tensor, b: dict[str, Tensor], xb: Tensor, yb: Tensor
                       ) -> tuple[Tensor, Tensor]:
