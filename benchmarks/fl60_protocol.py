@@ -126,6 +126,13 @@ def central_accuracy(recipe: str, steps: int = 20000, seed: int = 0) -> float:
     return sum(accs) / len(accs)
 
 
+def hn_lr_config(hn_lr: float) -> ExperimentConfig:
+    r"""pFedHN on Table II with client lr 0.01, plain SGD and hypernetwork
+    learning rate ``hn_lr`` (one of :data:`HN_LRS`)."""
+    cfg = panacea_lr_config("pfedhn", 0.01)
+    return replace(cfg, overrides={**cfg.overrides, "hn_lr": hn_lr})
+
+
 def findings(got: dict[tuple[str, str], dict], ceiling: dict[str, float],
              bayes: dict[str, float], gentler: list[float]) -> list[str]:
     r"""What the tables above say about each gap to Table II, from their numbers."""
@@ -139,8 +146,7 @@ def findings(got: dict[tuple[str, str], dict], ceiling: dict[str, float],
     def hn_lrs() -> str:
         found = {}
         for hn in HN_LRS:
-            cfg = panacea_lr_config("pfedhn", 0.01)
-            entry = load_cached(replace(cfg, overrides={**cfg.overrides, "hn_lr": hn}))
+            entry = load_cached(hn_lr_config(hn))
             if entry is not None:
                 found[hn] = entry["summary"]["test"]
         return (" With client lr 0.01 and the hypernetwork's learning rate at the ends of "
@@ -244,8 +250,7 @@ def main(argv: list[str] | None = None) -> str:
                            f"| {pct(s['test_final'])} |")
     if args.hn_lrs:
         for hn in HN_LRS:
-            cfg = panacea_lr_config("pfedhn", 0.01)
-            cached_run(replace(cfg, overrides={**cfg.overrides, "hn_lr": hn}))
+            cached_run(hn_lr_config(hn))
     ceiling = {r: central_accuracy(r) for r in ("grda", "paper")}
     bayes = {r: bayes_accuracy(r) for r in ("grda", "paper")}
     lines = [
