@@ -7,7 +7,8 @@
 #
 # PYTHONPATH selects each tree's package (an editable install would import this one for both).
 # Writes OUT_DIR/{other,this}.<i>.{log,md} (or steady.txt); compare the minimum over the N
-# repetitions (see benchmarks/results/perf_before_after.md). Run with OMP_NUM_THREADS=1.
+# repetitions with benchmarks/perf_compare.py OUT_DIR (see benchmarks/results/perf_before_after.md).
+# Run with OMP_NUM_THREADS=1.
 set -euo pipefail
 other=$(cd "$1" && pwd); out=$2; n=$3; mode=${4:-}
 this=$(cd "$(dirname "$0")/.." && pwd)

@@ -139,3 +139,30 @@ def test_update_rewrites_only_the_named_sections(claims):
     assert "Total: 3.5 h of wall time, 1.2 h of CPU time" in text
     # A section named but absent from both files is simply not there.
     assert claims.merge_sections(old, new, {"K"}, "n").count("## ") == 4
+
+
+def _report(rows: dict[str, float]) -> str:
+    lines = ["| dataset | strategy | clients | s/round | note |", "|---|---|---|---|---|"]
+    lines += [f"| fl60 | {name} | 60 | {sec} | 2 rounds incl. 1 evaluation |"
+              for name, sec in rows.items()]
+    return "\n".join(["# Performance suite (--quick)", "", *lines, ""])
+
+
+def test_perf_compare_ratios_by_hand(monkeypatch, tmp_path):
+    monkeypatch.syspath_prepend(str(BENCH))
+    perf_compare = importlib.import_module("perf_compare")
+    # Two alternations; fedavg: before 0.010 / 0.020, now 0.012 / 0.018 -> ratio of the
+    # minima 1.2, paired ratios 1.2 and 0.9 (median 1.05). sfl: only in one tree: left out.
+    (tmp_path / "other.1.md").write_text(_report({"fedavg": 0.010, "local": 0.004}))
+    (tmp_path / "this.1.md").write_text(_report({"fedavg": 0.012, "local": 0.002,
+                                                  "sfl": 0.5}))
+    (tmp_path / "other.2.md").write_text(_report({"fedavg": 0.020, "local": 0.008}))
+    (tmp_path / "this.2.md").write_text(_report({"fedavg": 0.018, "local": 0.004}))
+    lines = perf_compare.compare(tmp_path)
+    assert lines[0] == "2 alternations."
+    assert "| fl60 fedavg | 0.0100 | 0.0120 | 1.20 | 1.05 |" in lines
+    assert "| fl60 local | 0.0040 | 0.0020 | 0.50 | 0.50 |" in lines
+    assert not any("sfl" in line for line in lines)
+    # geometric means: sqrt(1.2 * 0.5) = 0.775, sqrt(1.05 * 0.5) = 0.725
+    assert "**0.775** for the minima, **0.725** for the paired medians" in lines[-1]
+    sys.modules.pop("perf_compare", None)

@@ -66,8 +66,11 @@ class ParamLayout:
             raise ValueError(
                 f"ptr has {self.ptr.numel()} entries, expected {len(self.layer_names) + 1} "
                 f"(one more than the number of layers)")
-        self._offsets = _offsets(self.params)
-        self._buffer_offsets = _offsets(self.buffers)
+        # Sizes are read on every unflatten (each local step): computed once here.
+        self._sizes = [e.numel for e in self.params]
+        self._buffer_sizes = [e.numel for e in self.buffers]
+        self._num_params = sum(self._sizes)
+        self._num_buffers = sum(self._buffer_sizes)
         if int(self.ptr[-1]) != self.num_params:
             raise ValueError(f"ptr ends at {int(self.ptr[-1])} but the parameters "
                              f"hold {self.num_params} values")
@@ -98,12 +101,12 @@ class ParamLayout:
     @property
     def num_params(self) -> int:
         r"""Length :math:`D` of the flat parameter vector."""
-        return sum(e.numel for e in self.params)
+        return self._num_params
 
     @property
     def num_buffers(self) -> int:
         r"""Length of the flat buffer vector (0 for models without BatchNorm)."""
-        return sum(e.numel for e in self.buffers)
+        return self._num_buffers
 
     @property
     def num_layers(self) -> int:
@@ -202,23 +205,27 @@ class ParamLayout:
         r"""Views of a flat :math:`(D,)` vector (or :math:`(N, D)` matrix) as
         named tensors of shape ``shape`` (or ``(N, *shape)``). Differentiable,
         and safe under :func:`torch.vmap`."""
-        return self._unflatten(flat, self.params, self._offsets, self.num_params, "parameter")
+        return self._unflatten(flat, self.params, self._sizes, self._num_params, "parameter")
 
     def unflatten_buffers(self, flat: Tensor) -> OrderedDict[str, Tensor]:
         r"""Named views of a flat buffer vector, see :meth:`unflatten`."""
-        return self._unflatten(flat, self.buffers, self._buffer_offsets,
-                               self.num_buffers, "buffer")
+        return self._unflatten(flat, self.buffers, self._buffer_sizes,
+                               self._num_buffers, "buffer")
 
     @staticmethod
-    def _unflatten(flat: Tensor, entries: list[_Entry], offsets: list[int], total: int,
+    def _unflatten(flat: Tensor, entries: list[_Entry], sizes: list[int], total: int,
                    kind: str) -> OrderedDict[str, Tensor]:
         if flat.shape[-1] != total:
             raise ValueError(f"flat {kind} vector has {flat.shape[-1]} values, "
                              f"the model has {total}")
+        if not entries:
+            return OrderedDict()
         lead = flat.shape[:-1]
+        # One split (views) instead of one slice per tensor; casts only where needed.
         return OrderedDict(
-            (e.name, flat[..., o:o + e.numel].reshape(*lead, *e.shape).to(e.dtype))
-            for e, o in zip(entries, offsets, strict=True))
+            (e.name, piece.reshape(*lead, *e.shape) if e.dtype == flat.dtype
+             else piece.reshape(*lead, *e.shape).to(e.dtype))
+            for e, piece in zip(entries, flat.split(sizes, dim=-1), strict=True))
 
     def state_dict_of(self, params: Tensor, buffers: Tensor | None = None
                       ) -> OrderedDict[str, Tensor]:
@@ -243,10 +250,3 @@ class ParamLayout:
         return (f"{self.__class__.__name__}(num_params={self.num_params}, "
                 f"num_layers={self.num_layers}, num_buffers={self.num_buffers})")
 
-
-def _offsets(entries: list[_Entry]) -> list[int]:
-    out, o = [], 0
-    for e in entries:
-        out.append(o)
-        o += e.numel
-    return out

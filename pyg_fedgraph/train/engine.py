@@ -16,7 +16,7 @@ import itertools
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any, cast
+from typing import Annotated, cast
 
 import torch
 from torch import Tensor, nn
@@ -198,15 +198,22 @@ def batch_schedule(counts: Tensor, batch_size: int, *, epochs: int | None = None
             rows, values = draws.setdefault(n, ([], []))
             rows.append(i)
             values.append(torch.rand(rounds, n, generator=gen))
-    perm = torch.zeros(s, rounds, n_max, dtype=torch.long)
-    for n, (rows, values) in draws.items():
-        perm[rows, :, :n] = torch.stack(values).argsort(dim=-1)
+    uniform = len(draws) == 1 and len(draws[n_max][0]) == s  # every client holds n_max
+    if uniform:  # the usual case: one sort, nothing to place
+        perm = torch.stack(draws[n_max][1]).argsort(dim=-1)
+    else:
+        perm = torch.zeros(s, rounds, n_max, dtype=torch.long)
+        for n, (rows, values) in draws.items():
+            perm[rows, :, :n] = torch.stack(values).argsort(dim=-1)
     # Batches hold B real samples: client i's positions past n_i wrap around to the
     # beginning of its permutation (every batch of a client with n_i < B, the last
     # batch of an epoch otherwise).
     length = batch_size if steps is not None else -(-n_max // batch_size) * batch_size
-    pos = torch.arange(length).unsqueeze(0) % counts.clamp(min=1).unsqueeze(1)  # (S, L)
-    visits = perm.gather(2, pos.unsqueeze(1).expand(s, rounds, length))  # (S, R, L)
+    if uniform and length == n_max:  # no position wraps around
+        visits = perm
+    else:
+        pos = torch.arange(length).unsqueeze(0) % counts.clamp(min=1).unsqueeze(1)  # (S, L)
+        visits = perm.gather(2, pos.unsqueeze(1).expand(s, rounds, length))  # (S, R, L)
     if steps is not None:
         active = (counts > 0).unsqueeze(0).expand(steps, s).clone()
         return visits.transpose(0, 1).contiguous(), active
@@ -287,7 +294,6 @@ class ClientTrainer:
         # federated state: fresh zeros are passed so functional_call can mutate them.
         self._int_buffers = {n: b for n, b in self.model.named_buffers()
                              if not b.is_floating_point()}
-        self._param_names = [e.name for e in self.layout.params]
         self._channels_last = self._channels_last_weights()
 
     def _channels_last_weights(self) -> frozenset[str]:
@@ -384,51 +390,16 @@ class ClientTrainer:
     def _client_loss(self, theta: Tensor, buffers: dict[str, Tensor], xb: Tensor, yb: Tensor,
                      reg_fn: Callable[..., Tensor] | None, scale: Tensor | None,
                      *refs: Tensor) -> Tensor:
+        r"""One client's mini-batch loss (times the fp16 ``scale``) as a
+        function of its flat parameters ``theta`` :math:`(D,)`. The model sees
+        ``theta`` through :meth:`ParamLayout.unflatten`, one split into views,
+        so the gradient with respect to ``theta`` is one concatenation of the
+        parameter tensors' gradients (plus the regularizer's) in the backward
+        pass, and the function transforms see a single input tensor."""
         loss = self.objective.loss(self._forward(theta, buffers, xb), yb).mean()
         if reg_fn is not None:
             loss = loss + reg_fn(theta, *refs)
         return loss if scale is None else loss * scale
-
-    def _pieces_loss(self, pieces: tuple[Tensor, ...], theta: Tensor, buffers: dict[str, Tensor],
-                     xb: Tensor, yb: Tensor, reg_fn: Callable[..., Tensor] | None,
-                     scale: Tensor | None, *refs: Tensor) -> Tensor:
-        r""":meth:`_client_loss` with the data term a function of the parameter
-        tensors ``pieces`` (the views :meth:`ParamLayout.unflatten` gives, in
-        layout order) and the regularizer a function of the flat ``theta``
-        :math:`(D,)` holding the same values.
-
-        Training differentiates this one with respect to both and adds the
-        two gradients (:meth:`_flat_grad`): the gradient of the flat vector
-        through its views would sum one zero-filled :math:`(D,)` tensor per
-        parameter tensor (the backward of each slice), while the gradients of
-        the pieces are joined by one concatenation; and the regularizer needs
-        no concatenation of the pieces inside the differentiated function. The
-        values are the same as :meth:`_client_loss`'s gradient, bit for bit
-        (each entry is the same two terms, added in the same order)."""
-        params = dict(zip(self._param_names, pieces, strict=True))
-        loss = self.objective.loss(self._forward_params(params, buffers, xb), yb).mean()
-        if reg_fn is not None:
-            loss = loss + reg_fn(theta, *refs)
-        return loss if scale is None else loss * scale
-
-    def _flat_grad(self, grads: Any, regularized: bool, lead: int = 0) -> Tensor:
-        r"""The flat gradient from what differentiating :meth:`_pieces_loss`
-        gives: the pieces' gradients joined, plus with a regularizer the
-        gradient of ``theta`` (``grads`` is then ``(pieces' gradients,
-        theta's gradient)``)."""
-        if not regularized:
-            return self._join(grads, lead=lead)
-        g_pieces, g_theta = grads
-        g = self._join(g_pieces, lead=lead)
-        return g + g_theta.to(g.dtype)
-
-    def _join(self, pieces: Sequence[Tensor], lead: int = 0) -> Tensor:
-        r"""Parameter tensors (each with ``lead`` leading batch dimensions)
-        joined into flat vectors, the inverse of :meth:`ParamLayout.unflatten`."""
-        dtype = torch.get_default_dtype()
-        return torch.cat([p.reshape(*p.shape[:lead], -1) if p.dtype == dtype
-                          else p.reshape(*p.shape[:lead], -1).to(dtype) for p in pieces],
-                         dim=lead)
 
     # ---------------------------------------------------------------- train
     def train(self, clients: Tensor, params: Tensor, buffers: Tensor | None = None, *,
@@ -494,8 +465,7 @@ class ClientTrainer:
         :math:`(S,)` (fp16), gradients are of the scaled loss divided back."""
         reg_fn = regularizer.fn if regularizer is not None else None
         refs = regularizer.refs if regularizer is not None else ()
-        regularized = reg_fn is not None
-        value_and_grad = grad_and_value(self._pieces_loss, argnums=(0, 1) if regularized else 0)
+        value_and_grad = grad_and_value(self._client_loss)
 
         def one_hvp(theta: Tensor, b: dict[str, Tensor], xb: Tensor, yb: Tensor,
                     v: Tensor, *r: Tensor) -> Tensor:
@@ -504,16 +474,14 @@ class ClientTrainer:
             return torch.func.jvp(g, (theta,), (v,))[1]
 
         if self.execution == "vmap":
-            in_dims = (0, 0, 0, 0, 0, None, None if scale is None else 0) + (0,) * len(refs)
+            in_dims = (0, 0, 0, 0, None, None if scale is None else 0) + (0,) * len(refs)
             batched_grad = vmap(value_and_grad, in_dims=in_dims, randomness="different")
             batched_hvp = vmap(one_hvp, in_dims=(0, 0, 0, 0, 0) + (0,) * len(refs),
                                randomness="different")
 
             def grads(theta: Tensor, b: dict[str, Tensor], xb: Tensor, yb: Tensor
                       ) -> tuple[Tensor, Tensor]:
-                pieces = tuple(self.layout.unflatten(theta).values())
-                g, loss = batched_grad(pieces, theta, b, xb, yb, reg_fn, scale, *refs)
-                return self._flat_grad(g, regularized, lead=1), loss
+                return batched_grad(theta, b, xb, yb, reg_fn, scale, *refs)
 
             def hvps(theta: Tensor, b: dict[str, Tensor], xb: Tensor, yb: Tensor,
                      v: Tensor) -> Tensor:
@@ -523,13 +491,10 @@ class ClientTrainer:
                          scale_i: Tensor | None, *r: Tensor) -> tuple[Tensor, Tensor]:
                 # Plain autograd, no function transform: the cheapest per-client gradient.
                 with torch.enable_grad():
-                    leaves = tuple(p.detach().requires_grad_()
-                                   for p in self.layout.unflatten(theta_i).values())
-                    flat = theta_i.detach().requires_grad_(regularized)
-                    loss = self._pieces_loss(leaves, flat, b, xb, yb, reg_fn, scale_i, *r)
-                    g = torch.autograd.grad(loss, (*leaves, flat) if regularized else leaves)
-                return (self._flat_grad((g[:-1], g[-1]) if regularized else g, regularized),
-                        loss.detach())
+                    flat = theta_i.detach().requires_grad_()
+                    loss = self._client_loss(flat, b, xb, yb, reg_fn, scale_i, *r)
+                    (g,) = torch.autograd.grad(loss, flat)
+                return g, loss.detach()
 
             def grads(theta: Tensor, b: dict[str, Tensor], xb: Tensor, yb: Tensor
                       ) -> tuple[Tensor, Tensor]:
@@ -573,18 +538,22 @@ class ClientTrainer:
         k = rule.batches_per_step
         num_steps = index.size(0) // k
         steps = torch.zeros(s, dtype=torch.long)
+        # A client steps only when its schedule holds all k batches of the step.
+        step_active = active[:num_steps * k].view(num_steps, k, s).all(dim=1)  # (T', S)
+        anyone = step_active.any(dim=1).tolist()
+        # With every client active (equal sample counts, the usual case) and no fp16
+        # skips, the masks below would select every row: take the new values as they are.
+        all_active = step_active.all(dim=1).tolist()
+        step_batches = index[:num_steps * k].view(num_steps, k, *index.shape[1:])
         for t in range(num_steps):
-            # A client steps only when its schedule holds all k batches of the step.
-            act = active[t * k:(t + 1) * k].all(dim=0)
-            if not bool(act.any()):
+            if not anyone[t]:
                 continue
-            # With every client active (equal sample counts, the usual case) and no fp16
-            # skips, the masks below would select every row: take the new values as they are.
-            everyone = scale is None and bool(act.all())
+            everyone = scale is None and all_active[t]
+            act = step_active[t]
             act_dev = act.to(self.device)
             old = {name: v.clone() for name, v in bufs.items()} if bufs and not everyone else {}
             new, new_state, loss = rule.step(problem, theta, state,
-                                             list(index[t * k:(t + 1) * k].unbind(0)), cfg)
+                                             list(step_batches[t].unbind(0)), cfg)
             if everyone:
                 theta, state = new, new_state
                 loss_sum += loss
@@ -726,20 +695,16 @@ class ClientTrainer:
         w = (valid.to(params.dtype) / counts.clamp(min=1).to(params.dtype).unsqueeze(1)
              ).to(self.device)
 
-        def loss_fn(pieces: tuple[Tensor, ...], b: dict[str, Tensor], x: Tensor, y: Tensor,
-                    wi: Tensor) -> Tensor:  # of the parameter tensors, see _pieces_loss
-            out = self._forward_params(dict(zip(self._param_names, pieces, strict=True)), b, x)
-            return (self.objective.loss(out, y) * wi).sum()
+        def loss_fn(theta: Tensor, b: dict[str, Tensor], x: Tensor, y: Tensor,
+                    wi: Tensor) -> Tensor:  # of the flat parameters, see _client_loss
+            return (self.objective.loss(self._forward(theta, b, x), y) * wi).sum()
 
         one = grad_and_value(loss_fn)
         if self.execution == "vmap":
-            g, loss = vmap(one)(tuple(self.layout.unflatten(params).values()), bufs, xb, yb, w)
-            return self._join(g, lead=1), loss
-        out = [one(tuple(self.layout.unflatten(params[i]).values()),
-                   {k: v[i] for k, v in bufs.items()}, xb[i], yb[i], w[i])
+            return vmap(one)(params, bufs, xb, yb, w)
+        out = [one(params[i], {k: v[i] for k, v in bufs.items()}, xb[i], yb[i], w[i])
                for i in range(params.size(0))]
-        return (torch.stack([self._join(g) for g, _ in out]),
-                torch.stack([lo for _, lo in out]))
+        return torch.stack([g for g, _ in out]), torch.stack([lo for _, lo in out])
 
     def __repr__(self) -> str:
         extra = "" if self.device.type == "cpu" else f", device={self.device}"
