@@ -166,3 +166,19 @@ def test_perf_compare_ratios_by_hand(monkeypatch, tmp_path):
     # geometric means: sqrt(1.2 * 0.5) = 0.775, sqrt(1.05 * 0.5) = 0.725
     assert "**0.775** for the minima, **0.725** for the paired medians" in lines[-1]
     sys.modules.pop("perf_compare", None)
+
+
+def test_perf_compare_steady_pairs_blocks_in_order(monkeypatch, tmp_path):
+    monkeypatch.syspath_prepend(str(BENCH))
+    perf_compare = importlib.import_module("perf_compare")
+    # steady_rounds.py's lines, prefixed by the tree; alternation 1 then 2.
+    (tmp_path / "steady.txt").write_text("other fedavg 0.0200\nother local 0.0100\n"
+                                         "this fedavg 0.0100\nthis local 0.0100\n"
+                                         "other fedavg 0.0100\nother local 0.0200\n"
+                                         "this fedavg 0.0200\nthis local 0.0100\n")
+    lines = perf_compare.compare_steady(tmp_path)
+    assert lines[0] == "2 alternations."
+    # fedavg: minima 0.01 / 0.01; paired 0.5 and 2.0 (median 1.25). local: 1.0 and 0.5.
+    assert "| fedavg | 0.0100 | 0.0100 | 1.00 | 1.25 |" in lines
+    assert "| local | 0.0100 | 0.0100 | 1.00 | 0.75 |" in lines
+    sys.modules.pop("perf_compare", None)
