@@ -218,13 +218,10 @@ class ParamLayout:
         if flat.shape[-1] != total:
             raise ValueError(f"flat {kind} vector has {flat.shape[-1]} values, "
                              f"the model has {total}")
-        if not entries:
-            return OrderedDict()
         lead = flat.shape[:-1]
-        # One split (views) instead of one slice per tensor; casts only where needed.
+        # One split into views: its backward is one concatenation.
         return OrderedDict(
-            (e.name, piece.reshape(*lead, *e.shape) if e.dtype == flat.dtype
-             else piece.reshape(*lead, *e.shape).to(e.dtype))
+            (e.name, piece.reshape(*lead, *e.shape).to(e.dtype))
             for e, piece in zip(entries, flat.split(sizes, dim=-1), strict=True))
 
     def state_dict_of(self, params: Tensor, buffers: Tensor | None = None

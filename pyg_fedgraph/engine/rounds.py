@@ -213,8 +213,6 @@ class RoundEngine:
         ``(seed, "sample", rnd)``."""
         if candidates is None:
             candidates = self.trainable
-        if num_sampled(candidates.numel(), self.sample_fraction) == candidates.numel():
-            return candidates.clone()  # everyone: no stream to derive
         return sample_clients(candidates, self.sample_fraction,
                               make_generator(self.seed, "sample", rnd))
 

@@ -375,10 +375,7 @@ class ClientTrainer:
         return [slice(i, min(i + k, num_clients)) for i in range(0, num_clients, k)]
 
     def _forward(self, theta: Tensor, buffers: dict[str, Tensor], xb: Tensor) -> Tensor:
-        return self._forward_params(self.layout.unflatten(theta), buffers, xb)
-
-    def _forward_params(self, params: dict[str, Tensor], buffers: dict[str, Tensor],
-                        xb: Tensor) -> Tensor:
+        params: dict[str, Tensor] = self.layout.unflatten(theta)
         if self._channels_last and self.execution == "loop":  # one client at a time
             params = _to_channels_last(params, self._channels_last)
         if self.precision == "fp32":  # no autocast, nothing to cast back (the common case)
