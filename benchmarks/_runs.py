@@ -90,12 +90,14 @@ def load_cached(cfg: ExperimentConfig) -> dict[str, Any] | None:
 
 #: The header of :func:`runs_table` (``claims.py`` joins tables of runs by it).
 RUNS_HEADER = "| run | rounds | wall (s) | CPU (s) | load start / end | finished |"
+#: The table's alignment row, below :data:`RUNS_HEADER`.
+RUNS_RULE = "|---|---:|---:|---:|---|---|"
 
 
 def runs_table() -> list[str]:
     r"""Markdown table of the runs in :data:`USED`: what ran, wall and CPU
     time, load average at its start and end, date."""
-    rows = [RUNS_HEADER, "|---|---:|---:|---:|---|---|"]
+    rows = [RUNS_HEADER, RUNS_RULE]
     for _key, e in sorted(USED.items()):
         c = e["config"]
         what = " ".join(str(v) for v in (c["dataset"], c["strategy"], c.get("partition") or "",

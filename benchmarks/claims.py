@@ -40,7 +40,15 @@ from typing import Any
 
 import torch
 from _report import emit, machine
-from _runs import RUNS_HEADER, USED, cached_run, checkpoint_round, load_cached, runs_table
+from _runs import (
+    RUNS_HEADER,
+    RUNS_RULE,
+    USED,
+    cached_run,
+    checkpoint_round,
+    load_cached,
+    runs_table,
+)
 from pfedgat_allocation import allocation_stats, label_histogram
 
 from pyg_fedgraph.cli.config import load_config
@@ -977,7 +985,6 @@ def runs_section(rows: list[str]) -> list[str]:
     format), with the totals of wall and CPU time of the runs that were not
     read off another run."""
     rows = sorted(set(rows))
-    table = runs_table()[:2]  # its header and separator (the rows are given)
     own = [r.split(" | ") for r in rows if "(inside the run" not in r]
     total = sum(float(c[2]) for c in own)
     cpu = sum(float(c[3]) for c in own if c[3] != "-")
@@ -987,7 +994,7 @@ def runs_section(rows: list[str]) -> list[str]:
             "jobs: the load average says how busy it was). No GPU was available. Total: "
             f"{total / 3600:.1f} h of wall time, {cpu / 3600:.1f} h of CPU time where "
             "recorded (CPU time was not recorded for the first runs).", "",
-            *table, *rows, ""]
+            RUNS_HEADER, RUNS_RULE, *rows, ""]
 
 
 def merge_sections(old: str, new: str, rebuilt: set[str], note: str) -> str:

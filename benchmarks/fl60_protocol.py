@@ -182,9 +182,11 @@ def first_round_above(entry: dict, level: float) -> int | None:
 
 def findings(got: dict[tuple[str, str], dict], ceiling: dict[str, float],
              bayes: dict[str, float], gentler: list[float],
-             hn_variants: list[float] | None = None, hn_reach: int | None = None
-             ) -> list[str]:
-    r"""What the tables above say about each gap to Table II, from their numbers."""
+             hn_variants: list[float] | None = None, hn_reach: int | None = None,
+             hn_both: dict[tuple[float, float], dict] | None = None) -> list[str]:
+    r"""What the tables above say about each gap to Table II, from their numbers
+    (``hn_both``: :func:`hn_grid`'s cells, when all of them ran)."""
+    paper_hn = PANACEA_T2["pfedhn"] / 100
     proto = {n: got["paper protocol", n]["test"] for n in STRATEGIES}
     grid: dict[str, list[float]] = {}
     for name in ("pfedhn", "sfl"):  # claims.py section A's runs, when there
@@ -192,18 +194,14 @@ def findings(got: dict[tuple[str, str], dict], ceiling: dict[str, float],
         if all(entries):
             grid[name] = [e["summary"]["test"] for e in entries]
 
-    def hn_grids() -> str:
-        both = hn_grid()
-        if both is None:
-            return ""
+    def hn_grids(both: dict[tuple[float, float], dict]) -> str:
         tests = [v["test"] for v in both.values()]
         lo, hi = min(tests), max(tests)
         best = max(both, key=lambda k: both[k]["val_best"])
-        inside = lo <= PANACEA_T2["pfedhn"] / 100 <= hi
-        paper = PANACEA_T2["pfedhn"] / 100
-        near = sorted(k for k, v in both.items() if abs(v["test"] - paper) <= 0.05)
-        below = {k: v["test"] for k, v in both.items() if v["test"] < paper}
-        above = {k: v["test"] for k, v in both.items() if v["test"] >= paper}
+        inside = lo <= paper_hn <= hi
+        near = sorted(k for k, v in both.items() if abs(v["test"] - paper_hn) <= 0.05)
+        below = {k: v["test"] for k, v in both.items() if v["test"] < paper_hn}
+        above = {k: v["test"] for k, v in both.items() if v["test"] >= paper_hn}
 
         def bracket(cells: dict[tuple[float, float], float], pick) -> str:
             key = pick(cells, key=cells.__getitem__)
@@ -265,7 +263,7 @@ def findings(got: dict[tuple[str, str], dict], ceiling: dict[str, float],
         "architecture trained as Panacea, has METR-LA MSE 3.2 against Table II's pFedHN "
         "67.3 (x 1e-3). The settings of those runs are not given; with ours, the "
         "hypernetwork fits every client of GRDA's separable tasks." + over_grid("pfedhn")
-        + hn_grids()
+        + (hn_grids(hn_both) if hn_both else "")
         + (f" What pFedHN's released loop and Panacea's text do differently (the pFedHN table "
            f"above: one client per round, pFedHN's inner optimizer, embedding size 100) gives "
            f"{pct(min(hn_variants))}-{pct(max(hn_variants))}." if hn_variants else "")
@@ -275,10 +273,9 @@ def findings(got: dict[tuple[str, str], dict], ceiling: dict[str, float],
            else "")
         + (" So neither the inputs, the learning rates nor the differences of the released "
            "loop explain the gap; we have not found the difference." if "pfedhn" in grid
-           and min(grid["pfedhn"]) > PANACEA_T2["pfedhn"] / 100 + 0.05
-           and (not hn_variants or min(hn_variants) > PANACEA_T2["pfedhn"] / 100 + 0.05)
-           and (hn_grid() is None or min(v["test"] for v in hn_grid().values())
-                > PANACEA_T2["pfedhn"] / 100 + 0.05)
+           and min(grid["pfedhn"]) > paper_hn + 0.05
+           and (not hn_variants or min(hn_variants) > paper_hn + 0.05)
+           and (not hn_both or min(v["test"] for v in hn_both.values()) > paper_hn + 0.05)
            else ""), ""]
 
 
@@ -376,7 +373,7 @@ def main(argv: list[str] | None = None) -> str:
         *(["pFedHN over both of the paper's learning-rate grids (paper protocol, plain SGD "
            "on the clients, pFedHN's hypernetwork optimizer; test accuracy at the best mean "
            "validation round):", "", *hn_grid_table(grid_rows), ""] if grid_rows else []),
-        *findings(got, ceiling, bayes, gentler, hn_variants, hn_reach),
+        *findings(got, ceiling, bayes, gentler, hn_variants, hn_reach, grid_rows),
         "## Machine", "", *machine(load_start), "",
         f"Total wall time {time.perf_counter() - t0:.0f} s (cached runs are reused). "
         "Command: `" + " ".join(["python benchmarks/fl60_protocol.py",
