@@ -79,7 +79,7 @@ def main() -> None:
     per_round = []
     for _ in range(args.rounds):
         sim.step()
-        per_round.append(strategy.layer_graphs())  # weights used this round (L, N, N)
+        per_round.append(strategy.layer_graphs().cpu())  # weights used this round (L, N, N)
 
     stages = {"first": 2, "middle": (args.rounds + 2) // 2, "final": args.rounds}
     names = strategy.ctx.layout.layer_names

@@ -124,7 +124,8 @@ def road_share(weight: torch.Tensor, edge_index: torch.Tensor, top_k: int = 2
     weights that go to a road neighbour (either direction), and the share
     expected by chance (the road graph's density)."""
     n = weight.size(0)
-    w = weight.detach().float().clone().fill_diagonal_(float("-inf"))
+    w = weight.detach().float().cpu().clone().fill_diagonal_(float("-inf"))
+    edge_index = edge_index.cpu()
     road = torch.zeros(n, n, dtype=torch.bool)
     road[edge_index[0], edge_index[1]] = True
     road = (road | road.t()).fill_diagonal_(False)

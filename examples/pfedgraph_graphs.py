@@ -43,7 +43,8 @@ def train_graph(partition: str, rounds: int, seed: int, **data) -> tuple[torch.T
                            overrides={f"data.{k}": v for k, v in data.items()})
     sim = build_simulator(cfg, progress=False)
     sim.run()
-    return sim.strategy.collaboration_graph(), sim.dataset.client_labels, sim.summary()
+    # On the CPU for the checks below, whichever device the run used.
+    return sim.strategy.collaboration_graph().cpu(), sim.dataset.client_labels, sim.summary()
 
 
 def uniformity(weight: torch.Tensor) -> float:

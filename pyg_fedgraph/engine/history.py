@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import torch
@@ -73,6 +73,12 @@ class History:
         self.records: list[RoundRecord] = []
 
     def append(self, record: RoundRecord) -> None:
+        r"""Adds ``record``; its metric tensors are kept on the CPU, whatever
+        device computed them, so that a history's records stack (and a
+        resumed run's records join those of its checkpoint)."""
+        if any(v.device.type != "cpu" for d in (record.val, record.test) for v in d.values()):
+            record = replace(record, val={k: v.detach().cpu() for k, v in record.val.items()},
+                             test={k: v.detach().cpu() for k, v in record.test.items()})
         self.records.append(record)
 
     def __len__(self) -> int:

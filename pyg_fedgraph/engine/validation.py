@@ -107,17 +107,20 @@ def check_updates(updates: Updates, num_params: int, *, reference: Tensor | None
     reasons: list[str | None] = [None] * s
     if rows is None:
         x = cast(Tensor, updates)  # rows is None only for an (S, D) tensor
-        length_ok = torch.ones(s, dtype=torch.bool)
+        length_ok = torch.ones(s, dtype=torch.bool, device=x.device)
     else:
         lengths = [int(r.numel()) for r in rows]
-        length_ok = torch.tensor([n == num_params for n in lengths], dtype=torch.bool)
+        device = rows[0].device if rows else torch.device("cpu")
+        length_ok = torch.tensor([n == num_params for n in lengths], dtype=torch.bool,
+                                 device=device)
         for i, n in enumerate(lengths):
             if n != num_params:
                 reasons[i] = f"wrong length: sent {n} parameters, the model has {num_params}"
         dtype = next((r.dtype for r, ok in zip(rows, length_ok, strict=True) if ok), torch.float32)
-        x = torch.zeros(s, num_params, dtype=dtype if dtype.is_floating_point else torch.float32)
+        x = torch.zeros(s, num_params, dtype=dtype if dtype.is_floating_point else torch.float32,
+                        device=device)
         if bool(length_ok.any()):
-            kept = [r for r, ok in zip(rows, length_ok, strict=True) if ok]
+            kept = [r.to(device) for r, ok in zip(rows, length_ok, strict=True) if ok]
             x[length_ok] = torch.stack(kept).to(x.dtype)
     x = x.detach()
     if not x.is_floating_point():
@@ -125,7 +128,8 @@ def check_updates(updates: Updates, num_params: int, *, reference: Tensor | None
 
     bad_values = (~torch.isfinite(x)).sum(dim=1)
     finite = length_ok & (bad_values == 0)
-    diff = x if reference is None else x - reference.detach().to(x.dtype).expand_as(x)
+    diff = (x if reference is None else
+            x - reference.detach().to(device=x.device, dtype=x.dtype).expand_as(x))
     norm = torch.linalg.vector_norm(torch.where(finite.unsqueeze(1), diff, 0.0), dim=1)
     # A finite reference difference can still overflow (1e38 - (-1e38)).
     finite_norm = torch.isfinite(norm)

@@ -339,7 +339,7 @@ class FedAMP(Strategy):
         cloud, rows = self.cloud_models(clients)
         self.weights[clients] = rows.to(self.weights.dtype)
         coefficient = cloud.new_full((clients.numel(),), self.lam / self.alpha_k)
-        self_weight = rows.gather(1, clients.view(-1, 1)).view(-1)
+        self_weight = rows.gather(1, clients.to(rows.device).view(-1, 1)).view(-1)
         if bool((self_weight < 0).any()) and not self._warned:
             self._warned = True
             log.warning("fedamp: self weights down to %.3g in round %d: the cloud models "

@@ -252,8 +252,9 @@ class PFedGraph(Strategy):
         if self._graph_cache is not None and self._graph_cache[0] == table.version:
             return self._graph_cache[1], self._graph_cache[2]
         n = ctx.num_clients
-        weight = initial_collaboration_graph(n, dtype=torch.float64)
-        similarity = torch.eye(n, dtype=torch.float64)
+        device = table.params.device
+        weight = initial_collaboration_graph(n, dtype=torch.float64, device=device)
+        similarity = torch.eye(n, dtype=torch.float64, device=device)
         active = table.trained.nonzero().view(-1)
         if active.numel():
             delta = table.params[active] - ctx.init_params

@@ -172,4 +172,5 @@ class PFedLA(ServerOptimizerState, Strategy):
             return None
         hn = self._hypernetwork()
         with torch.no_grad():
-            return hn(torch.arange(self.ctx.num_clients)).transpose(0, 1).clone()
+            clients = torch.arange(self.ctx.num_clients, device=self.ctx.init_params.device)
+            return hn(clients).transpose(0, 1).clone()

@@ -135,7 +135,7 @@ class PFedMe(FedAvg):
 
     def personalized_params(self, clients: Tensor) -> Tensor | None:
         ctx = self._require_setup()
-        clients = clients.to(torch.long)
+        clients = clients.to(device=self.personal_params.device, dtype=torch.long)
         own = ctx.table.trained[clients] & ~ctx.is_held_out(clients)
         return torch.where(own.unsqueeze(1), self.personal_params[clients],
                            self.global_params.to(self.personal_params.dtype))

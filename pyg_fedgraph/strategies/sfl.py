@@ -202,8 +202,8 @@ class SFL(Strategy):
                              f"{edge_index.size(1)} edges")
         edge_index, edge_weight = add_remaining_self_loops(
             edge_index.to(torch.long), edge_weight.to(init.dtype), fill_value=1.0, num_nodes=n)
-        self.graph_edge_index = edge_index
-        self.graph_edge_weight = edge_weight
+        self.graph_edge_index = edge_index.to(init.device)
+        self.graph_edge_weight = edge_weight.to(init.device)
         self._cache = None
 
     # ------------------------------------------------------------- operator
@@ -275,4 +275,5 @@ class SFL(Strategy):
         ctx = self._require_setup()
         if not bool(ctx.table.trained.any()):
             return None
-        return self.propagate(torch.eye(ctx.num_clients, dtype=ctx.init_params.dtype))
+        return self.propagate(torch.eye(ctx.num_clients, dtype=ctx.init_params.dtype,
+                                        device=self.graph_edge_index.device))

@@ -18,7 +18,7 @@ from pyg_fedgraph.train import LocalConfig
 from pyg_fedgraph.train import engine as train_engine
 from pyg_fedgraph.train.engine import ClientTrainer
 from pyg_fedgraph.train.execution import EXECUTION_TABLE, choose_execution, model_family
-from pyg_fedgraph.utils.device import available_devices, resolve_device
+from pyg_fedgraph.utils.device import available_devices, deterministic_algorithms, resolve_device
 
 DEVICES = available_devices()
 IDS = [str(d) for d in DEVICES]
@@ -134,6 +134,26 @@ def test_a_checkpoint_resumes_on_another_device(source, target):
         assert torch.equal(resumed.local_params, full.local_params)
     else:  # another device computes with other kernels: equal to rounding
         assert_same_run(resumed, full, atol=1e-4)
+
+
+@pytest.mark.parametrize("device", DEVICES, ids=IDS)
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
+def test_deterministic_algorithms_run_every_strategy_and_repeat_it_bit_for_bit(
+        device, name, monkeypatch):
+    # --deterministic: torch raises for an operation without a deterministic implementation
+    # on the device (many exist on CUDA only), so every strategy runs under it, twice.
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    runs = []
+    before = torch.are_deterministic_algorithms_enabled()  # on under CUDA (tests/conftest.py)
+    with deterministic_algorithms(True):
+        for _ in range(2):
+            sim = tiny(name, rounds=2, device=str(device))
+            sim.run()
+            runs.append(sim)
+    assert torch.are_deterministic_algorithms_enabled() == before
+    assert runs[0].history == runs[1].history
+    assert torch.equal(runs[0].local_params, runs[1].local_params)
+    assert torch.equal(runs[0].engine.table.params, runs[1].engine.table.params)
 
 
 # ---------------------------------------------------------------- chunks and executions

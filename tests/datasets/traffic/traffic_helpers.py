@@ -44,6 +44,7 @@ def chain_adjacency(n):
 
 
 def write_h5(df, path, **kwargs):
+    pytest.importorskip("tables", reason="pandas writes HDF5 files with PyTables")
     with warnings.catch_warnings():  # PyTables warns when it pickles object columns
         warnings.simplefilter("ignore")
         df.to_hdf(path, key="df", **kwargs)
