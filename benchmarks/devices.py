@@ -40,6 +40,10 @@ Every row is measured side by side in one run; the script asserts nothing.
     road graph (:func:`~pyg_fedgraph.datasets.metr_la` without ``metr-la.h5``),
     or the real ones when ``--metr-la-root`` holds them. The CPU side trains
     ``--metr-cpu-steps`` steps and is scaled to the epoch's steps (said so).
+(f) **deterministic** (CUDA only): seconds per round of FedAvg, pFedGAT and
+    pFedGraph (digits, simple CNN, 20 clients) with and without torch's
+    deterministic algorithms (``--deterministic``), and whether two runs of
+    each end at the same parameters bit for bit.
 
 Usage::
 
@@ -74,7 +78,8 @@ from pyg_fedgraph.train.execution import EXECUTION_TABLE, choose_execution, mode
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "devices.md"
-NO_GPU = "not measured: no GPU was available in this session"
+NO_GPU = ("not measured: the machine of this run has no CUDA device (rows of one H100: "
+          "`devices_h100.md`)")
 
 
 # ------------------------------------------------------------------ data
@@ -223,6 +228,9 @@ def chunk_measure(device: torch.device, clients: int, steps: int, chunk: int | N
                             parallel_clients=chunk, execution="vmap")
     params = trainer.layout.flatten(model).to(device).repeat(clients, 1)
     if device.type == "cuda":
+        # One untimed training first: the process's first one also allocates cuBLAS's and
+        # cuDNN's workspaces, which would be charged to whichever chunk size runs first.
+        train_once(trainer, params)
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
         before = torch.cuda.memory_allocated(device)
@@ -372,6 +380,50 @@ def metr_la_rows(device: torch.device, quick: bool, cpu_steps: int,
              else "recorded speeds"}]
 
 
+# ------------------------------------------------------- (f) deterministic
+#: Strategies of the deterministic rows: FedAvg (local training and a weighted mean),
+#: pFedGAT (GATConv's scatter softmax over clients), pFedGraph (the QP's batched projection).
+DETERMINISTIC_STRATEGIES = ("fedavg", "pfedgat", "pfedgraph")
+
+
+def deterministic_rows(device: torch.device, quick: bool) -> list[dict[str, Any]]:
+    r"""Seconds per round with and without torch's deterministic algorithms
+    (``--deterministic``), and whether two runs of each end at the same
+    parameters bit for bit. Digits, the simple CNN, 20 clients; the rounds
+    after the first of the second run are timed."""
+    from pyg_fedgraph.experiment import ExperimentConfig, build_simulator
+    from pyg_fedgraph.utils.device import deterministic_algorithms
+
+    rounds = 2 if quick else 6
+    rows = []
+    for strategy in DETERMINISTIC_STRATEGIES:
+        row: dict[str, Any] = {"device": str(device), "strategy": strategy, "rounds": rounds}
+        for det in (False, True):
+            finals, per_round = [], []
+            with deterministic_algorithms(det):
+                for _ in range(2):
+                    cfg = ExperimentConfig(dataset="digits", strategy=strategy, clients=20,
+                                           rounds=rounds, seed=0, device=str(device),
+                                           overrides={"model": "cnn", "steps": 10})
+                    sim = build_simulator(cfg, progress=False)
+                    times = []
+                    for _ in range(rounds):
+                        sync(device)
+                        t0 = time.perf_counter()
+                        sim.step()
+                        sync(device)
+                        times.append(time.perf_counter() - t0)
+                    finals.append(sim.local_params.cpu())
+                    per_round = times[1:]
+            key = "deterministic" if det else "default"
+            row[f"{key} s/round"] = statistics.mean(per_round)
+            row[f"{key} repeat diff"] = float((finals[0] - finals[1]).abs().max())
+        row["cost"] = row["deterministic s/round"] / row["default s/round"]
+        rows.append(row)
+        print(f"[deterministic] {device} {strategy}: {row}", flush=True)
+    return rows
+
+
 # ------------------------------------------------------------------ output
 def _mib(b: float | None) -> float | None:
     return None if b is None else b / 2 ** 20
@@ -441,6 +493,8 @@ def main(argv: list[str] | None = None) -> str:
     rounds = 2 if args.quick else args.scale_rounds
     cuda = [d for d in devices if d.type == "cuda"]
     goal_devices = cuda or ([torch.device("cpu")] if args.goals_on_cpu else [])
+    if cuda:  # cuBLAS reads it when it starts; deterministic algorithms need it (rows f)
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
     chunk, execution, metr = [], [], []
     for device in devices:
@@ -449,20 +503,23 @@ def main(argv: list[str] | None = None) -> str:
     for device in devices:
         execution += execution_rows(device, args.quick, repeats,
                                     goals=device.type != "cpu" or args.goals_on_cpu)
+    determ: list[dict[str, Any]] = []
     for device in goal_devices:
         metr += metr_la_rows(device, args.quick, args.metr_cpu_steps, args.metr_la_root)
+        determ += deterministic_rows(device, args.quick)
     scale = scale_rows(sizes, rounds)
 
     cmd = " ".join(["python benchmarks/devices.py", *argv])
-    text = "\n".join(report(chunk, execution, scale, metr, bool(cuda), cmd, load_start,
-                            time.perf_counter() - start)) + "\n"
+    text = "\n".join(report(chunk, execution, scale, metr, determ, bool(cuda), cmd,
+                            load_start, time.perf_counter() - start)) + "\n"
     print()
     emit(text, out_path)
     return text
 
 
 def report(chunk: list[dict[str, Any]], execution: list[dict[str, Any]],
-           scale: list[dict[str, Any]], metr: list[dict[str, Any]], gpu: bool, cmd: str,
+           scale: list[dict[str, Any]], metr: list[dict[str, Any]],
+           determ: list[dict[str, Any]], gpu: bool, cmd: str,
            load_start: float, seconds: float) -> list[str]:
     lines = ["# Devices: chunked training, execution per model family, scale", "",
              f"`{cmd}`. Every row is measured in this one run; ratios compare paths "
@@ -471,9 +528,10 @@ def report(chunk: list[dict[str, Any]], execution: list[dict[str, Any]],
               "Simple CNN on random 28x28 inputs, `execution=\"vmap\"`, the same clients, "
               "start parameters and batch schedule for every chunk size. \"extra MiB\": on "
               "CUDA `torch.cuda.max_memory_allocated` during training minus what was "
-              "allocated before; on the CPU, in a fresh process per row, how much training "
-              "raised the process's peak resident set size (`VmHWM`, after lifting the "
-              "high-water mark to the current usage): memory the OS gave the process, "
+              "allocated before (after one untimed training, so that cuBLAS and cuDNN "
+              "workspaces count in no row); on the CPU, in a fresh process per row, how "
+              "much training raised the process's peak resident set size (`VmHWM`, after "
+              "lifting the high-water mark to the current usage): memory the OS gave the process, "
               "allocator caching included. \"process peak MiB\": the whole child process "
               "(Python, torch, data). \"seconds\": a second, identical training in the same "
               "process. \"max diff\": max |parameter difference| to `parallel_clients=all`.",
@@ -517,6 +575,8 @@ def report(chunk: list[dict[str, Any]], execution: list[dict[str, Any]],
               "goal < 8 GB (8,192 MiB).", ""]
     lines += table(scale, ["N", "strategy", "sampled", "build s", "rounds", "s/round",
                            "round range", "peak MiB"])
+    if not scale:
+        lines += ["", "Not run in this run (`--scale` with no sizes)."]
     lines += ["", "## (d) Writing the run's files against the rounds", "",
               "`write_run` as the command line calls it, in the same processes after the "
               "rounds: config, history, clients, summary, learning curve, and for pFedGraph "
@@ -538,6 +598,21 @@ def report(chunk: list[dict[str, Any]], execution: list[dict[str, Any]],
     else:
         lines += [f"METR-LA round on CUDA vs one CPU thread: {NO_GPU}. The script runs it "
                   "when CUDA is available."]
+    lines += ["", "## (f) What `--deterministic` costs", ""]
+    if determ:
+        lines += ["Digits, the simple CNN (`--set model=cnn`), 20 clients, 10 local steps per "
+                  "round, with and without torch's deterministic algorithms "
+                  "(`torch.use_deterministic_algorithms`, what `--deterministic` sets; "
+                  "`CUBLAS_WORKSPACE_CONFIG=:4096:8` for both). Two runs of each; \"s/round\": "
+                  "the mean of the second run's rounds after its first; \"repeat diff\": max "
+                  "|difference| of the two runs' final parameters (0: bit for bit the same). "
+                  "\"cost\": deterministic s/round over default s/round.", ""]
+        lines += table(determ, ["device", "strategy", "rounds", "default s/round",
+                                "deterministic s/round", "cost", "default repeat diff",
+                                "deterministic repeat diff"])
+    else:
+        lines += [f"Deterministic algorithms on CUDA against the default: {NO_GPU}. On the "
+                  "CPU torch's kernels are deterministic already."]
     errors = [r for r in chunk + scale if r.get("error")]
     if errors:
         lines += ["", "Errors:"] + [f"- {r}" for r in errors]

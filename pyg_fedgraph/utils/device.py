@@ -141,8 +141,15 @@ def same_device(a: torch.device, b: torch.device) -> bool:
 
 @contextmanager
 def deterministic_algorithms(enabled: bool) -> Iterator[None]:
-    r"""Within the block, torch uses deterministic algorithms only (for CUDA:
-    slower scatter/index kernels, see ``benchmarks/results/devices.md``)."""
+    r"""Within the block, torch uses deterministic algorithms only.
+
+    On the CPU this changes nothing (its kernels are deterministic). On CUDA,
+    scatter sums (GATConv's softmax and aggregation, for one) otherwise add
+    in a different order each run: two identical pFedGAT runs ended 0.02
+    apart after 6 rounds on an H100, and bit for bit the same with this
+    (``benchmarks/results/devices_h100.md``, section f). CUDA's matrix
+    products also need ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` set before cuBLAS
+    starts (the command line sets it for ``--deterministic``)."""
     before = torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(enabled)
     try:
