@@ -165,7 +165,7 @@ def flip_labels(y: Tensor, num_classes: int, mode: FlipMode = "random", *,
     if mode == "reverse":
         return (num_classes - 1 - y).to(y.dtype)
     # An offset in [1, C) added modulo C never gives back the true class.
-    offset = torch.randint(1, num_classes, y.shape, generator=generator)
+    offset = torch.randint(1, num_classes, y.shape, generator=generator).to(y.device)
     return ((y.long() + offset) % num_classes).to(y.dtype)
 
 
@@ -363,7 +363,7 @@ class Attack:
             raise ValueError(f"the {self.kind!r} attack needs one class label per sample, "
                              f"got targets of shape {tuple(train.y.shape)}")
         real = _real_rows(train)
-        bad = torch.zeros(train.counts.numel(), dtype=torch.bool)
+        bad = torch.zeros(train.counts.numel(), dtype=torch.bool, device=real.device)
         bad[malicious] = True
         x, y = train.x.clone(), train.y.clone()
         if self.kind == "label-flip":
@@ -374,10 +374,11 @@ class Attack:
                 raise ValueError(f"the backdoor target class {self.target} is not among the "
                                  f"{dataset.num_classes} classes")
             # A random `fraction` of each malicious client's real rows carries the trigger.
-            keys = torch.rand(real.shape, generator=generator)
+            keys = torch.rand(real.shape, generator=generator).to(real.device)
             keys[~(real & bad.unsqueeze(1))] = 2.0
             order = keys.argsort(dim=1).argsort(dim=1)  # rank of each row within its client
-            quota = (train.counts.to(torch.float64) * self.fraction).round().long()
+            quota = (train.counts.to(device=real.device, dtype=torch.float64)
+                     * self.fraction).round().long()
             rows = (order < quota.unsqueeze(1)) & real & bad.unsqueeze(1)
             x[rows] = blend_trigger(x[rows], self.trigger_for(dataset), self.blend)
             y[rows] = self.target

@@ -218,7 +218,7 @@ def block_weights(weight: Tensor, blocks: Tensor, num_blocks: int | None = None
     Returns:
         ``(S, counts)`` of shapes :math:`(B, B)` and :math:`(B)`.
     """
-    blocks = blocks.long()
+    blocks = blocks.detach().cpu().long()
     b = int(blocks.max()) + 1 if num_blocks is None else num_blocks
     w = weight.detach().cpu()
     w = w if w.is_floating_point() else w.double()

@@ -246,7 +246,9 @@ def check_dataset(dataset: FederatedDataset) -> None:
     legitimately be NaN there).
     """
     for name, split in dataset.splits.items():
-        real = torch.arange(split.x.size(1)).unsqueeze(0) < split.counts.unsqueeze(1)
+        # On the samples' device (a dataset may be moved before it is checked).
+        real = (torch.arange(split.x.size(1), device=split.x.device).unsqueeze(0)
+                < split.counts.to(split.x.device).unsqueeze(1))
         if split.x.is_floating_point() and split.x.is_contiguous():
             _fail_on(_non_finite_rows(split.x) & real,
                      f"non-finite (NaN/Inf) inputs in its {name} split")
@@ -254,6 +256,7 @@ def check_dataset(dataset: FederatedDataset) -> None:
             assert dataset.num_classes is not None  # FederatedDataset requires it
             y = split.y
             rows = y.reshape(*y.shape[:2], -1)
+            real = real.to(y.device)
             if y.is_floating_point():
                 _fail_on((rows != rows.round()).any(-1) & real,
                          f"non-integer class labels in its {name} split")
@@ -280,8 +283,9 @@ def check_dataset(dataset: FederatedDataset) -> None:
         assert dataset.num_classes is not None  # FederatedDataset requires it
         train = dataset.splits["train"]
         if isinstance(train.y, Tensor) and train.y.dim() == 2:
-            real = torch.arange(train.y.size(1)).unsqueeze(0) < train.counts.unsqueeze(1)
-            seen = torch.zeros(int(dataset.num_classes), dtype=torch.bool)
+            real = (torch.arange(train.y.size(1), device=train.y.device).unsqueeze(0)
+                    < train.counts.to(train.y.device).unsqueeze(1))
+            seen = torch.zeros(int(dataset.num_classes), dtype=torch.bool, device=train.y.device)
             seen[train.y[real].long()] = True
             missing = (~seen).nonzero().view(-1).tolist()
             if missing:
@@ -293,7 +297,7 @@ def _non_finite_rows(x: Tensor, block: int = 16) -> Tensor:
     NaN or Inf, scanned a few clients at a time to bound the temporary memory
     on large image datasets."""
     if x.size(0) == 0:
-        return torch.zeros(x.shape[:2], dtype=torch.bool)
+        return torch.zeros(x.shape[:2], dtype=torch.bool, device=x.device)
     return torch.cat([(~torch.isfinite(x[i:i + block])).reshape(*x[i:i + block].shape[:2], -1)
                       .any(-1) for i in range(0, x.size(0), block)])
 

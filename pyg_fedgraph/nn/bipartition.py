@@ -57,8 +57,8 @@ def bipartition(similarity: Tensor, linkage: LinkageName = "complete") -> Tensor
         raise ValueError(f"bipartition needs at least 2 clients, got {m}")
     sim = similarity.detach().to(torch.float64).clone()
     sim.fill_diagonal_(float("-inf"))
-    active = torch.ones(m, dtype=torch.bool)
-    label = torch.arange(m)
+    active = torch.ones(m, dtype=torch.bool, device=sim.device)
+    label = torch.arange(m, device=sim.device)
     combine = torch.minimum if linkage == "complete" else torch.maximum
     for _ in range(m - 2):
         pair_ok = active.unsqueeze(0) & active.unsqueeze(1)

@@ -55,9 +55,10 @@ def top_k_weights(weight: Tensor, k: int = TOP_K) -> tuple[Tensor, Tensor, Tenso
     client's own weight included), largest first, zero weights left out.
 
     Returns:
-        ``(client, rank, neighbour, weight)``, each :math:`(E)` with
+        ``(client, rank, neighbour, weight)`` on the CPU, each :math:`(E)` with
         :math:`E \le N k`; ``rank`` counts from 1.
     """
+    weight = weight.detach().cpu()
     k = min(k, weight.size(1))
     vals, idx = weight.topk(k, dim=1)
     n = weight.size(0)

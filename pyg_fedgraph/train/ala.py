@@ -147,10 +147,14 @@ class AdaptiveLocalAggregation(StartJob):
     def _aggregate(self, trainer: ClientTrainer, start: ClientStart, seed: int, rnd: int,
                    row: int | None = None) -> tuple[Tensor, dict[str, Tensor]]:
         sel = slice(None) if row is None else slice(row, row + 1)
-        weights = self.weights[sel].to(start.params).clone()
-        started = self.started[sel].to(torch.bool)
-        local = start.local.to(start.params) if start.local is not None else start.params
-        glob = self.global_params.to(start.params).expand_as(local)
+        # The weights are learned where the trainer's model is; results go back to
+        # where the starting models were (a client table on the host, a Flower message).
+        home = start.params.device
+        params = start.params.to(trainer.device)
+        weights = self.weights[sel].to(params).clone()
+        started = self.started[sel].to(device=params.device, dtype=torch.bool)
+        local = start.local.to(params) if start.local is not None else params
+        glob = self.global_params.to(params).expand_as(local)
         top = self.top
         gap = glob[:, top:] - local[:, top:]
         skip = (local == glob).all(dim=1)
@@ -164,12 +168,12 @@ class AdaptiveLocalAggregation(StartJob):
         index, active = ala_schedule(counts, self.share, trainer.config.batch_size, gens)
         running = (~skip & (counts.to(skip.device) > 0))
         if bool(running.any()):
-            bufs = trainer._buffer_dict(start.buffers)  # a copy: updates are discarded
+            bufs = trainer._buffer_dict(start.buffers.to(trainer.device))  # a copy: discarded
             problem = trainer.problem(start.rows.to(torch.long), bufs, None)
             weights = self._learn(problem, assemble, weights, gap, started, running, index,
                                   active)
         params = torch.where(skip.unsqueeze(1), glob, assemble(weights))
-        return params, {self.output: weights}
+        return params.to(home), {self.output: weights.to(home)}
 
     def _learn(self, problem: LocalProblem, assemble: Callable[[Tensor], Tensor],
                weights: Tensor, gap: Tensor, started: Tensor, running: Tensor, index: Tensor,

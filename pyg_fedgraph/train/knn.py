@@ -103,6 +103,10 @@ class KNNInterpolation(Evaluator):
     def evaluate(self, trainer: ClientTrainer, rows: Tensor, params: Tensor, buffers: Tensor,
                  splits: tuple[str, ...]) -> dict[str, dict[str, Tensor]]:
         rows = rows.to(torch.long)
+        # Computed where the trainer's model is; the metrics go back to where the
+        # parameters came from (a client table on the host, a Flower message).
+        home = params.device
+        params, buffers = params.to(trainer.device), buffers.to(trainer.device)
         trainer.model.eval()
         head = output_layer(trainer.model)
         store_counts = trainer.dataset.num_samples(self.datastore)[rows]
@@ -116,7 +120,7 @@ class KNNInterpolation(Evaluator):
                  for a in range(0, rows.numel(), step)]  # a loop over client chunks (memory)
         if not parts:
             return {split: {} for split in splits}
-        return {split: {name: torch.cat([p[split][name] for p in parts])
+        return {split: {name: torch.cat([p[split][name] for p in parts]).to(home)
                         for name in parts[0][split]} for split in splits}
 
     def _evaluate_chunk(self, trainer: ClientTrainer, rows: Tensor, params: Tensor,

@@ -9,10 +9,13 @@ import pytest
 import torch
 from robustness_helpers import tiny_config
 
+from pyg_fedgraph.attacks import Attack
 from pyg_fedgraph.cli import main
 from pyg_fedgraph.datasets import digits
+from pyg_fedgraph.engine.validation import check_dataset
 from pyg_fedgraph.experiment import ExperimentConfig, build_dataset, build_simulator
 from pyg_fedgraph.models import CNNBN, MLP, SimpleCNN
+from pyg_fedgraph.nn import bipartition
 from pyg_fedgraph.strategies import STRATEGIES
 from pyg_fedgraph.train import LocalConfig
 from pyg_fedgraph.train import engine as train_engine
@@ -102,7 +105,8 @@ def test_every_state_tensor_lives_on_the_chosen_device(device, name):
 
 
 @pytest.mark.parametrize("device", DEVICES, ids=IDS)
-@pytest.mark.parametrize("name", ["pfedgraph", "pfedla"])  # pFedLA reads the table itself
+# pFedLA reads the table itself; FedALA and kNN-Per call the model outside the trainer.
+@pytest.mark.parametrize("name", ["pfedgraph", "pfedla", "fedala", "knn-per"])
 def test_a_host_table_with_device_training_equals_one_place(device, name):
     # state_device="cpu": the table and the clients' models stay on the host and only the
     # sampled clients move; the run equals one that keeps everything on the device.
@@ -113,6 +117,34 @@ def test_a_host_table_with_device_training_equals_one_place(device, name):
     assert host.local_params.device.type == "cpu"
     assert host.engine.table.params.device.type == "cpu"
     assert_same_run(host, both)
+
+
+@pytest.mark.parametrize("device", DEVICES, ids=IDS)
+def test_a_dataset_already_on_the_device_is_checked_and_poisoned_there(device):
+    cfg = tiny_config("fedavg", rounds=2, device=str(device))
+    data = build_dataset(cfg, {"samples_per_client": 20})
+    expected = Attack("label-flip").poison_dataset(data, torch.tensor([0, 1]),
+                                                   torch.Generator().manual_seed(0))
+    moved = data.to(device)
+    check_dataset(moved)
+    poisoned = Attack("label-flip").poison_dataset(moved, torch.tensor([0, 1]),
+                                                   torch.Generator().manual_seed(0))
+    assert poisoned.splits["train"].y.device.type == device.type
+    assert torch.equal(poisoned.splits["train"].y.cpu(), expected.splits["train"].y)
+    sim = build_simulator(cfg, dataset=moved, progress=False)
+    sim.run()
+    assert sim.dataset.splits["train"].x.device.type == device.type
+
+
+@pytest.mark.parametrize("device", DEVICES, ids=IDS)
+@pytest.mark.parametrize("linkage", ["complete", "single"])
+def test_bipartition_follows_its_input_device(device, linkage):
+    # CFL's split: the similarity of the updates lives where they were computed.
+    sim = torch.randn(7, 7, generator=torch.Generator().manual_seed(3))
+    sim = (sim + sim.t()) / 2
+    here = bipartition(sim.to(device), linkage)
+    assert here.device.type == device.type
+    assert torch.equal(here.cpu(), bipartition(sim, linkage))
 
 
 @pytest.mark.parametrize("target", DEVICES, ids=IDS)

@@ -247,7 +247,8 @@ class GraphStrategy(FlowerStrategy):
         fraction = self.fraction_train if self.fraction_train > 0 else 1.0
         self.engine = RoundEngine(
             self.strategy, layout=self.layout,
-            init_params=init_params.detach().to(torch.get_default_dtype()),
+            # The server's state lives on the CPU, where the clients' replies are decoded.
+            init_params=init_params.detach().to(device="cpu", dtype=torch.get_default_dtype()),
             num_samples=self.num_samples, task=self.task, local=self.local,
             edge_index=self.edge_index, edge_weight=self.edge_weight, held_out=self.held_out,
             sample_fraction=fraction, seed=self.seed, eval_every=self.evaluate_every,
@@ -498,7 +499,8 @@ class GraphStrategy(FlowerStrategy):
         return engine.table.params.clone() if params is None else params.detach().clone()
 
     def _personalized_record(self) -> ArrayRecord:
-        return ArrayRecord({"personalized-params": Array(self.personalized_params().numpy())})
+        return ArrayRecord({"personalized-params":
+                            Array(self.personalized_params().cpu().numpy())})
 
     # ------------------------------------------------------------ evaluation
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
