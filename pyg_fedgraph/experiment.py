@@ -122,7 +122,7 @@ CONFIG_SCHEMA = schema(ExperimentConfig)
 #: ``--set`` keys of the simulator, declared by :class:`Simulator`.
 SIM_SCHEMA = {k: v for k, v in schema(Simulator).items()
               if k in ("sample_fraction", "eval_every", "parallel", "parallel_clients",
-                       "execution", "state_device")}
+                       "execution", "state_device", "compile")}
 
 
 def route_overrides(cfg: ExperimentConfig, model: str | None = None

@@ -192,7 +192,8 @@ def build_parser() -> argparse.ArgumentParser:
                      metavar="KEY=VALUE",
                      help="override a setting: lr, momentum, weight_decay, batch_size, epochs, "
                           "steps, sample_fraction, eval_every, parallel_clients, execution, "
-                          "state_device, model, model.<arg>, data.<arg>, or a strategy option")
+                          "state_device, compile, model, model.<arg>, data.<arg>, or a strategy "
+                          "option")
     _device_options(run)
     _logging_options(run)
 

@@ -277,8 +277,9 @@ def resolved_config(sim: Simulator, cfg: ExperimentConfig, *, checkpoint_every: 
     resolved.update({"sample_fraction": sim.sample_fraction, "eval_every": sim.eval_every,
                      "parallel": sim.parallel, "execution": sim.execution,
                      "parallel_clients": sim.parallel_clients})
-    if "state_device" in overrides:
-        resolved["state_device"] = overrides["state_device"]
+    for key in ("state_device", "compile"):
+        if key in overrides:
+            resolved[key] = overrides[key]
     resolved.update(sim.strategy.hparams())
     # The dataset's own defaults, pinned where its builder takes them.
     takes = dataset_options(cfg.dataset)

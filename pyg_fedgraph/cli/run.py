@@ -433,6 +433,7 @@ def _write(sim: Simulator, cfg: ExperimentConfig, plan: RunPlan, out: Path,
         "num_params": sim.layout.num_params, "device": str(sim.device),
         "state_device": str(sim.state_device), "execution": sim.execution,
         "parallel_clients": sim.parallel_clients, "precision": sim.trainer.precision,
+        "compile": sim.trainer.compile,
         "threads": torch.get_num_threads(),
         "deterministic": torch.are_deterministic_algorithms_enabled()}}
     write_run(out, sim.history, config, summary, collaboration=sim.strategy.collaboration_graph(),

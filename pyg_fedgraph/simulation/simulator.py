@@ -139,6 +139,10 @@ class Simulator:
             :mod:`pyg_fedgraph.train.execution`), ``"vmap"`` or ``"loop"``.
         precision (str, optional): ``"fp32"``, ``"bf16"`` or ``"fp16"``
             autocast for local training and evaluation (default: ``"fp32"``).
+        compile (bool, optional): compile the batched local gradient with
+            :func:`torch.compile` (``--set compile=true``; needs the ``"vmap"``
+            execution; see :class:`~pyg_fedgraph.train.ClientTrainer`)
+            (default: :obj:`False`).
     """
 
     def __init__(self, dataset: FederatedDataset, model: nn.Module, strategy: Strategy, *,
@@ -154,7 +158,8 @@ class Simulator:
                  device: str | torch.device | None = None,
                  state_device: str | torch.device | None = None,
                  parallel_clients: Annotated[int | None, Range(ge=1)] = None,
-                 execution: ExecutionName = "auto", precision: Precision = "fp32") -> None:
+                 execution: ExecutionName = "auto", precision: Precision = "fp32",
+                 compile: bool = False) -> None:
         if rounds < 0:
             raise ValueError(f"rounds must be >= 0, got {rounds}")
         if isinstance(dropout, bool) or not 0.0 <= float(dropout) <= 1.0:
@@ -192,7 +197,8 @@ class Simulator:
         check_dataset(dataset)
         self.trainer = ClientTrainer(model, dataset, objective, local or LocalConfig(),
                                      device=device, parallel_clients=parallel_clients,
-                                     execution=execution, precision=precision)
+                                     execution=execution, precision=precision,
+                                     compile=compile)
         #: Where local training and evaluation run.
         self.device = self.trainer.device
         #: Where the client table, the clients' own models and the strategy live.

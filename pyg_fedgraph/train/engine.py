@@ -16,7 +16,7 @@ import itertools
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, cast
+from typing import Annotated, Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -25,7 +25,13 @@ from torch.func import functional_call, grad_and_value, vmap
 from pyg_fedgraph.data.federated_dataset import FederatedDataset
 from pyg_fedgraph.data.layout import ParamLayout
 from pyg_fedgraph.hparams import Range, Search, schema
-from pyg_fedgraph.train.execution import Execution, ExecutionName, auto_chunk, choose_execution
+from pyg_fedgraph.train.execution import (
+    Execution,
+    ExecutionName,
+    auto_chunk,
+    choose_execution,
+    model_family,
+)
 from pyg_fedgraph.train.objective import Objective
 from pyg_fedgraph.train.rules import SGD, LocalProblem, LocalRule, class_counts
 from pyg_fedgraph.utils.device import Precision, amp_dtype, autocast, resolve_device
@@ -225,6 +231,16 @@ def batch_schedule(counts: Tensor, batch_size: int, *, epochs: int | None = None
     return index, active
 
 
+def _function_key(fn: Callable[..., Any] | None) -> Any:
+    r"""A key equal for equal regularizers: strategies build a fresh
+    :func:`functools.partial` every round (``partial(proximal_term,
+    coefficient=mu)``), which must find the trainer's compiled gradient."""
+    if isinstance(fn, functools.partial):
+        return ("partial", _function_key(fn.func), fn.args,
+                tuple(sorted(fn.keywords.items())))
+    return fn
+
+
 class ClientTrainer:
     r"""Trains and evaluates many clients of one model architecture at once.
 
@@ -247,6 +263,14 @@ class ClientTrainer:
     update rule's state stay float32, and with ``"fp16"`` the loss is scaled
     (a per-client scale halved whenever a client's gradient overflows, whose
     step is then skipped, as :class:`torch.amp.GradScaler` does).
+    ``compile=True`` passes the ``"vmap"`` execution's batched gradient
+    through :func:`torch.compile` (built once per trainer; the first step
+    compiles, tens of seconds): operations fuse, so a step launches far fewer
+    kernels, which is what bounds small recurrent models on a GPU
+    (``benchmarks/results/devices_h100.md``, section e). Results agree with
+    the eager path to float rounding, not bit for bit. One process keeps at
+    most ``torch._dynamo.config.cache_size_limit`` compiled variants (all
+    vmapped functions share one cache); beyond that torch runs them eagerly.
 
     Args:
         model (torch.nn.Module): the client architecture (its values are not
@@ -267,13 +291,16 @@ class ClientTrainer:
             (default: ``"auto"``).
         precision (str, optional): ``"fp32"``, ``"bf16"`` or ``"fp16"``
             (default: ``"fp32"``).
+        compile (bool, optional): compile the batched gradient with
+            :func:`torch.compile`; needs the ``"vmap"`` execution
+            (default: :obj:`False`).
     """
 
     def __init__(self, model: nn.Module, dataset: FederatedDataset,
                  objective: Objective | None = None, config: LocalConfig | None = None,
                  eval_batch_size: int = 1024, *, device: str | torch.device | None = None,
                  parallel_clients: int | None = None, execution: ExecutionName = "auto",
-                 precision: Precision = "fp32") -> None:
+                 precision: Precision = "fp32", compile: bool = False) -> None:
         self.device = dataset.device if device is None else resolve_device(device)
         if parallel_clients is not None and (isinstance(parallel_clients, bool)
                                              or parallel_clients < 1):
@@ -288,6 +315,18 @@ class ClientTrainer:
         self.eval_batch_size = eval_batch_size
         self.precision: Precision = precision
         self.execution: Execution = choose_execution(self.model, self.device, execution)
+        if not isinstance(compile, bool):
+            raise ValueError(f"compile must be True or False, got {compile!r}")
+        if compile and self.execution != "vmap":
+            raise ValueError(f"compile=True compiles the 'vmap' execution, but this trainer "
+                             f"uses {self.execution!r} (execution={execution!r} for a "
+                             f"{model_family(self.model)} model on {self.device.type}); "
+                             f"set execution='vmap'")
+        self.compile = compile
+        # The compiled batched gradients, one per call signature (regularizer, loss
+        # scale, number of reference tensors): built once, so torch.compile's cache
+        # serves every round.
+        self._compiled: dict[tuple[Any, bool, int], Callable[..., Any]] = {}
         self.parallel_clients = parallel_clients if parallel_clients is not None else \
             auto_chunk(self.model, self.dataset.input_shape, self.config.batch_size, self.device)
         # Integer buffers (BatchNorm's num_batches_tracked) are bookkeeping, not
@@ -472,7 +511,13 @@ class ClientTrainer:
 
         if self.execution == "vmap":
             in_dims = (0, 0, 0, 0, None, None if scale is None else 0) + (0,) * len(refs)
-            batched_grad = vmap(value_and_grad, in_dims=in_dims, randomness="different")
+            key = (_function_key(reg_fn), scale is None, len(refs))
+            batched_grad = self._compiled.get(key) if self.compile else None
+            if batched_grad is None:
+                batched_grad = vmap(value_and_grad, in_dims=in_dims, randomness="different")
+                if self.compile:
+                    batched_grad = torch.compile(batched_grad)
+                    self._compiled[key] = batched_grad
             batched_hvp = vmap(one_hvp, in_dims=(0, 0, 0, 0, 0) + (0,) * len(refs),
                                randomness="different")
 

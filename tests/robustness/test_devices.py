@@ -304,6 +304,25 @@ def test_execution_table_and_model_families():
         choose_execution(MLP(4, 8, 2), cpu, "threads")  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["fedavg", "fedprox"])
+def test_compiled_gradient_equals_the_eager_one(name):
+    # FedProx builds a fresh partial(proximal_term, ...) every round: the trainer's one
+    # compiled gradient must serve all of them.
+    eager = tiny(name, execution="vmap")
+    eager.run()
+    compiled = tiny(name, execution="vmap", compile=True)
+    compiled.run()
+    assert compiled.trainer.compile and len(compiled.trainer._compiled) == 1
+    assert_same_run(compiled, eager)
+
+
+def test_compile_needs_the_vmap_execution():
+    with pytest.raises(ValueError, match="compile=True compiles the 'vmap' execution, but this "
+                                         "trainer uses 'loop'"):
+        tiny("fedavg", execution="loop", compile=True)
+
+
 def test_parallel_clients_is_checked():
     with pytest.raises(ValueError, match="--set parallel_clients"):
         tiny("fedavg", parallel_clients=0)
