@@ -164,7 +164,7 @@ def train_once(trainer: ClientTrainer, params: torch.Tensor, parallel: bool = Tr
 
 # ------------------------------------------------------------ (b) execution
 def execution_rows(device: torch.device, quick: bool, repeats: int,
-                   goals: bool) -> list[dict[str, Any]]:
+                   goals: bool, compile: bool = False) -> list[dict[str, Any]]:
     rows = []
     for case in cases(device, quick, goals):
         torch.manual_seed(0)
@@ -176,6 +176,13 @@ def execution_rows(device: torch.device, quick: bool, repeats: int,
         params = trainers["vmap"].layout.flatten(model).to(device).repeat(n, 1)
         paths = {"vmap": (trainers["vmap"], True), "loop": (trainers["loop"], True),
                  "reference": (trainers["loop"], False)}
+        compile_s = None
+        if compile:  # the vmap execution through torch.compile; the warm-up compiles
+            paths["compiled"] = (ClientTrainer(model, data, config=case.config, device=device,
+                                               execution="vmap", compile=True), True)
+            t0 = time.perf_counter()
+            train_once(paths["compiled"][0], params)
+            compile_s = time.perf_counter() - t0
         # Warm-up, and the parameters each path ends at.
         finals = {k: train_once(tr, params, par)[1] for k, (tr, par) in paths.items()}
         times: dict[str, list[float]] = {k: [] for k in paths}
@@ -192,6 +199,11 @@ def execution_rows(device: torch.device, quick: bool, repeats: int,
                      "reference / vmap": med["reference"] / med["vmap"],
                      "reference / auto": med["reference"] / med[auto], "auto": auto,
                      "fastest": fastest, "max diff": diff, "note": case.note,
+                     "compiled s": med.get("compiled"), "compile s": compile_s,
+                     "vmap / compiled": (med["vmap"] / med["compiled"] if "compiled" in med
+                                         else None),
+                     "compiled diff": (float((finals["compiled"] - finals["reference"]).abs()
+                                             .max()) if "compiled" in finals else None),
                      "spread": {k: (min(v), max(v)) for k, v in times.items()}})
         print(f"[execution] {device} {case.name}: vmap {med['vmap']:.3g} s, loop "
               f"{med['loop']:.3g} s, reference {med['reference']:.3g} s, auto={auto}, "
@@ -342,7 +354,7 @@ def scale_rows(sizes: list[int], rounds: int) -> list[dict[str, Any]]:
 
 # ------------------------------------------------------------ (e) METR-LA
 def metr_la_rows(device: torch.device, quick: bool, cpu_steps: int,
-                 root: str | None) -> list[dict[str, Any]]:
+                 root: str | None, compile: bool = False) -> list[dict[str, Any]]:
     from pyg_fedgraph.datasets import load_dataset
     data = load_dataset("metr-la", root=root, synthetic_steps=2016 if quick else 34272)
     synthetic = bool(data.info.get("synthetic"))
@@ -358,6 +370,16 @@ def metr_la_rows(device: torch.device, quick: bool, cpu_steps: int,
                                                              steps=2), device=device),
                params.to(device))  # warm-up
     gpu_s, _ = train_once(gpu, params.to(device))
+    compiled_s = compile_s = None
+    if compile:  # the same epoch through torch.compile, after a 2-step warm-up that compiles
+        comp = ClientTrainer(model, data, config=epoch, device=device, execution="vmap",
+                             compile=True)
+        t0 = time.perf_counter()
+        comp.train(torch.arange(n), params.to(device), generator=torch.Generator().manual_seed(1),
+                   config=LocalConfig(lr=0.1, batch_size=64, epochs=None, steps=2))
+        sync(device)
+        compile_s = time.perf_counter() - t0
+        compiled_s, _ = train_once(comp, params.to(device))
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -375,6 +397,7 @@ def metr_la_rows(device: torch.device, quick: bool, cpu_steps: int,
     return [{"device": str(device), "clients": n, "windows": windows,
              "epoch steps": epoch_steps, "device s": gpu_s, "cpu 1-thread s": cpu_s,
              "cpu steps measured": cpu_steps, "speed-up": cpu_s / gpu_s,
+             "compiled s": compiled_s, "compile s": compile_s,
              "parallel_clients": gpu.parallel_clients, "execution": gpu.execution,
              "data": "synthetic speeds on the real road graph" if synthetic
              else "recorded speeds"}]
@@ -468,6 +491,8 @@ def main(argv: list[str] | None = None) -> str:
                         help="folder with the real metr-la.h5 (default: synthetic speeds)")
     parser.add_argument("--goals-on-cpu", action="store_true",
                         help="also run the GPU-only rows on the CPU (checks the script)")
+    parser.add_argument("--compile", action="store_true",
+                        help="also time the vmap execution through torch.compile (rows b, e)")
     parser.add_argument("--out", type=Path, default=None,
                         help=f"markdown output (default: {RESULTS} unless --quick)")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
@@ -502,10 +527,12 @@ def main(argv: list[str] | None = None) -> str:
         chunk += chunk_rows(device, 6 if args.quick else clients, 2 if args.quick else 3)
     for device in devices:
         execution += execution_rows(device, args.quick, repeats,
-                                    goals=device.type != "cpu" or args.goals_on_cpu)
+                                    goals=device.type != "cpu" or args.goals_on_cpu,
+                                    compile=args.compile)
     determ: list[dict[str, Any]] = []
     for device in goal_devices:
-        metr += metr_la_rows(device, args.quick, args.metr_cpu_steps, args.metr_la_root)
+        metr += metr_la_rows(device, args.quick, args.metr_cpu_steps, args.metr_la_root,
+                             compile=args.compile)
         determ += deterministic_rows(device, args.quick)
     scale = scale_rows(sizes, rounds)
 
@@ -556,6 +583,14 @@ def report(chunk: list[dict[str, Any]], execution: list[dict[str, Any]],
                                "loop / vmap", "reference / vmap", "reference / auto", "auto",
                                "fastest",
                                "max diff"])
+    if any(r.get("compiled s") is not None for r in execution):
+        lines += ["", "With `--compile`: the vmap execution through `torch.compile` "
+                  "(`ClientTrainer(compile=True)`). \"compile s\": its first training, which "
+                  "compiles; \"compiled s\": median of the timed runs, alternating with the "
+                  "paths above; \"compiled diff\": max |parameter difference| to the "
+                  "reference.", ""]
+        lines += table(execution, ["device", "case", "vmap s", "compiled s", "vmap / compiled",
+                                   "compile s", "compiled diff"])
     lines += [""] + [f"- {r['device']}, {r['case']}: {r['note']}; range over runs: " +
                      ", ".join(f"{k} {fmt(v)} s" for k, v in r["spread"].items())
                      for r in execution]
@@ -595,6 +630,10 @@ def report(chunk: list[dict[str, Any]], execution: list[dict[str, Any]],
         lines += table(metr, ["device", "clients", "windows", "epoch steps", "device s",
                               "cpu 1-thread s", "cpu steps measured", "speed-up",
                               "parallel_clients", "execution", "data"])
+        if any(r.get("compiled s") is not None for r in metr):
+            lines += ["", "With `--compile`: \"compiled s\", the same epoch through "
+                      "`torch.compile`, after a 2-step warm-up that compiles (\"compile s\")."]
+            lines += [""] + table(metr, ["device", "device s", "compiled s", "compile s"])
     else:
         lines += [f"METR-LA round on CUDA vs one CPU thread: {NO_GPU}. The script runs it "
                   "when CUDA is available."]
