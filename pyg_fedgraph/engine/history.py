@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
@@ -26,6 +26,10 @@ class RoundRecord:
         test (dict): metric name -> per-client test values :math:`(N,)`.
         seconds (float): wall time of the round (training + evaluation).
         num_sampled (int): clients that trained this round.
+
+    The metric tensors are kept on the CPU, whatever device computed them, so
+    that a history's records stack (and a resumed run's records join those of
+    its checkpoint).
     """
     round: int
     train_loss: float
@@ -34,6 +38,10 @@ class RoundRecord:
     seconds: float
     num_sampled: int
     extra: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.val = {k: v.detach().cpu() for k, v in self.val.items()}
+        self.test = {k: v.detach().cpu() for k, v in self.test.items()}
 
 
 class History:
@@ -73,12 +81,6 @@ class History:
         self.records: list[RoundRecord] = []
 
     def append(self, record: RoundRecord) -> None:
-        r"""Adds ``record``; its metric tensors are kept on the CPU, whatever
-        device computed them, so that a history's records stack (and a
-        resumed run's records join those of its checkpoint)."""
-        if any(v.device.type != "cpu" for d in (record.val, record.test) for v in d.values()):
-            record = replace(record, val={k: v.detach().cpu() for k, v in record.val.items()},
-                             test={k: v.detach().cpu() for k, v in record.test.items()})
         self.records.append(record)
 
     def __len__(self) -> int:

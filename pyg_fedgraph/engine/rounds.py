@@ -313,9 +313,6 @@ class RoundEngine:
                extra: dict[str, float] | None = None) -> RoundRecord:
         r"""Appends the per-client metrics of round ``rnd`` (``{metric: (N,)}``,
         NaN for clients not evaluated) to the history and returns the record."""
-        # Histories live on the CPU, whatever device the metrics were computed on.
-        val = {k: v.detach().cpu() for k, v in val.items()}
-        test = {k: v.detach().cpu() for k, v in test.items()}
         record = RoundRecord(rnd, train_loss, val, test, seconds, num_sampled,
                              extra=dict(extra or {}))
         self.history.append(record)
