@@ -194,14 +194,8 @@ def blend_trigger(x: Tensor, trigger: Tensor, blend: float = 0.2) -> Tensor:
     return blend * trigger.to(device=x.device, dtype=x.dtype) + (1.0 - blend) * x
 
 
-def _real_rows(split: ClientSplit) -> Tensor:
-    r"""Mask of the stored rows that hold samples, :math:`(N, n_{max})`."""
-    return (torch.arange(split.x.size(1)).unsqueeze(0) < split.counts.unsqueeze(1)).to(
-        split.x.device)
-
-
 def _value_range(split: ClientSplit) -> tuple[float, float]:
-    real = split.x[_real_rows(split)]
+    real = split.x[split.sample_mask()]
     if real.numel() == 0:
         return 0.0, 1.0
     return float(real.min()), float(real.max())
@@ -213,7 +207,7 @@ def triggered_test_split(dataset: FederatedDataset, trigger: Tensor, target: int
     trigger blended in and relabelled ``target``: the accuracy of a model on
     it is the backdoor's attack success rate (ASR, Panacea Table V)."""
     sp = dataset.splits[split]
-    keep = (_real_rows(sp) & (sp.y != target)).cpu()
+    keep = (sp.sample_mask() & (sp.y != target)).cpu()
     xs = [blend_trigger(sp.x[i].cpu()[keep[i]], trigger, blend)
           for i in range(sp.counts.numel())]
     ys = [torch.full((int(keep[i].sum()),), target, dtype=sp.y.dtype)
@@ -362,7 +356,7 @@ class Attack:
         if train.y.dim() != 2:
             raise ValueError(f"the {self.kind!r} attack needs one class label per sample, "
                              f"got targets of shape {tuple(train.y.shape)}")
-        real = _real_rows(train)
+        real = train.sample_mask()
         bad = torch.zeros(train.counts.numel(), dtype=torch.bool, device=real.device)
         bad[malicious] = True
         x, y = train.x.clone(), train.y.clone()

@@ -55,6 +55,12 @@ class ClientSplit:
             if bool((self.weight < 0).any()) or not bool(torch.isfinite(self.weight).all()):
                 raise ValueError("weight must be finite and non-negative")
 
+    def sample_mask(self) -> Tensor:
+        r"""Which stored rows hold samples :math:`(N, n_{max})` (the others are
+        padding), on the device of :attr:`x`."""
+        rows = torch.arange(self.x.size(1), device=self.x.device)
+        return rows.unsqueeze(0) < self.counts.to(self.x.device).unsqueeze(1)
+
     @classmethod
     def from_lists(cls, xs: Sequence[Tensor], ys: Sequence[Tensor],
                    weights: Sequence[Tensor] | None = None) -> ClientSplit:

@@ -484,8 +484,8 @@ def dominant_class(split: ClientSplit, num_classes: int) -> Tensor:
     if y.dim() != 2:
         raise ValueError(f"dominant_class needs scalar class targets (N, n_max), got shape "
                          f"{tuple(y.shape)}")
-    valid = torch.arange(y.size(1)).unsqueeze(0) < split.counts.unsqueeze(1)
-    hist = torch.zeros(y.size(0), num_classes, dtype=torch.long)
+    valid = split.sample_mask().to(y.device)
+    hist = torch.zeros(y.size(0), num_classes, dtype=torch.long, device=y.device)
     hist.scatter_add_(1, y, valid.long())
     out = hist.argmax(dim=1)
     out[split.counts == 0] = -1

@@ -246,9 +246,7 @@ def check_dataset(dataset: FederatedDataset) -> None:
     legitimately be NaN there).
     """
     for name, split in dataset.splits.items():
-        # On the samples' device (a dataset may be moved before it is checked).
-        real = (torch.arange(split.x.size(1), device=split.x.device).unsqueeze(0)
-                < split.counts.to(split.x.device).unsqueeze(1))
+        real = split.sample_mask()  # on the samples' device (a dataset may be moved first)
         if split.x.is_floating_point() and split.x.is_contiguous():
             _fail_on(_non_finite_rows(split.x) & real,
                      f"non-finite (NaN/Inf) inputs in its {name} split")
@@ -283,8 +281,7 @@ def check_dataset(dataset: FederatedDataset) -> None:
         assert dataset.num_classes is not None  # FederatedDataset requires it
         train = dataset.splits["train"]
         if isinstance(train.y, Tensor) and train.y.dim() == 2:
-            real = (torch.arange(train.y.size(1), device=train.y.device).unsqueeze(0)
-                    < train.counts.to(train.y.device).unsqueeze(1))
+            real = train.sample_mask().to(train.y.device)
             seen = torch.zeros(int(dataset.num_classes), dtype=torch.bool, device=train.y.device)
             seen[train.y[real].long()] = True
             missing = (~seen).nonzero().view(-1).tolist()
