@@ -512,12 +512,11 @@ class ClientTrainer:
         if self.execution == "vmap":
             in_dims = (0, 0, 0, 0, None, None if scale is None else 0) + (0,) * len(refs)
             key = (_function_key(reg_fn), scale is None, len(refs))
-            batched_grad = self._compiled.get(key) if self.compile else None
+            batched_grad = self._compiled.get(key)  # filled only with compile=True
             if batched_grad is None:
                 batched_grad = vmap(value_and_grad, in_dims=in_dims, randomness="different")
                 if self.compile:
-                    batched_grad = torch.compile(batched_grad)
-                    self._compiled[key] = batched_grad
+                    batched_grad = self._compiled[key] = torch.compile(batched_grad)
             batched_hvp = vmap(one_hvp, in_dims=(0, 0, 0, 0, 0) + (0,) * len(refs),
                                randomness="different")
 
