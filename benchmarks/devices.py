@@ -177,14 +177,13 @@ def execution_rows(device: torch.device, quick: bool, repeats: int,
         paths = {"vmap": (trainers["vmap"], True), "loop": (trainers["loop"], True),
                  "reference": (trainers["loop"], False)}
         compile_s = None
-        if compile:  # the vmap execution through torch.compile; the warm-up compiles
+        finals = {}  # the parameters each path ends at, from its untimed warm-up
+        if compile:  # the vmap execution through torch.compile; its warm-up compiles
             paths["compiled"] = (ClientTrainer(model, data, config=case.config, device=device,
                                                execution="vmap", compile=True), True)
-            t0 = time.perf_counter()
-            train_once(paths["compiled"][0], params)
-            compile_s = time.perf_counter() - t0
-        # Warm-up, and the parameters each path ends at.
-        finals = {k: train_once(tr, params, par)[1] for k, (tr, par) in paths.items()}
+            compile_s, finals["compiled"] = train_once(paths["compiled"][0], params)
+        finals.update({k: train_once(tr, params, par)[1] for k, (tr, par) in paths.items()
+                       if k not in finals})
         times: dict[str, list[float]] = {k: [] for k in paths}
         for _ in range(repeats):
             for k, (tr, par) in paths.items():
@@ -232,7 +231,9 @@ def _rss_peak() -> int:
 def chunk_measure(device: torch.device, clients: int, steps: int, chunk: int | None,
                   save: Path | None) -> dict[str, Any]:
     r"""One chunk row in this process: seconds (the second of two identical
-    trainings) and the memory the first one raised."""
+    trainings) and the memory one of them raised (on the CPU the first; on
+    CUDA the second, timed one, after the first allocated the libraries'
+    workspaces)."""
     case = cnn_case(clients, steps)
     torch.manual_seed(0)
     model = case.make_model()
@@ -246,7 +247,7 @@ def chunk_measure(device: torch.device, clients: int, steps: int, chunk: int | N
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
         before = torch.cuda.memory_allocated(device)
-        _, out = train_once(trainer, params)
+        seconds, out = train_once(trainer, params)
         extra = torch.cuda.max_memory_allocated(device) - before
     else:
         # ru_maxrss is a high-water mark that set-up temporaries may have raised:
@@ -256,7 +257,7 @@ def chunk_measure(device: torch.device, clients: int, steps: int, chunk: int | N
         _, out = train_once(trainer, params)
         extra = _rss_peak() - before
         del ballast
-    seconds, _ = train_once(trainer, params)
+        seconds, _ = train_once(trainer, params)
     if save is not None:
         torch.save(out.cpu(), save)
     return {"seconds": seconds, "extra_bytes": extra, "D": trainer.layout.num_params,
