@@ -164,7 +164,7 @@ def train_once(trainer: ClientTrainer, params: torch.Tensor, parallel: bool = Tr
 
 # ------------------------------------------------------------ (b) execution
 def execution_rows(device: torch.device, quick: bool, repeats: int,
-                   goals: bool, compile: bool = False) -> list[dict[str, Any]]:
+                   goals: bool, compile: bool | str = False) -> list[dict[str, Any]]:
     rows = []
     for case in cases(device, quick, goals):
         torch.manual_seed(0)
@@ -180,7 +180,7 @@ def execution_rows(device: torch.device, quick: bool, repeats: int,
         finals = {}  # the parameters each path ends at, from its untimed warm-up
         if compile:  # the vmap execution through torch.compile; its warm-up compiles
             paths["compiled"] = (ClientTrainer(model, data, config=case.config, device=device,
-                                               execution="vmap", compile=True), True)
+                                               execution="vmap", compile=compile), True)
             compile_s, finals["compiled"] = train_once(paths["compiled"][0], params)
         finals.update({k: train_once(tr, params, par)[1] for k, (tr, par) in paths.items()
                        if k not in finals})
@@ -199,6 +199,7 @@ def execution_rows(device: torch.device, quick: bool, repeats: int,
                      "reference / auto": med["reference"] / med[auto], "auto": auto,
                      "fastest": fastest, "max diff": diff, "note": case.note,
                      "compiled s": med.get("compiled"), "compile s": compile_s,
+                     "compile mode": compile or None,
                      "vmap / compiled": (med["vmap"] / med["compiled"] if "compiled" in med
                                          else None),
                      "compiled diff": (float((finals["compiled"] - finals["reference"]).abs()
@@ -355,7 +356,7 @@ def scale_rows(sizes: list[int], rounds: int) -> list[dict[str, Any]]:
 
 # ------------------------------------------------------------ (e) METR-LA
 def metr_la_rows(device: torch.device, quick: bool, cpu_steps: int,
-                 root: str | None, compile: bool = False) -> list[dict[str, Any]]:
+                 root: str | None, compile: bool | str = False) -> list[dict[str, Any]]:
     from pyg_fedgraph.datasets import load_dataset
     data = load_dataset("metr-la", root=root, synthetic_steps=2016 if quick else 34272)
     synthetic = bool(data.info.get("synthetic"))
@@ -374,7 +375,7 @@ def metr_la_rows(device: torch.device, quick: bool, cpu_steps: int,
     compiled_s = compile_s = None
     if compile:  # the same epoch through torch.compile, after a 2-step warm-up that compiles
         comp = ClientTrainer(model, data, config=epoch, device=device, execution="vmap",
-                             compile=True)
+                             compile=compile)
         t0 = time.perf_counter()
         comp.train(torch.arange(n), params.to(device), generator=torch.Generator().manual_seed(1),
                    config=LocalConfig(lr=0.1, batch_size=64, epochs=None, steps=2))
@@ -398,7 +399,7 @@ def metr_la_rows(device: torch.device, quick: bool, cpu_steps: int,
     return [{"device": str(device), "clients": n, "windows": windows,
              "epoch steps": epoch_steps, "device s": gpu_s, "cpu 1-thread s": cpu_s,
              "cpu steps measured": cpu_steps, "speed-up": cpu_s / gpu_s,
-             "compiled s": compiled_s, "compile s": compile_s,
+             "compiled s": compiled_s, "compile s": compile_s, "compile mode": compile or None,
              "parallel_clients": gpu.parallel_clients, "execution": gpu.execution,
              "data": "synthetic speeds on the real road graph" if synthetic
              else "recorded speeds"}]
@@ -492,8 +493,10 @@ def main(argv: list[str] | None = None) -> str:
                         help="folder with the real metr-la.h5 (default: synthetic speeds)")
     parser.add_argument("--goals-on-cpu", action="store_true",
                         help="also run the GPU-only rows on the CPU (checks the script)")
-    parser.add_argument("--compile", action="store_true",
-                        help="also time the vmap execution through torch.compile (rows b, e)")
+    parser.add_argument("--compile", nargs="?", const=True, default=False, metavar="MODE",
+                        help="also time the vmap execution through torch.compile (rows b, e); "
+                             "MODE is torch.compile's mode (e.g. reduce-overhead: CUDA "
+                             "graphs on a GPU; default: torch's default)")
     parser.add_argument("--out", type=Path, default=None,
                         help=f"markdown output (default: {RESULTS} unless --quick)")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
@@ -585,8 +588,9 @@ def report(chunk: list[dict[str, Any]], execution: list[dict[str, Any]],
                                "fastest",
                                "max diff"])
     if any(r.get("compiled s") is not None for r in execution):
+        mode = next(r["compile mode"] for r in execution if r.get("compile mode"))
         lines += ["", "With `--compile`: the vmap execution through `torch.compile` "
-                  "(`ClientTrainer(compile=True)`). \"compile s\": its first training, which "
+                  f"(`ClientTrainer(compile={mode!r})`). \"compile s\": its first training, which "
                   "compiles; \"compiled s\": median of the timed runs, alternating with the "
                   "paths above; \"compiled diff\": max |parameter difference| to the "
                   "reference.", ""]
@@ -632,8 +636,10 @@ def report(chunk: list[dict[str, Any]], execution: list[dict[str, Any]],
                               "cpu 1-thread s", "cpu steps measured", "speed-up",
                               "parallel_clients", "execution", "data"])
         if any(r.get("compiled s") is not None for r in metr):
+            mode = next(r["compile mode"] for r in metr if r.get("compile mode"))
             lines += ["", "With `--compile`: \"compiled s\", the same epoch through "
-                      "`torch.compile`, after a 2-step warm-up that compiles (\"compile s\")."]
+                      f"`torch.compile` (`compile={mode!r}`), after a 2-step warm-up that "
+                      "compiles (\"compile s\")."]
             lines += [""] + table(metr, ["device", "device s", "compiled s", "compile s"])
     else:
         lines += [f"METR-LA round on CUDA vs one CPU thread: {NO_GPU}. The script runs it "

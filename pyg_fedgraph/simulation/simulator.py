@@ -26,7 +26,7 @@ from pyg_fedgraph.engine.validation import (
 from pyg_fedgraph.hparams import Range
 from pyg_fedgraph.strategies.base import Strategy
 from pyg_fedgraph.train.engine import ClientTrainer, LocalConfig
-from pyg_fedgraph.train.execution import ExecutionName
+from pyg_fedgraph.train.execution import CompileMode, ExecutionName
 from pyg_fedgraph.train.jobs import (
     ClientStart,
     EvaluatePlan,
@@ -139,10 +139,11 @@ class Simulator:
             :mod:`pyg_fedgraph.train.execution`), ``"vmap"`` or ``"loop"``.
         precision (str, optional): ``"fp32"``, ``"bf16"`` or ``"fp16"``
             autocast for local training and evaluation (default: ``"fp32"``).
-        compile (bool, optional): compile the batched local gradient with
-            :func:`torch.compile` (``--set compile=true``; needs the ``"vmap"``
-            execution; see :class:`~pyg_fedgraph.train.ClientTrainer`)
-            (default: :obj:`False`).
+        compile (bool or str, optional): compile the batched local gradient
+            with :func:`torch.compile` (``--set compile=true``, or a mode:
+            ``--set compile=reduce-overhead`` records CUDA graphs on a GPU;
+            needs the ``"vmap"`` execution; see
+            :class:`~pyg_fedgraph.train.ClientTrainer`) (default: :obj:`False`).
     """
 
     def __init__(self, dataset: FederatedDataset, model: nn.Module, strategy: Strategy, *,
@@ -159,7 +160,7 @@ class Simulator:
                  state_device: str | torch.device | None = None,
                  parallel_clients: Annotated[int | None, Range(ge=1)] = None,
                  execution: ExecutionName = "auto", precision: Precision = "fp32",
-                 compile: bool = False) -> None:
+                 compile: bool | CompileMode = False) -> None:
         if rounds < 0:
             raise ValueError(f"rounds must be >= 0, got {rounds}")
         if isinstance(dropout, bool) or not 0.0 <= float(dropout) <= 1.0:

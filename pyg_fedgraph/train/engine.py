@@ -16,7 +16,7 @@ import itertools
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any, cast
+from typing import Annotated, Any, cast, get_args
 
 import torch
 from torch import Tensor, nn
@@ -26,6 +26,8 @@ from pyg_fedgraph.data.federated_dataset import FederatedDataset
 from pyg_fedgraph.data.layout import ParamLayout
 from pyg_fedgraph.hparams import Range, Search, schema
 from pyg_fedgraph.train.execution import (
+    CUDA_GRAPH_MODES,
+    CompileMode,
     Execution,
     ExecutionName,
     auto_chunk,
@@ -241,6 +243,23 @@ def _function_key(fn: Callable[..., Any] | None) -> Any:
     return fn
 
 
+def _compiled(fn: Callable[..., tuple[Tensor, Tensor]], mode: CompileMode
+              ) -> Callable[..., tuple[Tensor, Tensor]]:
+    r"""``fn`` through :func:`torch.compile` in ``mode``. In the modes that
+    record CUDA graphs the outputs live in the graph's memory, which the next
+    replay overwrites: each call starts a new step
+    (:func:`torch.compiler.cudagraph_mark_step_begin`) and returns copies."""
+    compiled = torch.compile(fn, mode=mode)
+    if mode not in CUDA_GRAPH_MODES:
+        return compiled
+
+    def call(*args: Any) -> tuple[Tensor, Tensor]:
+        torch.compiler.cudagraph_mark_step_begin()
+        grad, value = compiled(*args)
+        return grad.clone(), value.clone()
+    return call
+
+
 class ClientTrainer:
     r"""Trains and evaluates many clients of one model architecture at once.
 
@@ -267,7 +286,12 @@ class ClientTrainer:
     through :func:`torch.compile` (built once per trainer; the first step
     compiles, tens of seconds): operations fuse, so a step launches far fewer
     kernels, which is what bounds small recurrent models on a GPU
-    (``benchmarks/results/devices_h100.md``, section e). Results agree with
+    (``benchmarks/results/devices_h100.md``, section e). A mode name
+    (``"reduce-overhead"``, ``"max-autotune"``, ...) is passed as
+    :func:`torch.compile`'s ``mode``: on a GPU ``"reduce-overhead"`` also
+    records the step as a CUDA graph, replayed with one launch instead of
+    one per kernel (the gradient is then copied out of the graph's memory
+    before the next replay overwrites it). Results agree with
     the eager path to float rounding, not bit for bit. One process keeps at
     most ``torch._dynamo.config.cache_size_limit`` compiled variants (all
     vmapped functions share one cache); beyond that torch runs them eagerly.
@@ -291,16 +315,17 @@ class ClientTrainer:
             (default: ``"auto"``).
         precision (str, optional): ``"fp32"``, ``"bf16"`` or ``"fp16"``
             (default: ``"fp32"``).
-        compile (bool, optional): compile the batched gradient with
-            :func:`torch.compile`; needs the ``"vmap"`` execution
-            (default: :obj:`False`).
+        compile (bool or str, optional): compile the batched gradient with
+            :func:`torch.compile`: :obj:`True` (mode ``"default"``) or a mode
+            of :data:`~pyg_fedgraph.train.execution.CompileMode`; needs the
+            ``"vmap"`` execution (default: :obj:`False`).
     """
 
     def __init__(self, model: nn.Module, dataset: FederatedDataset,
                  objective: Objective | None = None, config: LocalConfig | None = None,
                  eval_batch_size: int = 1024, *, device: str | torch.device | None = None,
                  parallel_clients: int | None = None, execution: ExecutionName = "auto",
-                 precision: Precision = "fp32", compile: bool = False) -> None:
+                 precision: Precision = "fp32", compile: bool | CompileMode = False) -> None:
         self.device = dataset.device if device is None else resolve_device(device)
         if parallel_clients is not None and (isinstance(parallel_clients, bool)
                                              or parallel_clients < 1):
@@ -315,14 +340,19 @@ class ClientTrainer:
         self.eval_batch_size = eval_batch_size
         self.precision: Precision = precision
         self.execution: Execution = choose_execution(self.model, self.device, execution)
-        if not isinstance(compile, bool):
-            raise ValueError(f"compile must be True or False, got {compile!r}")
-        if compile and self.execution != "vmap":
-            raise ValueError(f"compile=True compiles the 'vmap' execution, but this trainer "
+        if not isinstance(compile, bool) and compile not in get_args(CompileMode):
+            raise ValueError(f"compile must be True, False or a torch.compile mode ("
+                             f"{', '.join(map(repr, get_args(CompileMode)))}), got "
+                             f"{compile!r}")
+        if compile is not False and self.execution != "vmap":
+            raise ValueError(f"compile={compile!r} compiles the 'vmap' execution, but this trainer "
                              f"uses {self.execution!r} (execution={execution!r} for a "
                              f"{model_family(self.model)} model on {self.device.type}); "
                              f"set execution='vmap'")
-        self.compile = compile
+        self.compile: bool | CompileMode = compile
+        #: :func:`torch.compile`'s mode, ``None`` when not compiling.
+        self.compile_mode: CompileMode | None = (None if compile is False else
+                                                 "default" if compile is True else compile)
         # The compiled batched gradients, one per call signature (regularizer, loss
         # scale, number of reference tensors): built once, so torch.compile's cache
         # serves every round.
@@ -512,11 +542,12 @@ class ClientTrainer:
         if self.execution == "vmap":
             in_dims = (0, 0, 0, 0, None, None if scale is None else 0) + (0,) * len(refs)
             key = (_function_key(reg_fn), scale is None, len(refs))
-            batched_grad = self._compiled.get(key)  # filled only with compile=True
+            batched_grad = self._compiled.get(key)  # filled only when compiling
             if batched_grad is None:
                 batched_grad = vmap(value_and_grad, in_dims=in_dims, randomness="different")
-                if self.compile:
-                    batched_grad = self._compiled[key] = torch.compile(batched_grad)
+                if self.compile_mode is not None:
+                    batched_grad = self._compiled[key] = _compiled(batched_grad,
+                                                                   self.compile_mode)
             batched_hvp = vmap(one_hvp, in_dims=(0, 0, 0, 0, 0) + (0,) * len(refs),
                                randomness="different")
 
