@@ -24,18 +24,28 @@ log = logging.getLogger(__name__)
 NormalizationName = Literal["sym", "row"]
 StartName = Literal["propagated", "local", "global"]
 MissingGraphName = Literal["complete", "error"]
+MemoryName = Literal["uploads", "propagated"]
+PenaltyName = Literal["squared", "distance"]
 
 
 def sfl_penalty(theta: Tensor, personalized: Tensor, *global_model: Tensor, lam: float,
-                global_lam: float = 0.0) -> Tensor:
+                global_lam: float = 0.0, penalty: PenaltyName = "squared") -> Tensor:
     r"""SFL's local regularizer for one client,
 
     .. math::
         \frac{\lambda}{2} \lVert \theta - u_i \rVert^2
-        + \frac{\lambda_g}{2} \lVert \theta - w \rVert^2 ,
+        + \frac{\lambda_g}{2} \lVert \theta - w \rVert^2
+        \quad(\text{``squared''}), \qquad
+        \lambda \lVert \theta - u_i \rVert
+        + \lambda_g \lVert \theta - w \rVert
+        \quad(\text{``distance''}),
 
     with :math:`u_i` the client's structure-aware model and :math:`w` the
     global read-out (the second term only when ``global_model`` is given).
+    ``"distance"`` is the authors' code (``pairwise_distance`` in
+    ``federated.py``): a pull of constant strength :math:`\lambda` towards
+    :math:`u_i`, however close; its gradient at :math:`\theta = u_i` is
+    taken as 0.
 
     Args:
         theta (torch.Tensor): the client's parameters :math:`(D,)`.
@@ -43,7 +53,14 @@ def sfl_penalty(theta: Tensor, personalized: Tensor, *global_model: Tensor, lam:
         *global_model (torch.Tensor): optionally :math:`w` :math:`(D,)`.
         lam (float): :math:`\lambda`.
         global_lam (float, optional): :math:`\lambda_g` (default: :obj:`0.0`).
+        penalty (str, optional): ``"squared"`` or ``"distance"``
+            (default: ``"squared"``).
     """
+    if penalty == "distance":
+        out = lam * torch.linalg.vector_norm(theta - personalized)
+        for w in global_model:
+            out = out + global_lam * torch.linalg.vector_norm(theta - w)
+        return out
     out = 0.5 * lam * (theta - personalized).pow(2).sum()
     for w in global_model:
         out = out + 0.5 * global_lam * (theta - w).pow(2).sum()
@@ -101,14 +118,26 @@ class SFL(Strategy):
       starts every client from the read-out :math:`w`. Here the penalty is
       the squared proximal term above (as in Ditto / FedProx), the start is
       chosen by ``start`` and the read-out term by ``global_lam``
-      (``start="global", global_lam=lam, normalization="row"`` is the code's
-      recipe up to the squares).
-    * The code mixes stale models of clients that were not sampled. Here a
-      client that has *never* uploaded a model (not yet sampled, or held
-      out) sends nothing: its out-going edges are dropped before
-      normalization, and a client with no uploading in-neighbour (itself
-      included) keeps the initial model. A held-out (novel) client is thus
-      evaluated with the propagation of its trained neighbours' models.
+      (``penalty="distance"`` gives the unsquared distances).
+    * What the server propagates (``memory``). Here (``"uploads"``,
+      default) :math:`V` holds each client's latest *upload*, and a client
+      that has never uploaded (not yet sampled, or held out) sends nothing:
+      its out-going edges are dropped before normalization, and a client
+      with no uploading in-neighbour (itself included) keeps the initial
+      model. A held-out (novel) client is thus evaluated with the
+      propagation of its trained neighbours' models. The code
+      (``graph_dic`` writes :math:`U` into the list of stored models in
+      place) keeps one stored model :math:`s_j` per client, the initial
+      model for everyone at the start; each round the sampled clients'
+      uploads replace their :math:`s_j`, then *every* stored model is
+      propagated, :math:`S \leftarrow \hat{A}^{K} S`, and :math:`U = S`:
+      a client that was not sampled is smoothed again every round, and
+      clients that never trained take part with their stored models.
+      ``memory="propagated"`` reproduces that (the read-out :math:`w` is
+      then the mean of all :math:`N` rows of :math:`U`, as the code's
+      ``read_out``). With all clients sampled every round the two agree up
+      to the first round's never-uploaded clients; with few clients per
+      round (Panacea's protocol: 5 of 60) they differ a lot.
 
     **Evaluation.** :meth:`personalized_params` returns :math:`u_i`, the
     structure-aware model after the latest aggregation, as the authors'
@@ -122,6 +151,11 @@ class SFL(Strategy):
     proximal term. ``missing_graph="error"`` raises instead. An *empty* graph
     (no edges) leaves only the self loops: :math:`U = V` and SFL reduces to
     local training with a proximal term towards the client's own last model.
+
+    **The authors' code.** ``SFL(memory="propagated", penalty="distance",
+    start="global", global_lam=0.3, normalization="row")`` runs the released
+    code's server and regularizer (its CIFAR engine's learning-rate schedule
+    and weight decay are the trainer's business, not the strategy's).
 
     Defaults follow the authors' code (the paper gives no other values):
     :math:`K = 3` (``--layers 3``), :math:`\lambda = 0.3` (the regularizer's
@@ -147,21 +181,31 @@ class SFL(Strategy):
             towards the read-out :math:`w` (default: :obj:`0.0`).
         missing_graph (str, optional): ``"complete"`` or ``"error"``, what to
             do when the dataset has no prior graph (default: ``"complete"``).
+        memory (str, optional): ``"uploads"`` or ``"propagated"``, what the
+            server propagates (see above) (default: ``"uploads"``).
+        penalty (str, optional): ``"squared"`` or ``"distance"``, the form of
+            the pull towards :math:`u_i` and :math:`w`
+            (:func:`sfl_penalty`) (default: ``"squared"``).
 
-    **State.** None of its own: :math:`V` is the engine's client table
-    (:attr:`FederationContext.clients`: the latest upload of each client and
-    which clients have uploaded); :math:`U` is propagated from it when first
-    needed after it changes.
+    **State.** With ``memory="uploads"``, none of its own: :math:`V` is the
+    engine's client table (:attr:`FederationContext.clients`: the latest
+    upload of each client and which clients have uploaded); :math:`U` is
+    propagated from it when first needed after it changes. With
+    ``memory="propagated"``, the stored models :math:`S` (``stored_params``),
+    which are also :math:`U`.
 
     Shapes:
         - **derived:** structure-aware models :math:`U` :math:`(N, D)`.
+        - **state** (``memory="propagated"``): ``stored_params``
+          :math:`(N, D)`.
     """
 
     def __init__(self, num_hops: Annotated[int, Range(ge=0), Search(1, 4)] = 3,
                  lam: Annotated[float, Range(ge=0.0), Search(0.01, 1.0, log=True)] = 0.3,
                  normalization: NormalizationName = "sym", start: StartName = "propagated",
                  global_lam: Annotated[float, Range(ge=0.0)] = 0.0,
-                 missing_graph: MissingGraphName = "complete") -> None:
+                 missing_graph: MissingGraphName = "complete",
+                 memory: MemoryName = "uploads", penalty: PenaltyName = "squared") -> None:
         super().__init__()
         self.num_hops = num_hops
         self.lam = lam
@@ -169,6 +213,10 @@ class SFL(Strategy):
         self.start = start
         self.global_lam = global_lam
         self.missing_graph = missing_graph
+        self.memory = memory
+        self.penalty = penalty
+        if memory == "propagated":  # only then: older states of the default keep their keys
+            self.register_buffer("stored_params", torch.empty(0))
         self.propagation = KHopPropagation(num_hops, normalization)
         self._cache: tuple[int, Tensor] | None = None
         # The graph with self loops is rebuilt from the context by setup().
@@ -205,6 +253,8 @@ class SFL(Strategy):
         self.graph_edge_index = edge_index.to(init.device)
         self.graph_edge_weight = edge_weight.to(init.device)
         self._cache = None
+        if self.memory == "propagated":
+            self.stored_params = init.unsqueeze(0).repeat(n, 1)
 
     # ------------------------------------------------------------- operator
     def propagate(self, x: Tensor) -> Tensor:
@@ -220,6 +270,8 @@ class SFL(Strategy):
         r"""The structure-aware models :math:`U` :math:`(N, D)` of the current
         client table (the initial model for clients that receive nothing)."""
         ctx = self._require_setup()
+        if self.memory == "propagated":
+            return self.stored_params
         table = ctx.table
         if self._cache is None or self._cache[0] != table.version:
             u, receives = self.propagation(table.params, self.graph_edge_index,
@@ -232,6 +284,8 @@ class SFL(Strategy):
         r"""The read-out :math:`w`: mean of the structure-aware models of the
         clients that have uploaded (the initial model before any upload)."""
         ctx = self._require_setup()
+        if self.memory == "propagated":  # the code's read_out: all N clients
+            return self.stored_params.mean(dim=0)
         uploaded = ctx.table.trained
         if not bool(uploaded.any()):
             return ctx.init_params.clone()
@@ -255,13 +309,19 @@ class SFL(Strategy):
         if self.lam or self.global_lam:
             refs = (u, w) if self.global_lam else (u,)
             regularizer = Regularizer(partial(sfl_penalty, lam=self.lam,
-                                              global_lam=self.global_lam), *refs)
+                                              global_lam=self.global_lam,
+                                              penalty=self.penalty), *refs)
         return TrainPlan(params=params, regularizer=regularizer)
 
     def aggregate_train(self, rnd: int, graph: FederationGraph) -> None:
-        # The engine writes the uploads (V) to the client table; U is
-        # propagated from it when next needed.
+        # memory="uploads": the engine writes the uploads (V) to the client
+        # table; U is propagated from it when next needed.
         log.debug("round %d: %d clients uploaded", rnd, graph.num_clients)
+        if self.memory == "propagated" and graph.num_clients:
+            stored = self.stored_params.clone()
+            stored[graph.client_id.to(stored.device)] = graph.x.detach().to(stored)
+            self.stored_params = self.propagation(
+                stored, self.graph_edge_index, self.graph_edge_weight)[0]
 
     def personalized_params(self, clients: Tensor) -> Tensor | None:
         self._require_setup()
@@ -271,8 +331,14 @@ class SFL(Strategy):
         r"""The propagation matrix :math:`M = \hat{A}^{K}` :math:`(N, N)`
         restricted to clients that have uploaded (:math:`u_i = \sum_j M_{ij}
         v_j`; a zero row means the client keeps the initial model);
-        ``None`` before the first upload."""
+        ``None`` before the first upload. With ``memory="propagated"``, the
+        mixing one aggregation applies to the stored models, over all
+        clients (:math:`S \leftarrow M S`)."""
         ctx = self._require_setup()
+        if self.memory == "propagated":  # one round's mixing, over all clients
+            return self.propagation(torch.eye(ctx.num_clients, dtype=ctx.init_params.dtype,
+                                              device=self.graph_edge_index.device),
+                                    self.graph_edge_index, self.graph_edge_weight)[0]
         if not bool(ctx.table.trained.any()):
             return None
         return self.propagate(torch.eye(ctx.num_clients, dtype=ctx.init_params.dtype,

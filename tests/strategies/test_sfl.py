@@ -1,3 +1,4 @@
+import io
 import json
 import logging
 import math
@@ -58,7 +59,8 @@ def test_registered_hparams_and_defaults():
     s = build_strategy("sfl", num_hops=2, lam=0.1, normalization="row")
     assert s.hparams() == {"num_hops": 2, "lam": 0.1, "normalization": "row",
                            "start": "propagated", "global_lam": 0.0,
-                           "missing_graph": "complete"}
+                           "missing_graph": "complete", "memory": "uploads",
+                           "penalty": "squared"}
     assert "num_hops=2" in str(s) and "KHopPropagation(num_hops=2, normalization='row')" in str(s)
     # Authors' code: --layers 3 hops, regularizer coefficient 0.3.
     assert SFL().num_hops == 3 and SFL().lam == 0.3 and SFL().normalization == "sym"
@@ -72,6 +74,8 @@ def test_registered_hparams_and_defaults():
     ({"normalization": "left"}, "normalization: expected one of 'sym', 'row'"),
     ({"start": "zero"}, "start: expected one of 'propagated', 'local', 'global'"),
     ({"missing_graph": "knn"}, "missing_graph: expected one of 'complete', 'error'"),
+    ({"memory": "stale"}, "memory: expected one of 'uploads', 'propagated'"),
+    ({"penalty": "l1"}, "penalty: expected one of 'squared', 'distance'"),
 ])
 def test_bad_options(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -244,3 +248,73 @@ def test_cli_runs(tmp_path, dataset):
     assert code == 0
     summary = json.loads(next(tmp_path.rglob("summary.json")).read_text())
     assert summary["strategy"] == "sfl" and 0.0 <= summary["test"] <= 1.0
+
+
+def test_distance_penalty_is_the_codes_unsquared_pull():
+    theta, u, w = torch.tensor([3.0, 4.0]), torch.zeros(2), torch.tensor([3.0, 0.0])
+    # 0.5 * |(3, 4)| + 2 * |(0, 4)| = 2.5 + 8
+    value = sfl_penalty(theta, u, w, lam=0.5, global_lam=2.0, penalty="distance")
+    assert torch.allclose(value, torch.tensor(10.5))
+    # Its gradient has length lam however close theta is, and is 0 at theta = u.
+    g = torch.func.vmap(torch.func.grad(
+        lambda t, r: sfl_penalty(t, r, lam=0.5, penalty="distance")))(
+        torch.tensor([[1e-3, 0.0], [0.0, 0.0]]), torch.zeros(2, 2))
+    assert torch.allclose(g, torch.tensor([[0.5, 0.0], [0.0, 0.0]]))
+    s = SFL(lam=0.5, penalty="distance")
+    s.setup(_ctx(2, torch.zeros(2), torch.tensor([[0, 1], [1, 0]])))
+    plan = s.configure_train(1, torch.arange(2))
+    ref = plan.regularizer.refs[0][0]
+    assert torch.allclose(plan.regularizer.fn(theta, ref), 0.5 * (theta - ref).norm())
+
+
+def test_propagated_memory_smooths_stored_models_every_round():
+    # Path 0 - 1 - 2, row normalization with self loops, one hop:
+    # A_hat = [[1/2, 1/2, 0], [1/3, 1/3, 1/3], [0, 1/2, 1/2]]. The authors' code
+    # stores the propagated models and propagates them again every round.
+    ei = torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]])
+    a = torch.tensor([[1 / 2, 1 / 2, 0], [1 / 3, 1 / 3, 1 / 3], [0, 1 / 2, 1 / 2]])
+    v0, v2 = torch.tensor([6.0, 0.0]), torch.tensor([0.0, 12.0])
+    s = SFL(num_hops=1, lam=0.0, normalization="row", memory="propagated")
+    s.setup(_ctx(3, torch.zeros(2), ei))
+    assert torch.equal(s.personalized_params(torch.arange(3)), torch.zeros(3, 2))
+    assert torch.allclose(s.collaboration_graph(), a)
+    _upload(s, 1, [0], v0.unsqueeze(0))
+    s1 = a @ torch.stack([v0, torch.zeros(2), torch.zeros(2)])  # [v0/2, v0/3, 0]
+    assert torch.allclose(s.personalized_params(torch.arange(3)), s1)
+    _upload(s, 2, [2], v2.unsqueeze(0))
+    s2 = a @ torch.stack([s1[0], s1[1], v2])
+    assert torch.allclose(s.personalized_params(torch.arange(3)), s2)
+    assert torch.allclose(s2[0], torch.tensor([2.5, 0.0]))  # (3 + 2) / 2: re-smoothed, unsampled
+    assert torch.allclose(s.global_model(), s2.mean(0))  # read-out over all N clients
+    # The default memory propagates the latest uploads of the uploading clients only.
+    d = SFL(num_hops=1, lam=0.0, normalization="row")
+    d.setup(_ctx(3, torch.zeros(2), ei))
+    _upload(d, 1, [0], v0.unsqueeze(0))
+    _upload(d, 2, [2], v2.unsqueeze(0))
+    assert torch.allclose(d.personalized_params(torch.tensor([0]))[0], v0)
+
+
+def test_authors_code_recipe_runs_and_resumes_exactly():
+    ei = torch.tensor([[0, 1, 2, 1, 2, 3], [1, 2, 3, 0, 1, 2]])
+    kw = {"memory": "propagated", "penalty": "distance", "start": "global",
+          "global_lam": 0.3, "normalization": "row"}
+    full = _simulator(SFL(**kw), _dataset(edge_index=ei), rounds=4)
+    full.run()
+    state = full.strategy.state_dict()
+    assert set(state) == {"stored_params"} and state["stored_params"].shape == (
+        4, full.layout.num_params)
+    assert torch.equal(state["stored_params"], full.strategy.personalized_params(torch.arange(4)))
+    first = _simulator(SFL(**kw), _dataset(edge_index=ei), rounds=4)
+    first.run(2)
+    buf = io.BytesIO()
+    torch.save(first.state_dict(), buf)
+    buf.seek(0)
+    resumed = _simulator(SFL(**kw), _dataset(edge_index=ei), rounds=4)
+    resumed.load_state_dict(torch.load(buf, weights_only=True))
+    resumed.run()
+    assert resumed.history == full.history
+    assert torch.equal(resumed.strategy.stored_params, full.strategy.stored_params)
+    # Not the default's run.
+    default = _simulator(SFL(), _dataset(edge_index=ei), rounds=4)
+    default.run()
+    assert not torch.allclose(default.local_params, full.local_params)
