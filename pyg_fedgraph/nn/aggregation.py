@@ -1,6 +1,8 @@
 """Weighted aggregation of client parameters over a collaboration graph."""
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch import Tensor
 from torch_geometric.nn.conv import MessagePassing
@@ -131,8 +133,14 @@ class GraphAggregation(MessagePassing):
             return list(dense.unbind(0))
         # Row i of adj_t gathers from the sources of the edges that end at i.
         flipped = edge_index.flip(0)
-        return [to_torch_csr_tensor(flipped, ew[:, layer].contiguous(), size=(n, n))
-                for layer in range(ew.size(1))]
+        # The indices were checked above and PyG sorts them: no invariant checks
+        # (what torch does by default, said explicitly so that it does not warn),
+        # and not torch's note that CSR tensors are in beta, once per process.
+        with warnings.catch_warnings(), torch.sparse.check_sparse_tensor_invariants(False):
+            warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta",
+                                    category=UserWarning)
+            return [to_torch_csr_tensor(flipped, ew[:, layer].contiguous(), size=(n, n))
+                    for layer in range(ew.size(1))]
 
     def message(self, x_j: Tensor, edge_weight: Tensor | None = None) -> Tensor:
         # Edge-wise form, used only if someone propagates over a plain edge_index:

@@ -120,6 +120,24 @@ def test_csr_branch_is_taken_and_equals_the_dense_product(monkeypatch):
                                @ x, atol=1e-12, rtol=0)
 
 
+def test_csr_branch_does_not_warn():
+    # torch warns once per process about CSR tensors (beta; invariant checks off):
+    # a fresh process shows what a user's first run would print.
+    script = textwrap.dedent("""
+        import warnings
+        import torch
+        from pyg_fedgraph.nn.aggregation import GraphAggregation
+        warnings.simplefilter("error")
+        ei = torch.tensor([[0, 1, 2], [1, 2, 3]])
+        out = GraphAggregation()(torch.ones(10, 2), ei, torch.ones(3))
+        print(out.sum().item())
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split()[-1] == "6.0" and "Warning" not in proc.stderr
+
+
 def test_csr_branch_gradients_equal_the_dense_ones():
     n, d = 10, 5
     ei, ew, w = _sparse_graph(n, 15, seed=5)
