@@ -121,6 +121,10 @@ def _entry(cfg: ExperimentConfig, summary: dict, history: History, graph, second
         "summary": summary,
         "val": history.mean("val"),
         "test": history.mean("test"),
+        # Every client's test value at the best mean-validation round (NaN where a
+        # client was not evaluated): the spread across clients the papers report.
+        "test_clients": ([float(v) for v in history.records[history.best_index]
+                          .test[history.metric]] if len(history) else []),
         "graph": None if graph is None else graph.float().tolist(),
         "seconds": seconds,
         "load": [load_start, os.getloadavg()[0]],

@@ -272,7 +272,8 @@ def panacea_tuned_lines(run_missing: bool, strategies: list[str] | None) -> list
                      "server re-propagates the models it stores every round and the pull is "
                      f"an unsquared distance; see `SFL`): {code_gap:+.1f} points, against "
                      f"{gaps['sfl']:+.1f} with our defaults (`fl60_protocol.md`, \"SFL: "
-                     "our server and the authors' code\").") if "sfl" in gaps else ""
+                     "our server and the authors' code\"; its spread across clients is "
+                     "Table II's: \"Spread across clients\").") if "sfl" in gaps else ""
     if len(gaps) == len(PANACEA_TUNED):
         off = {n: g for n, g in gaps.items() if abs(g) > 5}
         goal = ("met: " if not off else "not met for " + ", ".join(off) + ": ") + "; ".join(
