@@ -66,7 +66,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import torch
 from _report import emit, machine
@@ -74,7 +74,12 @@ from _report import emit, machine
 from pyg_fedgraph.data.federated_dataset import ClientSplit, FederatedDataset
 from pyg_fedgraph.models import MLP, GRUForecaster, SimpleCNN
 from pyg_fedgraph.train.engine import ClientTrainer, LocalConfig
-from pyg_fedgraph.train.execution import EXECUTION_TABLE, choose_execution, model_family
+from pyg_fedgraph.train.execution import (
+    EXECUTION_TABLE,
+    CompileMode,
+    choose_execution,
+    model_family,
+)
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "devices.md"
@@ -502,6 +507,10 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    if args.compile is not True and args.compile is not False \
+            and args.compile not in get_args(CompileMode):
+        parser.error(f"--compile: unknown mode {args.compile!r}; choose one of "
+                     + ", ".join(get_args(CompileMode)))
     if args.child:
         kind, payload = args.child[0], json.loads(args.child[1])
         if kind == "chunk":
