@@ -114,6 +114,15 @@ def runs_table() -> list[str]:
     return rows
 
 
+def _clients_at_best(history: History) -> list[float]:
+    if not len(history):
+        return []
+    values = history.records[history.best_index].test[history.metric]
+    if history.eval_clients is not None:
+        values = values[history.eval_clients]
+    return [float(v) for v in values]
+
+
 def _entry(cfg: ExperimentConfig, summary: dict, history: History, graph, seconds: float,
            load_start: float, **extra) -> dict[str, Any]:
     return {
@@ -121,10 +130,10 @@ def _entry(cfg: ExperimentConfig, summary: dict, history: History, graph, second
         "summary": summary,
         "val": history.mean("val"),
         "test": history.mean("test"),
-        # Every client's test value at the best mean-validation round (NaN where a
-        # client was not evaluated): the spread across clients the papers report.
-        "test_clients": ([float(v) for v in history.records[history.best_index]
-                          .test[history.metric]] if len(history) else []),
+        # The test value at the best mean-validation round of every client the
+        # summary's mean is over (the benign ones under attack; NaN where one was not
+        # evaluated): the spread across clients the papers report.
+        "test_clients": _clients_at_best(history),
         "graph": None if graph is None else graph.float().tolist(),
         "seconds": seconds,
         "load": [load_start, os.getloadavg()[0]],

@@ -42,10 +42,11 @@ def sfl_penalty(theta: Tensor, personalized: Tensor, *global_model: Tensor, lam:
 
     with :math:`u_i` the client's structure-aware model and :math:`w` the
     global read-out (the second term only when ``global_model`` is given).
-    ``"distance"`` is the authors' code (``pairwise_distance`` in
-    ``federated.py``): a pull of constant strength :math:`\lambda` towards
-    :math:`u_i`, however close; its gradient at :math:`\theta = u_i` is
-    taken as 0.
+    ``"distance"`` is the formula of the authors' code (``pairwise_distance``
+    in ``federated.py``): a pull of constant strength :math:`\lambda`
+    towards :math:`u_i`, however close; its gradient at :math:`\theta = u_i`
+    is taken as 0. (That code computes it from detached copies of the model,
+    so there it changes the reported loss and never the gradient.)
 
     Args:
         theta (torch.Tensor): the client's parameters :math:`(D,)`.
@@ -113,12 +114,16 @@ class SFL(Strategy):
       ``normalization="row"`` reproduces that. Symmetric weights need not sum
       to one per row on irregular graphs, so :math:`u_i` is then not a convex
       combination of models.
-    * The code regularizes with unsquared distances,
-      :math:`0.3\lVert\theta - u_i\rVert + 0.3\lVert\theta - w\rVert`, and
-      starts every client from the read-out :math:`w`. Here the penalty is
-      the squared proximal term above (as in Ditto / FedProx), the start is
+    * The code writes a regularizer of unsquared distances,
+      :math:`0.3\lVert\theta - u_i\rVert + 0.3\lVert\theta - w\rVert`,
+      but computes it from detached copies of the model (``state_dict()``
+      and ``.clone().detach()`` in ``Cifar10FedEngine.criterion``): it adds
+      a constant to the loss and nothing to the gradient, so the released
+      code trains without any pull (``lam=0``). It starts every client from
+      the read-out :math:`w`. Here the pull is the squared proximal term
+      above (as in Ditto / FedProx) and reaches the gradient, the start is
       chosen by ``start`` and the read-out term by ``global_lam``
-      (``penalty="distance"`` gives the unsquared distances).
+      (``penalty="distance"`` gives the unsquared form the code writes).
     * What the server propagates (``memory``). Here (``"uploads"``,
       default) :math:`V` holds each client's latest *upload*, and a client
       that has never uploaded (not yet sampled, or held out) sends nothing:
@@ -132,12 +137,18 @@ class SFL(Strategy):
       uploads replace their :math:`s_j`, then *every* stored model is
       propagated, :math:`S \leftarrow \hat{A}^{K} S`, and :math:`U = S`:
       a client that was not sampled is smoothed again every round, and
-      clients that never trained take part with their stored models.
+      clients that never trained (held-out ones included) take part with
+      their stored models, in the propagation and in the read-out.
       ``memory="propagated"`` reproduces that (the read-out :math:`w` is
       then the mean of all :math:`N` rows of :math:`U`, as the code's
-      ``read_out``). With all clients sampled every round the two agree up
-      to the first round's never-uploaded clients; with few clients per
-      round (Panacea's protocol: 5 of 60) they differ a lot.
+      ``read_out``), but for one thing: the code's initial list holds *one*
+      shared model for all clients (``[w] * N``), which ``graph_dic``
+      overwrites in place, so until a client is first sampled its row is
+      that of the highest-numbered client not yet sampled; here each keeps
+      its own row (with 5 of 60 clients per round the difference is gone
+      after about 60 rounds). With all clients sampled every round and none
+      held out the two memories agree after the first round; with few
+      clients per round (Panacea's protocol: 5 of 60) they differ a lot.
 
     **Evaluation.** :meth:`personalized_params` returns :math:`u_i`, the
     structure-aware model after the latest aggregation, as the authors'
@@ -152,14 +163,16 @@ class SFL(Strategy):
     (no edges) leaves only the self loops: :math:`U = V` and SFL reduces to
     local training with a proximal term towards the client's own last model.
 
-    **The authors' code.** ``SFL(memory="propagated", penalty="distance",
-    start="global", global_lam=0.3, normalization="row")`` runs the released
-    code's server and regularizer (its CIFAR engine's learning-rate schedule
-    and weight decay are the trainer's business, not the strategy's).
+    **The authors' code.** ``SFL(memory="propagated", lam=0.0,
+    start="global", normalization="row")`` trains as the released code does
+    (up to the shared initial model above; its CIFAR engine's learning-rate
+    schedule and weight decay are the trainer's business, not the
+    strategy's).
 
-    Defaults follow the authors' code (the paper gives no other values):
-    :math:`K = 3` (``--layers 3``), :math:`\lambda = 0.3` (the regularizer's
-    coefficient in ``federated.py``), all clients per round
+    Defaults follow the authors' code where it has an effect, and its text
+    where it has none (the paper gives no other values): :math:`K = 3`
+    (``--layers 3``), :math:`\lambda = 0.3` (the coefficient written in
+    ``federated.py``, a pull the paper describes), all clients per round
     (``--client_frac 1``).
 
     The paper gives no grid: studies search :math:`\lambda` log-uniformly

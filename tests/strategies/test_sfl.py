@@ -296,8 +296,9 @@ def test_propagated_memory_smooths_stored_models_every_round():
 
 def test_authors_code_recipe_runs_and_resumes_exactly():
     ei = torch.tensor([[0, 1, 2, 1, 2, 3], [1, 2, 3, 0, 1, 2]])
-    kw = {"memory": "propagated", "penalty": "distance", "start": "global",
-          "global_lam": 0.3, "normalization": "row"}
+    # The released code: stored-model memory, read-out start, row normalization and
+    # no pull (its regularizer is computed from detached copies: no gradient).
+    kw = {"memory": "propagated", "lam": 0.0, "start": "global", "normalization": "row"}
     full = _simulator(SFL(**kw), _dataset(edge_index=ei), rounds=4)
     full.run()
     state = full.strategy.state_dict()
