@@ -264,6 +264,59 @@ def spread_table(run: bool) -> tuple[list[str], dict[str, tuple[float, float, in
     return lines, got
 
 
+#: The rows of the spread-per-rate table: ``(label, strategy, SFL options)``.
+SPREAD_GRID_ROWS: tuple[tuple[str, str, dict[str, Any] | None], ...] = (
+    ("fedavg", "fedavg", None), ("pfedhn", "pfedhn", None), ("sfl, ours", "sfl", None),
+    ("sfl, the authors' code", "sfl", SFL_CODE))
+
+
+def spread_grid(run: bool) -> tuple[list[str], dict[str, list[float]]]:
+    r"""Mean ± standard deviation across clients at every client learning rate
+    of the paper's grid, for each row of :data:`SPREAD_GRID_ROWS`; a cell is
+    marked when both lie within 5 points of Table II's. Returns the lines and
+    ``{label: [matching learning rates]}`` (rows still missing runs left
+    out)."""
+    lines = ["| strategy \\ client lr | " + " | ".join(map(str, PANACEA_LR_GRID))
+             + " | Table II |", "|---|" + "---:|" * (len(PANACEA_LR_GRID) + 1)]
+    matches: dict[str, list[float]] = {}
+    for label, name, extra in SPREAD_GRID_ROWS:
+        cells, found = [], []
+        for lr in PANACEA_LR_GRID:
+            cfg = panacea_lr_config(name, lr, extra)
+            entry = load_cached(cfg)
+            if run and (entry is None or "test_clients" not in entry):
+                entry = cached_run(cfg, refresh=True)
+            if entry is None or "test_clients" not in entry:
+                cells.append("pending")
+                continue
+            acc = torch.tensor(entry["test_clients"], dtype=torch.float64)
+            acc = 100 * acc[~acc.isnan()]
+            m, sd = float(acc.mean()), float(acc.std(unbiased=False))
+            hit = (abs(m - PANACEA_T2[name]) <= 5 and abs(sd - PANACEA_T2_SPREAD[name]) <= 5)
+            if hit:
+                found.append(lr)
+            cells.append(f"{'**' if hit else ''}{m:.1f} ± {sd:.1f}{'**' if hit else ''}")
+        if "pending" not in cells:
+            matches[label] = found
+        lines.append(f"| {label} | " + " | ".join(cells)
+                     + f" | {PANACEA_T2[name]:.1f} ± {PANACEA_T2_SPREAD[name]:.1f} |")
+    return lines, matches
+
+
+def spread_grid_findings(matches: dict[str, list[float]]) -> list[str]:
+    r"""Which client learning rates give Table II's mean and spread."""
+    if not matches:
+        return []
+    hit = {k: v for k, v in matches.items() if v}
+    miss = [k for k, v in matches.items() if not v]
+    text = ("- Mean and spread both within 5 points of Table II's (bold): "
+            + ("; ".join(f"\"{k}\" at lr {', '.join(map(str, v))}" for k, v in hit.items())
+               if hit else "no cell")
+            + ("; none for " + ", ".join(f"\"{k}\"" for k in miss) if miss and hit else "")
+            + ".")
+    return [text, ""]
+
+
 def spread_findings(got: dict[str, tuple[float, float, int, int]]) -> list[str]:
     r"""What the spreads say, from the spread table's numbers (only what they
     show: which spread is nearer Table II's)."""
@@ -580,6 +633,7 @@ def main(argv: list[str] | None = None) -> str:
     grid_rows = hn_grid()
     sfl_lines, sfl_cells = sfl_table(args.sfl_code)
     spread_lines, spreads = spread_table(args.spread)
+    grid_spread_lines, spread_matches = spread_grid(args.spread)
     ceiling = {r: central_accuracy(r) for r in ("grda", "paper")}
     bayes = {r: bayes_accuracy(r) for r in ("grda", "paper")}
     lines = [
@@ -626,6 +680,10 @@ def main(argv: list[str] | None = None) -> str:
         "20 samples, so its accuracy moves in steps of 5 points; \"under 50%\" counts the "
         "clients whose labels were predicted wrong more often than right (45% included).", "",
         *spread_lines, "", *spread_findings(spreads),
+        "At every client learning rate of the paper's grid (paper protocol, plain SGD; "
+        "pFedHN with its hypernetwork learning rate 0.01), mean ± standard deviation across "
+        "clients:", "",
+        *grid_spread_lines, "", *spread_grid_findings(spread_matches),
         *findings(got, ceiling, bayes, gentler, hn_variants, hn_reach, grid_rows, sfl_cells),
         "## Machine", "", *machine(load_start), "",
         f"Total wall time {time.perf_counter() - t0:.0f} s (cached runs are reused). "
