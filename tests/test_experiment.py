@@ -58,3 +58,24 @@ def test_a_dataset_without_defaults_falls_back_to_the_table_by_name():
 def test_dataset_defaults_check_rounds():
     with pytest.raises(ValueError, match="at least one round, got rounds=0"):
         DatasetDefaults("cnn", rounds=0)
+
+
+def test_nesterov_and_schedule_reach_the_trainer_and_the_resolved_config():
+    from pyg_fedgraph.cli.config import resolved_config
+
+    def run(**over):
+        cfg = ExperimentConfig(dataset="fl60", clients=4, strategy="fedavg", rounds=1,
+                               overrides=over)
+        return cfg, build_simulator(cfg, progress=False)
+
+    cfg, sim = run(momentum=0.9, nesterov=True, warmup=0.2, lr_decay_to=0.01)
+    local = sim.trainer.config
+    assert (local.nesterov, local.warmup, local.lr_decay_to) == (True, 0.2, 0.01)
+    resolved = resolved_config(sim, cfg)["set"]
+    assert (resolved["nesterov"], resolved["warmup"], resolved["lr_decay_to"]) == (True, 0.2,
+                                                                                   0.01)
+    # Runs without them write the keys they always wrote.
+    cfg, sim = run()
+    assert not {"nesterov", "warmup", "lr_decay_to"} & set(resolved_config(sim, cfg)["set"])
+    with pytest.raises(ValueError, match="nesterov=True needs momentum > 0"):
+        run(momentum=0.0, nesterov=True)

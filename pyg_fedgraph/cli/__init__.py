@@ -190,10 +190,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="replace the run already in --out (its files only)")
     run.add_argument("--set", dest="overrides", type=key_value, action="append", default=[],
                      metavar="KEY=VALUE",
-                     help="override a setting: lr, momentum, weight_decay, batch_size, epochs, "
-                          "steps, sample_fraction, eval_every, parallel_clients, execution, "
-                          "state_device, compile, model, model.<arg>, data.<arg>, or a strategy "
-                          "option")
+                     help="override a setting: lr, momentum, nesterov, weight_decay, warmup, "
+                          "lr_decay_to, batch_size, epochs, steps, sample_fraction, eval_every, "
+                          "parallel_clients, execution, state_device, compile, model, "
+                          "model.<arg>, data.<arg>, or a strategy option")
     _device_options(run)
     _logging_options(run)
 

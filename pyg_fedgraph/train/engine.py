@@ -11,6 +11,7 @@ the same parameters up to float rounding.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import itertools
 import logging
@@ -62,6 +63,31 @@ class LocalConfig:
             (default: ``5``); ignored when ``steps`` is set.
         steps (int, optional): a fixed number of local steps per client, each
             on a fresh random mini-batch (default: ``None``).
+        nesterov (bool): Nesterov momentum, as :class:`torch.optim.SGD`'s
+            ``nesterov=True`` (needs ``momentum > 0``) (default: ``False``).
+        warmup (float): share :math:`w \in [0, 1)` of each local run over
+            which the learning rate rises linearly from 0 (default: ``0.0``).
+        lr_decay_to (float, optional): after the warm-up, the learning rate
+            falls linearly to ``lr_decay_to * lr`` at the run's last step;
+            :obj:`None` keeps it at ``lr`` (default: ``None``).
+
+    **Learning-rate schedule.** With ``warmup`` or ``lr_decay_to`` set, local
+    step :math:`t = 0, \ldots, T - 1` of a run of :math:`T` steps uses
+    :math:`\eta_t = \eta\, m(u_t)` with :math:`u_t = (t + 1) / T` and the
+    piecewise-linear factor
+
+    .. math::
+        m(u) = \begin{cases} u / w & u < w \\
+        1 + (d - 1) \frac{u - w}{1 - w} & u \ge w \end{cases}
+
+    (:math:`d` = ``lr_decay_to``, 1 when :obj:`None`): a triangular
+    "one-cycle" schedule that restarts at every local run, as the client
+    optimizer of SFL's released code (warm-up to 0.4 over the first 5 of its
+    local epochs, then down to 0.001; Chen et al., IJCAI 2022,
+    dawenzi098/SFL-Structural-Federated-Learning, ``federated.py``) is
+    ``lr=0.4, warmup=5/E, lr_decay_to=0.0025`` for :math:`E` local steps of
+    one batch. The clock :math:`t` is the run's step, shared by all clients
+    (a client with fewer batches skips steps, not schedule positions).
     """
     lr: Annotated[float, Range(gt=0.0),
                   Search(1e-3, 1e-1, log=True,
@@ -71,12 +97,41 @@ class LocalConfig:
     batch_size: Annotated[int, Range(ge=1)] = 64
     epochs: Annotated[int | None, Range(ge=0)] = 5
     steps: Annotated[int | None, Range(ge=0)] = None
+    nesterov: bool = False
+    warmup: Annotated[float, Range(ge=0.0, lt=1.0)] = 0.0
+    lr_decay_to: Annotated[float | None, Range(ge=0.0)] = None
 
     def __post_init__(self) -> None:
         for name, hp in LOCAL_SCHEMA.items():
             setattr(self, name, hp.check(getattr(self, name)))
         if self.steps is None and self.epochs is None:
             raise ValueError("set epochs >= 0 or steps >= 0")
+        if self.nesterov and not self.momentum:
+            raise ValueError("nesterov=True needs momentum > 0 (as torch.optim.SGD)")
+
+    @property
+    def scheduled(self) -> bool:
+        r"""Whether the learning rate changes within a local run."""
+        return bool(self.warmup) or self.lr_decay_to is not None
+
+    def lr_factors(self, num_steps: int) -> list[float]:
+        r"""The factor :math:`m(u_t)` of the learning rate at each of the
+        ``num_steps`` steps of a local run (see the schedule above; all 1.0
+        without one)."""
+        w = self.warmup
+        d = 1.0 if self.lr_decay_to is None else self.lr_decay_to
+        out = []
+        for t in range(num_steps):
+            u = (t + 1) / num_steps
+            out.append(u / w if u < w else 1.0 + (d - 1.0) * (u - w) / (1.0 - w))
+        return out
+
+    def at_step(self, factors: list[float] | None, t: int) -> LocalConfig:
+        r"""This configuration with step ``t``'s learning rate (itself when
+        ``factors`` is :obj:`None`, no schedule)."""
+        if factors is None:
+            return self
+        return dataclasses.replace(self, lr=self.lr * factors[t])
 
 
 #: The declared hyper-parameters of :class:`LocalConfig`.
@@ -617,6 +672,7 @@ class ClientTrainer:
         # skips, the masks below would select every row: take the new values as they are.
         all_active = step_active.all(dim=1).tolist()
         step_batches = index[:num_steps * k].view(num_steps, k, *index.shape[1:])
+        factors = cfg.lr_factors(num_steps) if cfg.scheduled else None
         for t in range(num_steps):
             if not anyone[t]:
                 continue
@@ -625,7 +681,8 @@ class ClientTrainer:
             act_dev = act.to(self.device)
             old = {name: v.clone() for name, v in bufs.items()} if bufs and not everyone else {}
             new, new_state, loss = rule.step(problem, theta, state,
-                                             list(step_batches[t].unbind(0)), cfg)
+                                             list(step_batches[t].unbind(0)),
+                                             cfg.at_step(factors, t))
             if everyone:
                 theta, state = new, new_state
                 loss_sum += loss
@@ -657,11 +714,14 @@ class ClientTrainer:
             self.layout.load_into(model, theta[i], buffers[i])
             model.train()
             opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum,
-                                  weight_decay=cfg.weight_decay)
+                                  weight_decay=cfg.weight_decay, nesterov=cfg.nesterov)
+            factors = cfg.lr_factors(index.size(0)) if cfg.scheduled else None
             total = 0.0
             for t in range(index.size(0)):
                 if not bool(active[t, i]):
                     continue
+                if factors is not None:
+                    opt.param_groups[0]["lr"] = cfg.lr * factors[t]
                 xb, yb = self.dataset.batch("train", index[t, i:i + 1], clients[i:i + 1])
                 opt.zero_grad()
                 with autocast(self.device, self.precision):

@@ -159,7 +159,8 @@ class SGD(LocalRule):
         b \leftarrow \mu b + g \;(b = g \text{ at the first step}), \quad
         \theta \leftarrow \theta - \eta\, (b \odot m)
 
-    with learning rate :math:`\eta`, momentum :math:`\mu` and weight decay
+    (with ``nesterov=True``, :math:`\theta \leftarrow \theta - \eta\,
+    ((g + \mu b) \odot m)`), with learning rate :math:`\eta`, momentum :math:`\mu` and weight decay
     :math:`\lambda_{wd}` from the :class:`~pyg_fedgraph.train.LocalConfig`,
     and an optional mask :math:`m` of the parameters that train (FedRep's
     head and body phases); masked-out parameters do not move.
@@ -184,8 +185,9 @@ class SGD(LocalRule):
             g = g + config.weight_decay * theta
         if config.momentum:
             started = state["started"].unsqueeze(1)
-            g = torch.where(started, config.momentum * state["momentum"] + g, g)
-            state = {"momentum": g, "started": torch.ones_like(state["started"])}
+            buf = torch.where(started, config.momentum * state["momentum"] + g, g)
+            state = {"momentum": buf, "started": torch.ones_like(state["started"])}
+            g = g + config.momentum * buf if config.nesterov else buf
         if self.mask is not None:
             g = g * self.mask.to(g.dtype)
         return theta - config.lr * g, state, loss
@@ -233,8 +235,9 @@ def _sgd_step(theta: Tensor, g: Tensor, state: dict[str, Tensor], key: str,
         g = g + config.weight_decay * theta
     if not config.momentum:
         return theta - config.lr * g, {}
-    g = config.momentum * state[key] + g
-    return theta - config.lr * g, {key: g}
+    buf = config.momentum * state[key] + g
+    step = g + config.momentum * buf if config.nesterov else buf
+    return theta - config.lr * step, {key: buf}
 
 
 @register_rule("per-fedavg")

@@ -419,6 +419,15 @@ def test_local_settings_of_the_plan_reach_the_clients():
         assert {m["steps"] for m in gs.train_metrics[1].values()} == {steps}
 
 
+@pytest.mark.parametrize("local", [
+    LocalConfig(lr=0.2),
+    LocalConfig(lr=0.4, momentum=0.9, nesterov=True, weight_decay=5e-4, epochs=None, steps=50,
+                warmup=0.1, lr_decay_to=0.0025)], ids=["plain", "nesterov-schedule"])
+def test_local_config_travels_through_a_config_record(local):
+    record = ConfigRecord(P.local_config_to_dict(local))
+    assert P.local_config_from_record(dict(record)) == local
+
+
 def test_partial_participation_samples_like_the_simulator():
     from pyg_fedgraph.engine import sample_clients
     gs, _ = run_local(build_strategy("fedavg"), fraction_train=0.6)

@@ -176,6 +176,36 @@ def test_local_config_errors():
         LocalConfig(steps=-1)
     with pytest.raises(ValueError, match="set epochs >= 0 or steps >= 0"):
         LocalConfig(epochs=None)
+    with pytest.raises(ValueError, match="nesterov=True needs momentum > 0"):
+        LocalConfig(nesterov=True)
+    with pytest.raises(ValueError, match="warmup must be < 1"):
+        LocalConfig(warmup=1.0)
+    with pytest.raises(ValueError, match="lr_decay_to must be >= 0"):
+        LocalConfig(lr_decay_to=-0.5)
+
+
+def test_lr_factors_by_hand():
+    # T = 4 steps, u = 1/4, 2/4, 3/4, 1: warm-up to u = 1/2, then down to 0.2.
+    cfg = LocalConfig(warmup=0.5, lr_decay_to=0.2)
+    assert cfg.scheduled
+    assert cfg.lr_factors(4) == pytest.approx([0.5, 1.0, 0.6, 0.2])
+    # Warm-up alone stays at 1 after it; decay alone starts at once.
+    assert LocalConfig(warmup=0.5).lr_factors(4) == pytest.approx([0.5, 1.0, 1.0, 1.0])
+    assert LocalConfig(lr_decay_to=0.0).lr_factors(4) == pytest.approx([0.75, 0.5, 0.25, 0.0])
+    plain = LocalConfig()
+    assert not plain.scheduled and plain.at_step(None, 3) is plain
+    assert plain.at_step([1.0, 0.25], 1).lr == pytest.approx(0.0025)
+
+
+def test_schedule_is_sfls_piecewise_linear():
+    # SFL's released client optimizer: lr interpolated over local epochs at the
+    # knots (0, 5, E) -> (0, 0.4, 0.001), read after the step counter moves.
+    e = 50
+    cfg = LocalConfig(lr=0.4, warmup=5 / e, lr_decay_to=0.001 / 0.4, steps=e)
+    expected = [0.4 * k / 5 if k <= 5 else 0.4 + (0.001 - 0.4) * (k - 5) / (e - 5)
+                for k in range(1, e + 1)]
+    got = [cfg.lr * f for f in cfg.lr_factors(e)]
+    assert got == pytest.approx(expected, abs=1e-12)
 
 
 # ------------------------------------------------- parallel vs reference loop
@@ -217,6 +247,32 @@ def test_parallel_equals_per_client_loop(model_fn, mode):
     if trainer.layout.num_buffers:
         for i in (0, 1, 3):  # BatchNorm statistics were updated by training
             assert not torch.allclose(par.buffers[i], buffers[i])
+
+
+@pytest.mark.parametrize("model_fn", [make_mlp, make_bn_model], ids=["mlp", "batchnorm"])
+def test_nesterov_and_schedule_parallel_equal_torch_sgd_loop(model_fn):
+    # The per-client loop steps torch.optim.SGD(nesterov=True) with the
+    # scheduled learning rate; the batched rule must give the same parameters,
+    # and both must differ from plain momentum at a constant rate.
+    data = make_dataset()
+    clients = torch.tensor([3, 0, 2, 1])
+    out = {}
+    for name, extra in (("plain", {}),
+                        ("nesterov", {"nesterov": True, "warmup": 0.3, "lr_decay_to": 0.1})):
+        cfg = LocalConfig(lr=0.1, momentum=0.9, weight_decay=1e-3, batch_size=4, epochs=3,
+                          **extra)
+        trainer = ClientTrainer(model_fn(), data, config=cfg)
+        params, buffers = start_state(trainer, 4)
+        for parallel in (True, False):
+            out[name, parallel] = trainer.train(clients, params, buffers,
+                                                generator=torch.Generator().manual_seed(0),
+                                                parallel=parallel)
+    par, loop = out["nesterov", True], out["nesterov", False]
+    assert torch.allclose(par.params, loop.params, atol=1e-5, rtol=0)
+    assert torch.allclose(par.buffers, loop.buffers, atol=1e-5, rtol=0)
+    assert torch.allclose(par.loss, loop.loss, atol=1e-5)
+    moved = [0, 1, 3]  # client 2 has no data
+    assert not torch.allclose(par.params[moved], out["plain", True].params[moved], atol=1e-3)
 
 
 def test_regularizer_changes_the_result():
