@@ -1,9 +1,11 @@
 r"""FL-60: the synthetic binary classification federation of Panacea."""
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Literal
 
 import torch
@@ -13,12 +15,13 @@ from torch_geometric.utils import coalesce, to_undirected
 from pyg_fedgraph.data.federated_dataset import FederatedDataset
 from pyg_fedgraph.data.partition import build_federated_dataset
 from pyg_fedgraph.datasets.registry import register_dataset
+from pyg_fedgraph.utils.safe_pickle import load_array_pickle
 
-__all__ = ["fl60", "angle_knn_graph", "GraphName", "PAPER_GRAPH_MAX_CLIENTS"]
+__all__ = ["fl60", "angle_knn_graph", "read_grda_toy", "GraphName", "PAPER_GRAPH_MAX_CLIENTS"]
 
 log = logging.getLogger(__name__)
 
-GraphName = Literal["auto", "paper", "knn", "none"]
+GraphName = Literal["auto", "paper", "knn", "none", "file"]
 
 #: Largest federation for which ``graph="auto"`` draws the paper's dense
 #: Bernoulli graph (about :math:`N^2 / 2` edges: 2 million at 2,000 clients);
@@ -30,7 +33,7 @@ PAPER_GRAPH_MAX_CLIENTS = 2000
 def fl60(num_clients: int = 60, samples_per_client: int = 100, seed: int = 0,
          fractions: Sequence[float] = (0.64, 0.16, 0.2),
          recipe: Literal["grda", "paper"] = "grda", graph: GraphName = "auto",
-         graph_k: int = 10) -> FederatedDataset:
+         graph_k: int = 10, path: str | Path | None = None) -> FederatedDataset:
     r"""The FL-60 synthetic federation of Panacea, from the `"Graph-Relational
     Federated Learning: Enhanced Personalization and Robustness"` paper (Lin
     et al., Sec. V-A), whose distribution is borrowed from GRDA (Xu et al., "Graph-
@@ -83,6 +86,23 @@ def fl60(num_clients: int = 60, samples_per_client: int = 100, seed: int = 0,
     ``recipe="grda"`` (default) uses those inputs with the same unit vectors
     :math:`(a_t, b_t) = (\cos\phi_t, \sin\phi_t)` and the Panacea graph above.
 
+    **GRDA's data file.** GRDA publishes the DG-60 draw it used,
+    ``data/toy_d60_spiral.pkl`` in Wang-ML-Lab/GRDA (a dict of numpy arrays:
+    ``data`` :math:`(6000, 2)`, ``label``, ``domain``, the graph ``A``
+    :math:`(60, 60)` and ``angle`` :math:`(60,)`). With ``path`` set to that
+    file (or one of its format, read without running code, see
+    :func:`read_grda_toy`), inputs, labels and client angles are the file's
+    instead of drawn; the clients and their sample counts are the file's
+    (``num_clients`` and ``samples_per_client`` must be left at their defaults
+    or equal them) and ``recipe`` must be ``"grda"``. Its labels are GRDA's:
+    0 for the samples around :math:`+\boldsymbol{\mu}_t`, 1 around
+    :math:`-\boldsymbol{\mu}_t` (the opposite of the drawn recipes; accuracy
+    does not depend on it). ``graph="file"`` takes the file's graph (GRDA's:
+    an edge with probability :math:`\cos(\phi_u - \phi_v)` where that is at
+    least 0.2, none elsewhere); ``"auto"`` and ``"paper"`` draw Panacea's
+    Bernoulli graph on the file's angles. ``info["file_sha256"]`` records the
+    file read.
+
     The paper splits each
     client 80% / 20% into train / test; a validation split is carved from the
     training part: the default ``fractions=(0.64, 0.16, 0.2)`` is the paper's
@@ -103,6 +123,9 @@ def fl60(num_clients: int = 60, samples_per_client: int = 100, seed: int = 0,
             (default: :obj:`"auto"`)
         graph_k (int, optional): neighbours per client of the ``"knn"``
             graph, even and below :math:`N`. (default: :obj:`10`)
+        path (str or Path, optional): GRDA's DG-60 file to read the
+            federation from instead of drawing it (see above); ``graph="file"``
+            needs it. (default: :obj:`None`)
 
     Returns:
         A :class:`~pyg_fedgraph.data.FederatedDataset` with 2-D float32 inputs,
@@ -123,8 +146,14 @@ def fl60(num_clients: int = 60, samples_per_client: int = 100, seed: int = 0,
                          f"{samples_per_client}")
     if len(fractions) != 3 or fractions[1] <= 0:
         raise ValueError(f"FL-60 needs a positive validation fraction, got fractions={fractions}")
-    if graph not in ("auto", "paper", "knn", "none"):
-        raise ValueError(f"graph must be 'auto', 'paper', 'knn' or 'none', got {graph!r}")
+    if graph not in ("auto", "paper", "knn", "none", "file"):
+        raise ValueError(f"graph must be 'auto', 'paper', 'knn', 'none' or 'file', got "
+                         f"{graph!r}")
+    if graph == "file" and path is None:
+        raise ValueError("graph='file' takes the graph of GRDA's data file: pass path= too")
+    if path is not None:
+        return _fl60_from_file(Path(path), num_clients, samples_per_client, seed, fractions,
+                               recipe, graph, graph_k)
     if graph == "auto":
         graph = "paper" if num_clients <= PAPER_GRAPH_MAX_CLIENTS else "knn"
         if graph == "knn":
@@ -174,6 +203,121 @@ def fl60(num_clients: int = 60, samples_per_client: int = 100, seed: int = 0,
               "source": "Panacea (Lin et al.) FL-60, inputs from the GRDA generator"
               if recipe == "grda" else "Panacea (Lin et al.) FL-60, paper text",
               "client_embedding": embedding.float(), "client_angle": omega.float()})
+
+
+#: The arrays of GRDA's toy data files and what each holds.
+GRDA_KEYS = {"data": "inputs (M, 2)", "label": "labels (M,) in {0, 1}",
+             "domain": "client ids (M,) in [0, K)", "A": "graph (K, K)",
+             "angle": "client angles (K,)"}
+
+
+def read_grda_toy(path: str | Path) -> dict[str, Tensor]:
+    r"""Reads a toy data file of GRDA (``toy_d60_spiral.pkl``,
+    ``toy_d15_spiral_tight_boundary.pkl``: a pickled dict of numpy arrays)
+    with an allow-list unpickler that builds only plain data and numpy arrays
+    (:func:`~pyg_fedgraph.utils.safe_pickle.load_array_pickle`), and checks
+    it.
+
+    Returns:
+        ``{"data": (M, 2) float64, "label": (M,) long, "domain": (M,) long,
+        "A": (K, K) float64, "angle": (K,) float64}``.
+
+    Raises:
+        ValueError: naming the file, if it asks for any Python object, is not
+            a pickle, or its arrays are missing or inconsistent.
+    """
+    import numpy as np
+
+    path = Path(path)
+    obj = load_array_pickle(path, "a GRDA toy data pickle",
+                            "GRDA's toy_d60_spiral.pkl, a dict of the numpy arrays "
+                            + ", ".join(GRDA_KEYS))
+    if not isinstance(obj, dict):
+        raise ValueError(f"{path}: expected a dict of numpy arrays {sorted(GRDA_KEYS)}, got "
+                         f"{type(obj).__name__}")
+    missing = [k for k in GRDA_KEYS if not isinstance(obj.get(k), np.ndarray)]
+    if missing:
+        raise ValueError(f"{path}: missing numpy arrays {missing} (a GRDA toy file holds "
+                         + "; ".join(f"{k}: {v}" for k, v in GRDA_KEYS.items()) + ")")
+    data, label, domain = (np.asarray(obj[k], dtype=np.float64) for k in ("data", "label",
+                                                                          "domain"))
+    adj, angle = np.asarray(obj["A"], dtype=np.float64), np.asarray(obj["angle"], np.float64)
+    m, k = data.shape[0] if data.ndim == 2 else -1, angle.shape[0] if angle.ndim == 1 else -1
+    if data.ndim != 2 or data.shape[1] != 2 or m == 0:
+        raise ValueError(f"{path}: data must have shape (M, 2), got {data.shape}")
+    if label.shape != (m,) or domain.shape != (m,):
+        raise ValueError(f"{path}: label and domain must have shape ({m},) like data, got "
+                         f"{label.shape} and {domain.shape}")
+    if k < 2 or adj.shape != (k, k):
+        raise ValueError(f"{path}: angle must have shape (K,) with K >= 2 and A (K, K), got "
+                         f"{angle.shape} and {adj.shape}")
+    if not np.isfinite(data).all() or not np.isfinite(angle).all():
+        raise ValueError(f"{path}: data and angle must be finite")
+    if not np.isin(label, (0.0, 1.0)).all():
+        raise ValueError(f"{path}: labels must be 0 or 1, got values "
+                         f"{sorted(set(np.unique(label).tolist()) - {0.0, 1.0})[:5]}")
+    if (domain != np.round(domain)).any() or domain.min() < 0 or domain.max() >= k:
+        raise ValueError(f"{path}: domain must hold client ids 0..{k - 1}")
+    if not np.isin(adj, (0.0, 1.0)).all() or (adj != adj.T).any() or np.diag(adj).any():
+        raise ValueError(f"{path}: A must be a symmetric 0/1 matrix with a zero diagonal")
+    out = {"data": torch.from_numpy(data), "label": torch.from_numpy(label).long(),
+           "domain": torch.from_numpy(domain).long(), "A": torch.from_numpy(adj),
+           "angle": torch.from_numpy(angle)}
+    counts = torch.bincount(out["domain"], minlength=k)
+    if int(counts.min()) < 3:
+        raise ValueError(f"{path}: every client needs at least 3 samples (one per split); "
+                         f"client {int(counts.argmin())} has {int(counts.min())}")
+    return out
+
+
+def _fl60_from_file(path: Path, num_clients: int, samples_per_client: int, seed: int,
+                    fractions: Sequence[float], recipe: str, graph: str, graph_k: int
+                    ) -> FederatedDataset:
+    r"""FL-60 from GRDA's data file (see :func:`fl60`, ``path``)."""
+    if recipe != "grda":
+        raise ValueError(f"recipe={recipe!r} draws the inputs, path= reads them from a file: "
+                         "pass one of the two")
+    toy = read_grda_toy(path)
+    k = toy["angle"].numel()
+    counts = torch.bincount(toy["domain"], minlength=k)
+    if num_clients not in (60, k):
+        raise ValueError(f"{path} holds {k} clients, got num_clients={num_clients} (leave it "
+                         f"at its default with path=)")
+    if samples_per_client != 100 and not bool((counts == samples_per_client).all()):
+        raise ValueError(f"{path} holds {counts.min()}-{counts.max()} samples per client, got "
+                         f"samples_per_client={samples_per_client} (leave it at its default "
+                         f"with path=)")
+    if graph == "auto":
+        graph = "paper" if k <= PAPER_GRAPH_MAX_CLIENTS else "knn"
+    if graph == "knn":
+        _check_k(graph_k, k)
+    generator = torch.Generator().manual_seed(seed)
+    angle = toy["angle"]
+    embedding = torch.stack([torch.cos(angle), torch.sin(angle)], dim=1)
+    omega = torch.atan2(embedding[:, 1], embedding[:, 0])
+    edge_index: Tensor | None = None
+    if graph == "paper":
+        prob = 0.5 * embedding @ embedding.t() + 0.5
+        row, col = torch.triu_indices(k, k, offset=1)
+        draw = torch.rand(row.numel(), generator=generator, dtype=torch.float64)
+        keep = draw < prob[row, col]
+        edge_index = to_undirected(torch.stack([row[keep], col[keep]]), num_nodes=k)
+    elif graph == "file":
+        edge_index = toy["A"].nonzero().t().contiguous()
+    elif graph == "knn":
+        edge_index = angle_knn_graph(omega, graph_k)
+    edge_weight = None if edge_index is None else torch.ones(edge_index.size(1))
+    order = torch.argsort(toy["domain"], stable=True)
+    partition = list(order.split(counts.tolist()))
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    return build_federated_dataset(
+        "fl60", toy["data"].float(), toy["label"], partition, task="classification",
+        num_classes=2, fractions=fractions, generator=generator, edge_index=edge_index,
+        edge_weight=edge_weight,
+        info={"synthetic": True, "recipe": "grda-file", "graph": graph,
+              "source": f"GRDA's data file {path.name} (sha256 {digest[:12]})",
+              "file_sha256": digest, "client_embedding": embedding.float(),
+              "client_angle": omega.float()})
 
 
 def angle_knn_graph(angle: Tensor, k: int) -> Tensor:

@@ -194,3 +194,114 @@ def test_fl60_errors():
     for k in (3, 0, 60):
         with pytest.raises(ValueError, match=f"from 2 to 59 for 60 clients, got {k}"):
             fl60(graph="knn", graph_k=k)
+
+
+# ------------------------------------------------------------ GRDA's data file
+def write_grda_toy(path, k=4, per=10, seed=0, protocol=4, **replace):
+    r"""A file in the format of GRDA's ``toy_d60_spiral.pkl``: a pickled dict of
+    numpy arrays, samples ordered by client, first half of each client label 0."""
+    import pickle
+
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    angle = rng.random(k) * 2 * np.pi
+    data, label, domain = [], [], []
+    for i, a in enumerate(angle):
+        mean = (1 + 6 * a / (2 * np.pi)) * np.array([np.cos(a), np.sin(a)])
+        data += [mean + 0.1 * rng.standard_normal((per // 2, 2)),
+                 -mean + 0.1 * rng.standard_normal((per - per // 2, 2))]
+        label.append(np.r_[np.zeros(per // 2), np.ones(per - per // 2)])
+        domain.append(np.full(per, float(i)))
+    adj = np.zeros((k, k))
+    adj[0, 1] = adj[1, 0] = adj[2, 3] = adj[3, 2] = 1.0
+    obj = {"data": np.concatenate(data), "label": np.concatenate(label),
+           "domain": np.concatenate(domain), "A": adj, "angle": angle}
+    obj.update(replace)
+    with open(path, "wb") as f:
+        pickle.dump(obj, f, protocol=protocol)
+    return obj
+
+
+@pytest.mark.parametrize("protocol", [2, 4, 5])
+def test_fl60_reads_grda_data_file(tmp_path, protocol):
+    import hashlib
+    path = tmp_path / "toy.pkl"
+    obj = write_grda_toy(path, protocol=protocol)
+    ds = fl60(path=path, graph="file", seed=3)
+    assert ds.num_clients == 4 and ds.info["recipe"] == "grda-file"
+    assert ds.info["file_sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    for i in range(4):  # each client's samples, over its three splits, are the file's rows
+        rows = torch.cat([ds.splits[s].x[i, :int(ds.splits[s].counts[i])] for s in
+                          ("train", "val", "test")])
+        labels = torch.cat([ds.splits[s].y[i, :int(ds.splits[s].counts[i])] for s in
+                            ("train", "val", "test")])
+        mine = torch.from_numpy(obj["data"][obj["domain"] == i]).float()
+        assert rows.shape == mine.shape == (10, 2)
+        got = sorted(zip(rows.tolist(), labels.tolist(), strict=True))
+        want = sorted(zip(mine.tolist(), obj["label"][obj["domain"] == i].astype(int).tolist(),
+                          strict=True))
+        assert got == want
+    assert sorted(map(tuple, ds.edge_index.t().tolist())) == [(0, 1), (1, 0), (2, 3), (3, 2)]
+    assert torch.allclose(ds.info["client_embedding"][:, 0],
+                          torch.from_numpy(obj["angle"]).cos().float())
+    # Panacea's Bernoulli graph drawn on the file's angles (drawn before the split,
+    # as from the recipes); without a draw, the same split as with the file's graph.
+    drawn = fl60(path=path, seed=3)
+    assert drawn.info["graph"] == "paper" and drawn.edge_index.size(1) % 2 == 0
+    assert torch.equal(fl60(path=path, graph="none", seed=3).splits["train"].x,
+                       ds.splits["train"].x)
+
+
+def test_fl60_grda_file_runs_a_strategy(tmp_path):
+    path = tmp_path / "toy.pkl"
+    write_grda_toy(path, per=20)
+    cfg = ExperimentConfig(dataset="fl60", strategy="sfl", rounds=1,
+                           overrides={"data.path": str(path), "data.graph": "file"})
+    sim = build_simulator(cfg, progress=False)
+    sim.run()
+    assert sim.dataset.num_clients == 4 and len(sim.history) == 1
+
+
+class Exploit:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_fl60_grda_file_errors(tmp_path):
+    import numpy as np
+    marker = tmp_path / "pwned"
+    path = tmp_path / "toy.pkl"
+    write_grda_toy(path, A=Exploit(marker))
+    with pytest.raises(ValueError, match=r"refusing to unpickle .*toy.pkl.*system.*GRDA toy"):
+        fl60(path=path)
+    assert not marker.exists()
+    path.write_bytes(b"\x80\x04garbage")
+    with pytest.raises(ValueError, match=r"toy.pkl is not a GRDA toy data pickle"):
+        fl60(path=path)
+    write_grda_toy(path)
+    path.write_bytes(path.read_bytes()[:200])  # truncated
+    with pytest.raises(ValueError, match=r"toy.pkl is not a GRDA toy data pickle"):
+        fl60(path=path)
+    cases = [({"A": None}, r"missing numpy arrays \['A'\]"),
+             ({"label": np.full(40, 2.0)}, "labels must be 0 or 1"),
+             ({"domain": np.full(40, 7.0)}, r"domain must hold client ids 0..3"),
+             ({"A": np.triu(np.ones((4, 4)), 1)}, "symmetric 0/1 matrix"),
+             ({"data": np.zeros((40, 3))}, r"data must have shape \(M, 2\)"),
+             ({"label": np.zeros(39)}, r"label and domain must have shape \(40,\)")]
+    for change, message in cases:
+        write_grda_toy(path, **change)
+        with pytest.raises(ValueError, match=message):
+            fl60(path=path)
+    write_grda_toy(path)
+    with pytest.raises(ValueError, match="holds 4 clients, got num_clients=5"):
+        fl60(path=path, num_clients=5)
+    with pytest.raises(ValueError, match="draws the inputs, path= reads them"):
+        fl60(path=path, recipe="paper")
+    with pytest.raises(ValueError, match="graph='file' takes the graph of GRDA's data file"):
+        fl60(graph="file")
+    with pytest.raises(ValueError, match="not found: expected a GRDA toy data pickle"):
+        fl60(path=tmp_path / "nothing.pkl")

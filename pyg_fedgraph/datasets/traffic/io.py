@@ -9,7 +9,6 @@ import importlib
 import importlib.resources
 import io
 import logging
-import pickle
 import re
 import shutil
 import urllib.request
@@ -24,6 +23,7 @@ from torch import Tensor
 from torch_geometric.utils import dense_to_sparse, remove_self_loops
 
 from pyg_fedgraph.typing import WITH_H5PY, WITH_PANDAS, require
+from pyg_fedgraph.utils.safe_pickle import load_array_pickle
 
 if TYPE_CHECKING:  # pandas is optional: only DataFrame conversions need it
     import pandas
@@ -110,60 +110,6 @@ def download_file(url: str, path: PathLike, sha256: str, fetch: Fetch | None = N
 # ----------------------------------------------------------------- graph pickle
 
 
-def _numpy_global(module: str, name: str) -> Callable[[], Any]:
-    def resolve() -> Any:
-        try:  # numpy >= 2 names its core numpy._core
-            return getattr(importlib.import_module(f"numpy._core.{module}"), name)
-        except ImportError:  # pragma: no cover - numpy 1.x
-            return getattr(importlib.import_module(f"numpy.core.{module}"), name)
-    return resolve
-
-
-def _codecs_encode() -> Callable[..., Any]:
-    import codecs
-    return codecs.encode
-
-
-class _RefusedPickle(ValueError):
-    r"""The graph pickle asked for something outside the allow-list."""
-
-
-class _GraphUnpickler(pickle.Unpickler):
-    r"""Builds only lists, dicts, strings, numbers and numpy arrays. The only
-    globals it resolves are those numpy needs to rebuild an array
-    (``_reconstruct``, ``ndarray``, ``dtype``; ``_frombuffer`` for pickle
-    protocol 5) and ``_codecs.encode``, with which Python 3 writes ``bytes``
-    in protocols 2 and 3."""
-
-    _ALLOWED = {
-        ("numpy.core.multiarray", "_reconstruct"): _numpy_global("multiarray", "_reconstruct"),
-        ("numpy._core.multiarray", "_reconstruct"): _numpy_global("multiarray", "_reconstruct"),
-        ("numpy.core.numeric", "_frombuffer"): _numpy_global("numeric", "_frombuffer"),
-        ("numpy._core.numeric", "_frombuffer"): _numpy_global("numeric", "_frombuffer"),
-        ("numpy", "ndarray"): lambda: np.ndarray,
-        ("numpy", "dtype"): lambda: np.dtype,
-        ("_codecs", "encode"): _codecs_encode,
-    }
-
-    def __init__(self, file: io.BufferedIOBase, source: str) -> None:
-        super().__init__(file, encoding="latin1")  # DCRNN's pickles come from Python 2
-        self.source = source
-
-    def find_class(self, module: str, name: str) -> Any:
-        make = self._ALLOWED.get((module, name))
-        if make is None:
-            raise _RefusedPickle(
-                f"refusing to unpickle {self.source}: it asks for the Python object "
-                f"{module}.{name}, but a sensor-graph pickle may only hold lists, dicts, "
-                f"strings and numpy arrays; the file is corrupted or malicious (do not "
-                f"open it with plain pickle)")
-        return make()
-
-    def persistent_load(self, pid: Any) -> Any:
-        raise _RefusedPickle(f"refusing to unpickle {self.source}: persistent ids are not "
-                             f"allowed")
-
-
 def load_sensor_graph(path: PathLike) -> tuple[list[str], np.ndarray]:
     r"""Reads a DCRNN sensor-graph pickle ``[sensor_ids, sensor_id_to_index,
     adj_mx]`` with a restricted unpickler and checks its structure.
@@ -183,15 +129,9 @@ def load_sensor_graph(path: PathLike) -> tuple[list[str], np.ndarray]:
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"{path} not found: expected a DCRNN sensor-graph pickle there")
-    try:
-        with open(path, "rb") as f:
-            obj = _GraphUnpickler(f, str(path)).load()
-    except _RefusedPickle:
-        raise
-    except Exception as err:  # garbage fails in many ways, all meaning the same
-        raise ValueError(f"{path} is not a sensor-graph pickle ({type(err).__name__}: "
-                         f"{_one_line(err)}); expected DCRNN's adj_mx.pkl, a pickle of "
-                         f"[sensor_ids, sensor_id_to_index, adj_mx]") from None
+    obj = load_array_pickle(path, "a sensor-graph pickle",
+                            "DCRNN's adj_mx.pkl, a pickle of [sensor_ids, sensor_id_to_index, "
+                            "adj_mx]")
     if not isinstance(obj, (list, tuple)) or len(obj) != 3:
         raise ValueError(f"{path}: expected a list [sensor_ids, sensor_id_to_index, adj_mx], "
                          f"got {type(obj).__name__}")
