@@ -15,7 +15,7 @@ from torch_geometric.utils import coalesce, to_undirected
 from pyg_fedgraph.data.federated_dataset import FederatedDataset
 from pyg_fedgraph.data.partition import build_federated_dataset
 from pyg_fedgraph.datasets.registry import register_dataset
-from pyg_fedgraph.utils.safe_pickle import load_array_pickle
+from pyg_fedgraph.utils.safe_pickle import loads_array_pickle
 
 __all__ = ["fl60", "angle_knn_graph", "read_grda_toy", "GraphName", "PAPER_GRAPH_MAX_CLIENTS"]
 
@@ -226,12 +226,19 @@ def read_grda_toy(path: str | Path) -> dict[str, Tensor]:
         ValueError: naming the file, if it asks for any Python object, is not
             a pickle, or its arrays are missing or inconsistent.
     """
+    return _read_grda_toy(Path(path))[0]
+
+
+def _read_grda_toy(path: Path) -> tuple[dict[str, Tensor], str]:
+    r""":func:`read_grda_toy` and the sha256 of the bytes it read."""
     import numpy as np
 
-    path = Path(path)
-    obj = load_array_pickle(path, "a GRDA toy data pickle",
-                            "GRDA's toy_d60_spiral.pkl, a dict of the numpy arrays "
-                            + ", ".join(GRDA_KEYS))
+    if not path.is_file():
+        raise ValueError(f"{path} not found: expected a GRDA toy data pickle there")
+    raw = path.read_bytes()
+    obj = loads_array_pickle(raw, str(path), "a GRDA toy data pickle",
+                             "GRDA's toy_d60_spiral.pkl, a dict of the numpy arrays "
+                             + ", ".join(GRDA_KEYS))
     if not isinstance(obj, dict):
         raise ValueError(f"{path}: expected a dict of numpy arrays {sorted(GRDA_KEYS)}, got "
                          f"{type(obj).__name__}")
@@ -239,9 +246,12 @@ def read_grda_toy(path: str | Path) -> dict[str, Tensor]:
     if missing:
         raise ValueError(f"{path}: missing numpy arrays {missing} (a GRDA toy file holds "
                          + "; ".join(f"{k}: {v}" for k, v in GRDA_KEYS.items()) + ")")
-    data, label, domain = (np.asarray(obj[k], dtype=np.float64) for k in ("data", "label",
-                                                                          "domain"))
-    adj, angle = np.asarray(obj["A"], dtype=np.float64), np.asarray(obj["angle"], np.float64)
+    odd = [k for k in GRDA_KEYS if obj[k].dtype.kind not in "biuf"]
+    if odd:
+        raise ValueError(f"{path}: arrays {odd} must hold real numbers, got dtypes "
+                         f"{[str(obj[k].dtype) for k in odd]}")
+    data, label, domain, adj, angle = (obj[k].astype(np.float64) for k in
+                                       ("data", "label", "domain", "A", "angle"))
     m, k = data.shape[0] if data.ndim == 2 else -1, angle.shape[0] if angle.ndim == 1 else -1
     if data.ndim != 2 or data.shape[1] != 2 or m == 0:
         raise ValueError(f"{path}: data must have shape (M, 2), got {data.shape}")
@@ -251,8 +261,10 @@ def read_grda_toy(path: str | Path) -> dict[str, Tensor]:
     if k < 2 or adj.shape != (k, k):
         raise ValueError(f"{path}: angle must have shape (K,) with K >= 2 and A (K, K), got "
                          f"{angle.shape} and {adj.shape}")
-    if not np.isfinite(data).all() or not np.isfinite(angle).all():
-        raise ValueError(f"{path}: data and angle must be finite")
+    with np.errstate(over="ignore"):
+        finite = np.isfinite(data.astype(np.float32)).all() and np.isfinite(angle).all()
+    if not finite:
+        raise ValueError(f"{path}: data must be finite in float32 and angle finite")
     if not np.isin(label, (0.0, 1.0)).all():
         raise ValueError(f"{path}: labels must be 0 or 1, got values "
                          f"{sorted(set(np.unique(label).tolist()) - {0.0, 1.0})[:5]}")
@@ -267,7 +279,7 @@ def read_grda_toy(path: str | Path) -> dict[str, Tensor]:
     if int(counts.min()) < 3:
         raise ValueError(f"{path}: every client needs at least 3 samples (one per split); "
                          f"client {int(counts.argmin())} has {int(counts.min())}")
-    return out
+    return out, hashlib.sha256(raw).hexdigest()
 
 
 def _fl60_from_file(path: Path, num_clients: int, samples_per_client: int, seed: int,
@@ -277,7 +289,7 @@ def _fl60_from_file(path: Path, num_clients: int, samples_per_client: int, seed:
     if recipe != "grda":
         raise ValueError(f"recipe={recipe!r} draws the inputs, path= reads them from a file: "
                          "pass one of the two")
-    toy = read_grda_toy(path)
+    toy, digest = _read_grda_toy(path)
     k = toy["angle"].numel()
     counts = torch.bincount(toy["domain"], minlength=k)
     if num_clients not in (60, k):
@@ -289,6 +301,10 @@ def _fl60_from_file(path: Path, num_clients: int, samples_per_client: int, seed:
                          f"with path=)")
     if graph == "auto":
         graph = "paper" if k <= PAPER_GRAPH_MAX_CLIENTS else "knn"
+        if graph == "knn":
+            log.info("fl60: %s holds %d clients, more than %d, so the prior graph is the "
+                     "sparse knn graph (k=%d); pass graph='paper' or graph='file' for another",
+                     path, k, PAPER_GRAPH_MAX_CLIENTS, graph_k)
     if graph == "knn":
         _check_k(graph_k, k)
     generator = torch.Generator().manual_seed(seed)
@@ -309,7 +325,6 @@ def _fl60_from_file(path: Path, num_clients: int, samples_per_client: int, seed:
     edge_weight = None if edge_index is None else torch.ones(edge_index.size(1))
     order = torch.argsort(toy["domain"], stable=True)
     partition = list(order.split(counts.tolist()))
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
     return build_federated_dataset(
         "fl60", toy["data"].float(), toy["label"], partition, task="classification",
         num_classes=2, fractions=fractions, generator=generator, edge_index=edge_index,

@@ -11,7 +11,6 @@ the same parameters up to float rounding.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import functools
 import itertools
 import logging
@@ -71,23 +70,29 @@ class LocalConfig:
             falls linearly to ``lr_decay_to * lr`` at the run's last step;
             :obj:`None` keeps it at ``lr`` (default: ``None``).
 
-    **Learning-rate schedule.** With ``warmup`` or ``lr_decay_to`` set, local
-    step :math:`t = 0, \ldots, T - 1` of a run of :math:`T` steps uses
-    :math:`\eta_t = \eta\, m(u_t)` with :math:`u_t = (t + 1) / T` and the
-    piecewise-linear factor
+    **Learning-rate schedule.** With ``warmup`` or ``lr_decay_to`` set, a
+    client's local step :math:`t = 0, \ldots, T_i - 1` of its :math:`T_i`
+    steps in a local run uses :math:`\eta_t = \eta\, m(u_t)` with
+    :math:`u_t = (t + 1) / T_i` and the piecewise-linear factor
 
     .. math::
         m(u) = \begin{cases} u / w & u < w \\
         1 + (d - 1) \frac{u - w}{1 - w} & u \ge w \end{cases}
 
     (:math:`d` = ``lr_decay_to``, 1 when :obj:`None`): a triangular
-    "one-cycle" schedule that restarts at every local run, as the client
-    optimizer of SFL's released code (warm-up to 0.4 over the first 5 of its
-    local epochs, then down to 0.001; Chen et al., IJCAI 2022,
-    dawenzi098/SFL-Structural-Federated-Learning, ``federated.py``) is
-    ``lr=0.4, warmup=5/E, lr_decay_to=0.0025`` for :math:`E` local steps of
-    one batch. The clock :math:`t` is the run's step, shared by all clients
-    (a client with fewer batches skips steps, not schedule positions).
+    "one-cycle" schedule that restarts at every local run. The clock is each
+    client's own (its steps, from its own sample count), so a client follows
+    the same rates alone, among other clients and on a Flower node. SFL's
+    released client optimizer (Chen et al., IJCAI 2022,
+    dawenzi098/SFL-Structural-Federated-Learning, ``federated.py``: SGD with
+    Nesterov momentum 0.9 and weight decay 5e-4, the rate rising linearly to
+    0.4 over the first 5 of its :math:`E` local epochs and falling linearly to
+    0.001 at the last) is ``lr=0.4, momentum=0.9, nesterov=True,
+    weight_decay=5e-4, warmup=5/E, lr_decay_to=0.0025, epochs=E`` (its
+    ``5e-4`` times the batch size on a loss summed over the batch, with the
+    rate divided by the batch size, is weight decay 5e-4 on the mean loss).
+    Fine-tuning with a rate of its own (:class:`~pyg_fedgraph.train.FineTune`
+    with ``lr``) runs at that rate, plain.
     """
     lr: Annotated[float, Range(gt=0.0),
                   Search(1e-3, 1e-1, log=True,
@@ -99,7 +104,7 @@ class LocalConfig:
     steps: Annotated[int | None, Range(ge=0)] = None
     nesterov: bool = False
     warmup: Annotated[float, Range(ge=0.0, lt=1.0)] = 0.0
-    lr_decay_to: Annotated[float | None, Range(ge=0.0)] = None
+    lr_decay_to: Annotated[float | None, Range(ge=0.0, le=1.0)] = None
 
     def __post_init__(self) -> None:
         for name, hp in LOCAL_SCHEMA.items():
@@ -114,26 +119,31 @@ class LocalConfig:
         r"""Whether the learning rate changes within a local run."""
         return bool(self.warmup) or self.lr_decay_to is not None
 
-    def lr_factors(self, num_steps: int) -> list[float]:
-        r"""The factor :math:`m(u_t)` of the learning rate at each of the
-        ``num_steps`` steps of a local run (see the schedule above; all 1.0
-        without one)."""
+    def lr_factor(self, step: Tensor, total: Tensor) -> Tensor:
+        r"""The factor :math:`m((t + 1) / T)` of the learning rate at step
+        :math:`t` (``step``) of a local run of :math:`T` steps (``total``),
+        elementwise in float64 (see the schedule above; 1 without one)."""
+        u = (step.to(torch.float64) + 1) / total.to(torch.float64).clamp(min=1)
         w = self.warmup
         d = 1.0 if self.lr_decay_to is None else self.lr_decay_to
-        out = []
-        for t in range(num_steps):
-            u = (t + 1) / num_steps
-            out.append(u / w if u < w else 1.0 + (d - 1.0) * (u - w) / (1.0 - w))
+        after = 1.0 + (d - 1.0) * (u - w) / (1.0 - w)
+        return torch.where(u < w, u / max(w, 1e-300), after) if w else after
+
+    def lr_factors(self, num_steps: int) -> list[float]:
+        r"""The factor of the learning rate at each of the ``num_steps`` steps
+        of a local run (all 1.0 without a schedule)."""
+        if not self.scheduled:
+            return [1.0] * num_steps
+        return self.lr_factor(torch.arange(num_steps), torch.tensor(num_steps)).tolist()
+
+    def with_lr(self, lr: float | Tensor) -> LocalConfig:
+        r"""A copy of this configuration with learning rate ``lr``, unchecked:
+        inside a scheduled local run the rules get a per-client rate, an
+        :math:`(S, 1)` tensor that broadcasts over the clients' rows (and may
+        reach 0 at the run's end, which the ``lr > 0`` check refuses)."""
+        out = copy.copy(self)
+        out.lr = lr  # type: ignore[assignment]
         return out
-
-    def at_step(self, factors: list[float] | None, t: int) -> LocalConfig:
-        r"""This configuration with step ``t``'s learning rate (itself when
-        ``factors`` is :obj:`None`, no schedule)."""
-        if factors is None:
-            return self
-        return dataclasses.replace(self, lr=self.lr * factors[t])
-
-
 #: The declared hyper-parameters of :class:`LocalConfig`.
 LOCAL_SCHEMA = schema(LocalConfig)
 
@@ -672,7 +682,8 @@ class ClientTrainer:
         # skips, the masks below would select every row: take the new values as they are.
         all_active = step_active.all(dim=1).tolist()
         step_batches = index[:num_steps * k].view(num_steps, k, *index.shape[1:])
-        factors = cfg.lr_factors(num_steps) if cfg.scheduled else None
+        # Each client's own number of steps, the length of its schedule.
+        total = step_active.sum(dim=0) if cfg.scheduled else None
         for t in range(num_steps):
             if not anyone[t]:
                 continue
@@ -680,9 +691,13 @@ class ClientTrainer:
             act = step_active[t]
             act_dev = act.to(self.device)
             old = {name: v.clone() for name, v in bufs.items()} if bufs and not everyone else {}
+            step_cfg = cfg
+            if total is not None:  # step `steps[i]` of client i's own schedule
+                step_cfg = cfg.with_lr(
+                    (cfg.lr * cfg.lr_factor(steps, total)).to(theta.device, theta.dtype)
+                    .unsqueeze(1))
             new, new_state, loss = rule.step(problem, theta, state,
-                                             list(step_batches[t].unbind(0)),
-                                             cfg.at_step(factors, t))
+                                             list(step_batches[t].unbind(0)), step_cfg)
             if everyone:
                 theta, state = new, new_state
                 loss_sum += loss
@@ -715,13 +730,14 @@ class ClientTrainer:
             model.train()
             opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum,
                                   weight_decay=cfg.weight_decay, nesterov=cfg.nesterov)
-            factors = cfg.lr_factors(index.size(0)) if cfg.scheduled else None
-            total = 0.0
+            factors = cfg.lr_factors(int(active[:, i].sum())) if cfg.scheduled else None
+            total, taken = 0.0, 0
             for t in range(index.size(0)):
                 if not bool(active[t, i]):
                     continue
-                if factors is not None:
-                    opt.param_groups[0]["lr"] = cfg.lr * factors[t]
+                if factors is not None:  # this client's own clock
+                    opt.param_groups[0]["lr"] = cfg.lr * factors[taken]
+                taken += 1
                 xb, yb = self.dataset.batch("train", index[t, i:i + 1], clients[i:i + 1])
                 opt.zero_grad()
                 with autocast(self.device, self.precision):

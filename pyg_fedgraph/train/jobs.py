@@ -408,8 +408,10 @@ class FineTune:
         steps (int, optional): a fixed number of local steps instead, each
             on a fresh mini-batch (Per-FedAvg's one step); wins over
             ``epochs`` (default: ``None``).
-        lr (float, optional): its learning rate; ``None`` uses the run's
-            (default: ``None``).
+        lr (float, optional): its learning rate, taken as it is: no
+            Nesterov momentum and no schedule of the run (Per-FedAvg's one
+            personalization step of size :math:`\alpha`); ``None`` uses the
+            run's settings, its schedule included (default: ``None``).
     """
     epochs: int | None = None
     steps: int | None = None
@@ -422,7 +424,8 @@ class FineTune:
         elif self.epochs is not None:
             config = dataclasses.replace(config, epochs=self.epochs, steps=None)
         if self.lr is not None:
-            config = dataclasses.replace(config, lr=self.lr)
+            config = dataclasses.replace(config, lr=self.lr, nesterov=False, warmup=0.0,
+                                         lr_decay_to=None)
         return config
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ArrayUnpickler", "RefusedPickle", "load_array_pickle"]
+__all__ = ["ArrayUnpickler", "RefusedPickle", "load_array_pickle", "loads_array_pickle"]
 
 
 def _numpy_global(module: str, name: str) -> Callable[[], Any]:
@@ -83,6 +83,20 @@ class ArrayUnpickler(pickle.Unpickler):
                             f"allowed")
 
 
+def loads_array_pickle(raw: bytes, source: str, what: str = "a data pickle",
+                       expected: str = "") -> Any:
+    r"""The object pickled in ``raw`` (the bytes of file ``source``), read
+    with :class:`ArrayUnpickler`; errors as :func:`load_array_pickle`."""
+    try:
+        return ArrayUnpickler(io.BytesIO(raw), source, what).load()
+    except RefusedPickle:
+        raise
+    except Exception as err:  # garbage fails in many ways, all meaning the same
+        text = " ".join(str(err).split()) or type(err).__name__
+        raise ValueError(f"{source} is not {what} ({type(err).__name__}: {text})"
+                         + (f"; expected {expected}" if expected else "")) from None
+
+
 def load_array_pickle(path: str | Path, what: str = "a data pickle", expected: str = ""
                       ) -> Any:
     r"""The object pickled in ``path``, read with :class:`ArrayUnpickler`.
@@ -100,12 +114,4 @@ def load_array_pickle(path: str | Path, what: str = "a data pickle", expected: s
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"{path} not found: expected {what} there")
-    try:
-        with open(path, "rb") as f:
-            return ArrayUnpickler(f, str(path), what).load()
-    except RefusedPickle:
-        raise
-    except Exception as err:  # garbage fails in many ways, all meaning the same
-        text = " ".join(str(err).split()) or type(err).__name__
-        raise ValueError(f"{path} is not {what} ({type(err).__name__}: {text})"
-                         + (f"; expected {expected}" if expected else "")) from None
+    return loads_array_pickle(path.read_bytes(), str(path), what, expected)

@@ -424,8 +424,13 @@ def test_local_settings_of_the_plan_reach_the_clients():
     LocalConfig(lr=0.4, momentum=0.9, nesterov=True, weight_decay=5e-4, epochs=None, steps=50,
                 warmup=0.1, lr_decay_to=0.0025)], ids=["plain", "nesterov-schedule"])
 def test_local_config_travels_through_a_config_record(local):
-    record = ConfigRecord(P.local_config_to_dict(local))
-    assert P.local_config_from_record(dict(record)) == local
+    sent = P.local_config_to_dict(local)
+    assert P.local_config_from_record(dict(ConfigRecord(sent))) == local
+    # Nesterov and the schedule travel only when set (clients without them still read
+    # the configurations of runs that do not use them).
+    assert ({"local.nesterov", "local.warmup", "local.lr_decay_to"} <= set(sent)) == (
+        local.nesterov)
+    assert local.nesterov or not {"local.nesterov", "local.warmup"} & set(sent)
 
 
 def test_partial_participation_samples_like_the_simulator():

@@ -182,6 +182,8 @@ def test_local_config_errors():
         LocalConfig(warmup=1.0)
     with pytest.raises(ValueError, match="lr_decay_to must be >= 0"):
         LocalConfig(lr_decay_to=-0.5)
+    with pytest.raises(ValueError, match="lr_decay_to must be <= 1"):
+        LocalConfig(lr_decay_to=2.0)
 
 
 def test_lr_factors_by_hand():
@@ -193,8 +195,12 @@ def test_lr_factors_by_hand():
     assert LocalConfig(warmup=0.5).lr_factors(4) == pytest.approx([0.5, 1.0, 1.0, 1.0])
     assert LocalConfig(lr_decay_to=0.0).lr_factors(4) == pytest.approx([0.75, 0.5, 0.25, 0.0])
     plain = LocalConfig()
-    assert not plain.scheduled and plain.at_step(None, 3) is plain
-    assert plain.at_step([1.0, 0.25], 1).lr == pytest.approx(0.0025)
+    assert not plain.scheduled and plain.lr_factors(3) == [1.0, 1.0, 1.0]
+    # Per-client clocks: client 0 at step 1 of 4, client 1 at step 0 of 2.
+    two = LocalConfig(warmup=0.5, lr_decay_to=0.2).lr_factor(torch.tensor([1, 0]),
+                                                              torch.tensor([4, 2]))
+    assert two.tolist() == pytest.approx([1.0, 1.0])
+    assert plain.with_lr(0.0).lr == 0.0 and plain.lr == 0.01  # unchecked copy
 
 
 def test_schedule_is_sfls_piecewise_linear():
@@ -273,6 +279,36 @@ def test_nesterov_and_schedule_parallel_equal_torch_sgd_loop(model_fn):
     assert torch.allclose(par.loss, loop.loss, atol=1e-5)
     moved = [0, 1, 3]  # client 2 has no data
     assert not torch.allclose(par.params[moved], out["plain", True].params[moved], atol=1e-3)
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_schedule_follows_each_clients_own_steps(parallel):
+    # A client's rates depend on its own steps only: trained alone (as on a
+    # Flower node) or among clients with more batches, it ends the same; and a
+    # decay to 0 (the last step's rate) trains.
+    data = make_dataset()
+    cfg = LocalConfig(lr=0.1, momentum=0.9, nesterov=True, batch_size=4, epochs=2,
+                      warmup=0.25, lr_decay_to=0.0)
+    trainer = ClientTrainer(make_mlp(), data, config=cfg)
+    params, buffers = start_state(trainer, 4)
+    clients = [3, 0, 2, 1]
+
+    def gen(client):  # each client's own batch order, as the rounds draw it
+        return torch.Generator().manual_seed(100 + client)
+    together = trainer.train(torch.tensor(clients), params, buffers,
+                             generator=[gen(c) for c in clients], parallel=parallel)
+    for row, client in ((0, 3), (3, 1)):  # 7 and 3 samples: 2 and 1 batches, the cohort's 3
+        alone = trainer.train(torch.tensor([client]), params[row:row + 1],
+                              buffers[row:row + 1], generator=[gen(client)], parallel=parallel)
+        assert torch.allclose(alone.params[0], together.params[row], atol=1e-6)
+
+
+def test_finetune_with_its_own_rate_drops_nesterov_and_the_schedule():
+    from pyg_fedgraph.train.jobs import FineTune
+    run = LocalConfig(lr=0.1, momentum=0.9, nesterov=True, warmup=0.2, lr_decay_to=0.5)
+    own = FineTune(steps=1, lr=0.003).local_config(run)
+    assert (own.lr, own.nesterov, own.scheduled, own.momentum) == (0.003, False, False, 0.9)
+    assert FineTune(epochs=1).local_config(run).scheduled  # the run's settings otherwise
 
 
 def test_regularizer_changes_the_result():

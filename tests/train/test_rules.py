@@ -267,3 +267,22 @@ def test_fedrod_rule_checks_its_head():
     with pytest.raises(ValueError, match="the data has 3 classes, the head's bias holds 4"):
         trainer.train(CLIENTS, params,
                       rule=FedRoDStep(generic, head_start, layout.num_params - 4))
+
+
+@pytest.mark.parametrize("nesterov", [False, True])
+def test_sgd_step_helper_equals_torch_sgd(nesterov):
+    # _sgd_step (Per-FedAvg's and FedRoD's outer step) against torch.optim.SGD,
+    # three steps with weight decay, on two rows at once.
+    from pyg_fedgraph.train.rules import _sgd_step
+    cfg = LocalConfig(lr=0.1, momentum=0.9, nesterov=nesterov, weight_decay=0.01)
+    gen = torch.Generator().manual_seed(0)
+    theta = torch.randn(2, 5, generator=gen)
+    grads = [torch.randn(2, 5, generator=gen) for _ in range(3)]
+    ref = theta.clone().requires_grad_()
+    opt = torch.optim.SGD([ref], lr=0.1, momentum=0.9, nesterov=nesterov, weight_decay=0.01)
+    state = {"momentum": torch.zeros_like(theta)}
+    for g in grads:
+        theta, state = _sgd_step(theta, g, state, "momentum", cfg)
+        ref.grad = g.clone()
+        opt.step()
+    assert torch.allclose(theta, ref.detach(), atol=1e-6)

@@ -287,10 +287,18 @@ def decode_regularizer(spec: RegularizerSpec, refs: Sequence[Tensor],
 
 
 # ------------------------------------------------------------ local config
+#: Fields sent only when they differ from their defaults, so that clients of
+#: versions without them still read the configurations of runs not using them.
+_SENT_WHEN_SET = {"nesterov": False, "warmup": 0.0, "lr_decay_to": None}
+
+
 def local_config_to_dict(config: LocalConfig, prefix: str = LOCAL_PREFIX) -> dict[str, Any]:
-    r"""The fields of ``config`` as ConfigRecord entries (``None`` left out)."""
+    r"""The fields of ``config`` as ConfigRecord entries (``None`` left out,
+    and the Nesterov and schedule fields while at their defaults)."""
     return {prefix + f.name: getattr(config, f.name) for f in fields(LocalConfig)
-            if getattr(config, f.name) is not None}
+            if getattr(config, f.name) is not None
+            and not (f.name in _SENT_WHEN_SET
+                     and getattr(config, f.name) == _SENT_WHEN_SET[f.name])}
 
 
 def local_config_from_record(record: Mapping[str, Any], prefix: str = LOCAL_PREFIX
