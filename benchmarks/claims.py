@@ -170,6 +170,17 @@ PANACEA_TUNED = ("fedavg", "pfedhn", "sfl")
 #: the gradient); see :class:`~pyg_fedgraph.strategies.SFL`.
 SFL_CODE: dict[str, Any] = {"memory": "propagated", "lam": 0.0, "start": "global",
                             "normalization": "row"}
+#: The client optimizer of SFL's released code (``federated.py``): SGD with
+#: Nesterov momentum 0.9 and weight decay 5e-4 (its 5e-4 x batch on a loss summed
+#: over the batch, whose learning rate it divides by the batch), the learning rate
+#: rising linearly to 0.4 over the first 5 local epochs and falling linearly to
+#: 0.001 at the last; its ``--lr`` option sets only the graph learner's rate, so
+#: the clients never train at another. Under Panacea's protocol (50 local steps of
+#: one batch: 50 epochs of FL-60's 64 training samples) that is ``warmup=0.1,
+#: lr_decay_to=0.0025`` (see :class:`~pyg_fedgraph.train.LocalConfig`).
+SFL_CODE_CLIENT: dict[str, Any] = {"lr": 0.4, "momentum": 0.9, "nesterov": True,
+                                   "weight_decay": 5e-4, "warmup": 0.1,
+                                   "lr_decay_to": 0.001 / 0.4}
 
 
 def panacea_lr_config(name: str, lr: float, extra: dict[str, Any] | None = None
