@@ -182,15 +182,7 @@ def fl60(num_clients: int = 60, samples_per_client: int = 100, seed: int = 0,
                             dtype=torch.float64)
     x = sign.unsqueeze(-1) * mean.unsqueeze(1) + noise                     # (N, n, 2)
 
-    edge_index: Tensor | None = None
-    if graph == "paper":
-        prob = 0.5 * embedding @ embedding.t() + 0.5
-        row, col = torch.triu_indices(num_clients, num_clients, offset=1)
-        draw = torch.rand(row.numel(), generator=generator, dtype=torch.float64)
-        keep = draw < prob[row, col]
-        edge_index = to_undirected(torch.stack([row[keep], col[keep]]), num_nodes=num_clients)
-    elif graph == "knn":
-        edge_index = angle_knn_graph(omega, graph_k)
+    edge_index = _prior_graph(graph, embedding, omega, graph_k, generator)
     edge_weight = None if edge_index is None else torch.ones(edge_index.size(1))
 
     partition = list(torch.arange(num_clients * samples_per_client)
@@ -203,6 +195,24 @@ def fl60(num_clients: int = 60, samples_per_client: int = 100, seed: int = 0,
               "source": "Panacea (Lin et al.) FL-60, inputs from the GRDA generator"
               if recipe == "grda" else "Panacea (Lin et al.) FL-60, paper text",
               "client_embedding": embedding.float(), "client_angle": omega.float()})
+
+
+def _prior_graph(graph: str, embedding: Tensor, omega: Tensor, graph_k: int,
+                 generator: torch.Generator) -> Tensor | None:
+    r"""``edge_index`` of the prior graph ``"paper"`` (Panacea's Bernoulli
+    graph on the clients' unit vectors ``embedding`` :math:`(N, 2)`, drawn
+    from ``generator``), ``"knn"`` (nearest in angle ``omega``) or ``None``
+    (``"none"``)."""
+    n = embedding.size(0)
+    if graph == "paper":
+        prob = 0.5 * embedding @ embedding.t() + 0.5
+        row, col = torch.triu_indices(n, n, offset=1)
+        draw = torch.rand(row.numel(), generator=generator, dtype=torch.float64)
+        keep = draw < prob[row, col]
+        return to_undirected(torch.stack([row[keep], col[keep]]), num_nodes=n)
+    if graph == "knn":
+        return angle_knn_graph(omega, graph_k)
+    return None
 
 
 #: The arrays of GRDA's toy data files and what each holds.
@@ -311,17 +321,8 @@ def _fl60_from_file(path: Path, num_clients: int, samples_per_client: int, seed:
     angle = toy["angle"]
     embedding = torch.stack([torch.cos(angle), torch.sin(angle)], dim=1)
     omega = torch.atan2(embedding[:, 1], embedding[:, 0])
-    edge_index: Tensor | None = None
-    if graph == "paper":
-        prob = 0.5 * embedding @ embedding.t() + 0.5
-        row, col = torch.triu_indices(k, k, offset=1)
-        draw = torch.rand(row.numel(), generator=generator, dtype=torch.float64)
-        keep = draw < prob[row, col]
-        edge_index = to_undirected(torch.stack([row[keep], col[keep]]), num_nodes=k)
-    elif graph == "file":
-        edge_index = toy["A"].nonzero().t().contiguous()
-    elif graph == "knn":
-        edge_index = angle_knn_graph(omega, graph_k)
+    edge_index = (toy["A"].nonzero().t().contiguous() if graph == "file" else
+                  _prior_graph(graph, embedding, omega, graph_k, generator))
     edge_weight = None if edge_index is None else torch.ones(edge_index.size(1))
     order = torch.argsort(toy["domain"], stable=True)
     partition = list(order.split(counts.tolist()))
