@@ -20,13 +20,17 @@ alone, over the paper's client learning rates, and SFL trained by the code's
 own client optimizer (Nesterov momentum, a warm-up and decay schedule); with
 ``--spread``, the spread across clients of the goal strategies' runs beside
 Table II's "±"; with ``--seeds``, the goal strategies' chosen runs again with
-four more seeds (Panacea reports over "five independent runs").
+four more seeds (Panacea reports over "five independent runs"); with
+``--grda-file PATH``, the runs on GRDA's own published DG-60 draw (read from
+``toy_d60_spiral.pkl`` of Wang-ML-Lab/GRDA; with ``--hn-grid`` pFedHN's grids
+on it too, with ``--seeds`` the seeds of the rows on it).
 
 Usage::
 
     OMP_NUM_THREADS=1 python benchmarks/fl60_protocol.py   # writes results/fl60_protocol.md
     OMP_NUM_THREADS=1 python benchmarks/fl60_protocol.py --hn-grid  # and pFedHN's 5 x 5 grid
-    OMP_NUM_THREADS=1 python benchmarks/fl60_protocol.py --hn-grid --sfl-code --spread --seeds
+    OMP_NUM_THREADS=1 python benchmarks/fl60_protocol.py --hn-grid --sfl-code --spread --seeds \
+        --grda-file runs/grda/toy_d60_spiral.pkl  # all
 """
 from __future__ import annotations
 
@@ -744,7 +748,9 @@ def seed_table(run: bool) -> tuple[list[str], dict[str, list[float]]] | None:
         cells = []
         for seed in SEEDS:
             c = replace(cfg, seed=seed)
-            entry = cached_run(c) if run else load_cached(c)
+            # Runs on GRDA's draw need its file (--grda-file); without it, their records.
+            needs_file = c.dataset.startswith("fl60-grda-file") and GRDA_FILE is None
+            entry = cached_run(c) if run and not needs_file else load_cached(c)
             if entry is None or "test_clients" not in entry:
                 cells.append("pending")
                 continue
@@ -1094,10 +1100,14 @@ def main(argv: list[str] | None = None) -> str:
     spread_lines, spreads = spread_table(args.spread)
     grid_spread_lines, spread_matches = spread_grid(args.spread)
     hn_spread = hn_spread_table()
-    seeds = seed_table(args.seeds)
     if args.grda_file is not None:
         global GRDA_FILE
         GRDA_FILE = args.grda_file
+        if args.hn_grid:  # pFedHN's two grids on GRDA's draw too
+            for lr in PANACEA_LR_GRID:
+                for hn in PANACEA_LR_GRID:
+                    cached_run(replace(hn_lr_config(hn, lr), dataset="fl60-grda-file"))
+    seeds = seed_table(args.seeds)
     grda = grda_file_table(args.grda_file is not None)
     grda_hn = hn_spread_table("fl60-grda-file")
     ceiling = {r: central_accuracy(r) for r in ("grda", "paper")}
