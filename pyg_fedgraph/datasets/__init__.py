@@ -1,7 +1,7 @@
 r"""Federated data sets: builders returning a
 :class:`~pyg_fedgraph.data.FederatedDataset`, registered by name."""
 from pyg_fedgraph.datasets.digits import digits
-from pyg_fedgraph.datasets.fl60 import angle_knn_graph, fl60
+from pyg_fedgraph.datasets.fl60 import angle_knn_graph, fl60, read_grda_toy
 from pyg_fedgraph.datasets.idx import download_idx, read_idx
 from pyg_fedgraph.datasets.mnist import fashion_mnist, mnist, read_mnist
 from pyg_fedgraph.datasets.registry import DATASETS, dataset_key, load_dataset, register_dataset
@@ -16,6 +16,7 @@ __all__ = [
     "register_dataset",
     "fl60",
     "angle_knn_graph",
+    "read_grda_toy",
     "digits",
     "fashion_mnist",
     "mnist",
