@@ -126,6 +126,9 @@ def available(names: list[str]) -> tuple[list[str], list[str]]:
 # ------------------------------------------------------------------ A. Panacea
 PANACEA_T2 = {"fedavg": 97.9, "fedavg-ft": 100.0, "per-fedavg": 87.7, "pfedme": 100.0,
               "ditto": 100.0, "sfl": 73.3, "pfedhn": 84.4, "panacea": 100.0}
+#: Table II's spread across clients (the "±" of mean ± spread, in points) of
+#: the strategies of issue 18's goal.
+PANACEA_T2_SPREAD = {"fedavg": 9.7, "pfedhn": 24.8, "sfl": 33.7}
 PANACEA_T3 = {"fedavg": 99.2, "fedavg-ft": 100.0, "per-fedavg": 80.8, "pfedme": 42.5,
               "ditto": 95.0, "sfl": 62.5, "pfedhn": 80.0, "panacea": 100.0}
 
@@ -289,6 +292,21 @@ def panacea_tuned_lines(run_missing: bool, strategies: list[str] | None) -> list
                      f"{gaps['sfl']:+.1f} with our defaults (`fl60_protocol.md`, \"SFL: "
                      "our server and the authors' code\" and \"Spread across clients\").") \
             if "sfl" in gaps else ""
+    # Table II's SFL as the authors' code gives it on GRDA's own DG-60 draw at client
+    # lr 0.003 over five seeds (fl60_protocol.py --seeds --grda-file), when recorded.
+    match = [load_cached(dataclasses.replace(panacea_lr_config("sfl", 0.003, SFL_CODE),
+                                             dataset="fl60-grda-file", seed=seed))
+             for seed in range(5)]
+    if code_line and all(e is not None and "test_clients" in e for e in match):
+        acc = torch.tensor([v for e in match for v in e["test_clients"]], dtype=torch.float64)
+        acc = 100 * acc[~acc.isnan()]
+        m, sd = float(acc.mean()), float(acc.std(unbiased=False))
+        code_line += (f" Table II's SFL reproduced: the authors' code on GRDA's own DG-60 draw "
+                      f"(the data Panacea names) at client lr 0.003, five seeds, pooled "
+                      f"{m:.1f} ± {sd:.1f} against {PANACEA_T2['sfl']:.1f} ± "
+                      f"{PANACEA_T2_SPREAD['sfl']:.1f}; our "
+                      "validation rule picks a higher rate, which is the gap above "
+                      "(`fl60_protocol.md`, \"Five independent runs\").")
     if len(gaps) == len(PANACEA_TUNED):
         off = {n: g for n, g in gaps.items() if abs(g) > 5}
         goal = ("met: " if not off else "not met for " + ", ".join(off) + ": ") + "; ".join(

@@ -51,6 +51,7 @@ from claims import (
     PANACEA_LR_GRID,
     PANACEA_PROTOCOL,
     PANACEA_T2,
+    PANACEA_T2_SPREAD,
     SFL_CODE,
     SFL_CODE_CLIENT,
     panacea_config,
@@ -265,8 +266,6 @@ def sfl_findings(cells: dict[str, dict[float, dict]]) -> str:
     return text
 
 
-#: Table II's spread across clients (the "±" of mean ± spread, in points).
-PANACEA_T2_SPREAD = {"fedavg": 9.7, "pfedhn": 24.8, "sfl": 33.7}
 
 
 def _chosen(name: str, extra: dict[str, Any] | None = None) -> float | None:
