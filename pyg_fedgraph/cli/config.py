@@ -262,7 +262,6 @@ def resolved_config(sim: Simulator, cfg: ExperimentConfig, *, checkpoint_every: 
     r"""The settings of one finished run with every default filled in, as a
     config file holds them (no output folder), plus its provenance."""
     from pyg_fedgraph.experiment import dataset_options, resolved_model
-    from pyg_fedgraph.train.engine import LOCAL_SCHEMA
 
     data = sim.dataset
     model_name, model_kwargs = resolved_model(cfg, data)
@@ -274,10 +273,7 @@ def resolved_config(sim: Simulator, cfg: ExperimentConfig, *, checkpoint_every: 
                      "weight_decay": local.weight_decay, "batch_size": local.batch_size,
                      "epochs": local.epochs, "steps": local.steps,
                      "model": model_name})
-    # The schedule and Nesterov keys only where set, so the files of runs
-    # without them read as before.
-    resolved.update({k: getattr(local, k) for k in ("nesterov", "warmup", "lr_decay_to")
-                     if getattr(local, k) != LOCAL_SCHEMA[k].default})
+    resolved.update(local.optional_set())
     resolved.update({f"model.{k}": v for k, v in model_kwargs.items()})
     resolved.update({"sample_fraction": sim.sample_fraction, "eval_every": sim.eval_every,
                      "parallel": sim.parallel, "execution": sim.execution,

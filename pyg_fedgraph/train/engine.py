@@ -38,8 +38,8 @@ from pyg_fedgraph.train.objective import Objective
 from pyg_fedgraph.train.rules import SGD, LocalProblem, LocalRule, class_counts
 from pyg_fedgraph.utils.device import Precision, amp_dtype, autocast, resolve_device
 
-__all__ = ["LocalConfig", "LOCAL_SCHEMA", "Regularizer", "TrainResult", "ClientTrainer",
-           "batch_schedule"]
+__all__ = ["LocalConfig", "LOCAL_SCHEMA", "LOCAL_WHEN_SET", "Regularizer", "TrainResult",
+           "ClientTrainer", "batch_schedule"]
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +127,7 @@ class LocalConfig:
         w = self.warmup
         d = 1.0 if self.lr_decay_to is None else self.lr_decay_to
         after = 1.0 + (d - 1.0) * (u - w) / (1.0 - w)
-        return torch.where(u < w, u / max(w, 1e-300), after) if w else after
+        return torch.where(u < w, u / w, after) if w else after
 
     def lr_factors(self, num_steps: int) -> list[float]:
         r"""The factor of the learning rate at each of the ``num_steps`` steps
@@ -144,8 +144,20 @@ class LocalConfig:
         out = copy.copy(self)
         out.lr = lr  # type: ignore[assignment]
         return out
+
+    def optional_set(self) -> dict[str, Any]:
+        r"""The fields of :data:`LOCAL_WHEN_SET` that differ from their
+        defaults, by name."""
+        return {k: getattr(self, k) for k in LOCAL_WHEN_SET
+                if getattr(self, k) != LOCAL_SCHEMA[k].default}
+
+
 #: The declared hyper-parameters of :class:`LocalConfig`.
 LOCAL_SCHEMA = schema(LocalConfig)
+#: Fields of :class:`LocalConfig` that run files and Flower records carry only
+#: when set (:meth:`LocalConfig.optional_set`), so that those of runs without
+#: them read as before, and older Flower clients still read them.
+LOCAL_WHEN_SET = ("nesterov", "warmup", "lr_decay_to")
 
 
 class Regularizer:

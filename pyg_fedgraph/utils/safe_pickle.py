@@ -17,7 +17,10 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ArrayUnpickler", "RefusedPickle", "load_array_pickle", "loads_array_pickle"]
+from pyg_fedgraph.utils.errors import one_line
+
+__all__ = ["ArrayUnpickler", "RefusedPickle", "load_array_pickle", "loads_array_pickle",
+           "read_pickle_file"]
 
 
 def _numpy_global(module: str, name: str) -> Callable[[], Any]:
@@ -92,8 +95,7 @@ def loads_array_pickle(raw: bytes, source: str, what: str = "a data pickle",
     except RefusedPickle:
         raise
     except Exception as err:  # garbage fails in many ways, all meaning the same
-        text = " ".join(str(err).split()) or type(err).__name__
-        raise ValueError(f"{source} is not {what} ({type(err).__name__}: {text})"
+        raise ValueError(f"{source} is not {what} ({type(err).__name__}: {one_line(err)})"
                          + (f"; expected {expected}" if expected else "")) from None
 
 
@@ -111,7 +113,17 @@ def load_array_pickle(path: str | Path, what: str = "a data pickle", expected: s
         ValueError: if the file is missing, is not a pickle, or asks for
             anything outside the allow-list (:class:`RefusedPickle`).
     """
+    return loads_array_pickle(read_pickle_file(path, what), str(path), what, expected)
+
+
+def read_pickle_file(path: str | Path, what: str = "a data pickle") -> bytes:
+    r"""The bytes of ``path``, for :func:`loads_array_pickle` (read once, so a
+    caller can also hash what it unpickles).
+
+    Raises:
+        ValueError: if there is no such file.
+    """
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"{path} not found: expected {what} there")
-    return loads_array_pickle(path.read_bytes(), str(path), what, expected)
+    return path.read_bytes()

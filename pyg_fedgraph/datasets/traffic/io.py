@@ -23,6 +23,7 @@ from torch import Tensor
 from torch_geometric.utils import dense_to_sparse, remove_self_loops
 
 from pyg_fedgraph.typing import WITH_H5PY, WITH_PANDAS, require
+from pyg_fedgraph.utils.errors import one_line
 from pyg_fedgraph.utils.safe_pickle import load_array_pickle
 
 if TYPE_CHECKING:  # pandas is optional: only DataFrame conversions need it
@@ -44,11 +45,6 @@ log = logging.getLogger(__name__)
 
 PathLike = str | Path
 Fetch = Callable[[str, Path], None]
-
-
-def _one_line(err: BaseException) -> str:
-    # Library errors end up as one line on the CLI; some h5py / pickle messages span several.
-    return " ".join(str(err).split()) or type(err).__name__
 
 
 @dataclass(frozen=True)
@@ -127,9 +123,7 @@ def load_sensor_graph(path: PathLike) -> tuple[list[str], np.ndarray]:
             that would call ``os.system``) or its content is malformed.
     """
     path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"{path} not found: expected a DCRNN sensor-graph pickle there")
-    obj = load_array_pickle(path, "a sensor-graph pickle",
+    obj = load_array_pickle(path, "a DCRNN sensor-graph pickle",
                             "DCRNN's adj_mx.pkl, a pickle of [sensor_ids, sensor_id_to_index, "
                             "adj_mx]")
     if not isinstance(obj, (list, tuple)) or len(obj) != 3:
@@ -258,7 +252,7 @@ def bundled_sensor_graph(name: str) -> SensorGraph:
     try:
         data = resource.read_bytes()
     except OSError as err:
-        raise ValueError(f"cannot read the {where} ({_one_line(err)}): the installation is "
+        raise ValueError(f"cannot read the {where} ({one_line(err)}): the installation is "
                          f"incomplete; reinstall pyg-fedgraph") from None
     digest = hashlib.sha256(data).hexdigest()
     if digest != expected:
@@ -423,7 +417,7 @@ class _FixedFrameReader:
         try:
             value = node.attrs[name]
         except (OSError, TypeError, ValueError) as err:
-            self.fail(f"cannot read attribute {name!r} of {node.name!r} ({_one_line(err)})")
+            self.fail(f"cannot read attribute {name!r} of {node.name!r} ({one_line(err)})")
         if isinstance(value, bytes):
             return value.decode("utf-8", "replace")
         if isinstance(value, str):
@@ -436,7 +430,7 @@ class _FixedFrameReader:
         try:
             value = node.attrs[name]
         except (OSError, TypeError, ValueError) as err:
-            self.fail(f"cannot read attribute {name!r} of {node.name!r} ({_one_line(err)})")
+            self.fail(f"cannot read attribute {name!r} of {node.name!r} ({one_line(err)})")
         if isinstance(value, (int, np.integer, np.bool_)):
             return int(value)
         self.fail(f"attribute {name!r} of {node.name!r} is not an integer")
@@ -458,7 +452,7 @@ class _FixedFrameReader:
         try:
             return ds[()]
         except (OSError, MemoryError, TypeError, ValueError) as err:
-            self.fail(f"cannot read {ds.name!r} ({_one_line(err)})")
+            self.fail(f"cannot read {ds.name!r} ({one_line(err)})")
 
     def numeric(self, ds: Any) -> bool:
         return ds.id.get_type().get_class() in (self.h5py.h5t.INTEGER, self.h5py.h5t.FLOAT)
@@ -586,7 +580,7 @@ def read_speed_h5(path: PathLike, key: str = "df") -> SpeedTable:
     try:
         h5 = h5py.File(path, "r")
     except OSError as err:
-        raise ValueError(f"{path} is not an HDF5 file ({_one_line(err)}); expected DCRNN's "
+        raise ValueError(f"{path} is not an HDF5 file ({one_line(err)}); expected DCRNN's "
                          f"speed file, a pandas DataFrame saved with DataFrame.to_hdf(path, "
                          f"key={key!r})") from None
     with h5:

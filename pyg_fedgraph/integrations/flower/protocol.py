@@ -38,7 +38,7 @@ from flwr.app import Array, ArrayRecord
 from torch import Tensor
 
 from pyg_fedgraph.data.layout import ParamLayout
-from pyg_fedgraph.train.engine import LocalConfig, Regularizer
+from pyg_fedgraph.train.engine import LOCAL_WHEN_SET, LocalConfig, Regularizer
 from pyg_fedgraph.train.jobs import JOBS, EvaluatePlan, FineTune, Job, TrainPlan
 from pyg_fedgraph.train.rules import RULES, LocalRule
 
@@ -287,18 +287,14 @@ def decode_regularizer(spec: RegularizerSpec, refs: Sequence[Tensor],
 
 
 # ------------------------------------------------------------ local config
-#: Fields sent only when they differ from their defaults, so that clients of
-#: versions without them still read the configurations of runs not using them.
-_SENT_WHEN_SET = {"nesterov": False, "warmup": 0.0, "lr_decay_to": None}
-
-
 def local_config_to_dict(config: LocalConfig, prefix: str = LOCAL_PREFIX) -> dict[str, Any]:
     r"""The fields of ``config`` as ConfigRecord entries (``None`` left out,
-    and the Nesterov and schedule fields while at their defaults)."""
+    and those of :data:`~pyg_fedgraph.train.engine.LOCAL_WHEN_SET` while at
+    their defaults, so that clients without them still read the record)."""
+    optional = config.optional_set()
     return {prefix + f.name: getattr(config, f.name) for f in fields(LocalConfig)
             if getattr(config, f.name) is not None
-            and not (f.name in _SENT_WHEN_SET
-                     and getattr(config, f.name) == _SENT_WHEN_SET[f.name])}
+            and (f.name not in LOCAL_WHEN_SET or f.name in optional)}
 
 
 def local_config_from_record(record: Mapping[str, Any], prefix: str = LOCAL_PREFIX
