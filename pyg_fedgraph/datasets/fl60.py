@@ -15,7 +15,7 @@ from torch_geometric.utils import coalesce, to_undirected
 from pyg_fedgraph.data.federated_dataset import FederatedDataset
 from pyg_fedgraph.data.partition import build_federated_dataset
 from pyg_fedgraph.datasets.registry import register_dataset
-from pyg_fedgraph.utils.safe_pickle import loads_array_pickle
+from pyg_fedgraph.utils.safe_pickle import loads_array_pickle, read_pickle_file
 
 __all__ = ["fl60", "angle_knn_graph", "read_grda_toy", "GraphName", "PAPER_GRAPH_MAX_CLIENTS"]
 
@@ -151,9 +151,10 @@ def fl60(num_clients: int = 60, samples_per_client: int = 100, seed: int = 0,
                          f"{graph!r}")
     if graph == "file" and path is None:
         raise ValueError("graph='file' takes the graph of GRDA's data file: pass path= too")
-    if path is not None:
-        return _fl60_from_file(Path(path), num_clients, samples_per_client, seed, fractions,
-                               recipe, graph, graph_k)
+    toy = None if path is None else _read_file_federation(Path(path), num_clients,
+                                                          samples_per_client, recipe)
+    if toy is not None:
+        num_clients = toy["angle"].numel()
     if graph == "auto":
         graph = "paper" if num_clients <= PAPER_GRAPH_MAX_CLIENTS else "knn"
         if graph == "knn":
@@ -164,6 +165,34 @@ def fl60(num_clients: int = 60, samples_per_client: int = 100, seed: int = 0,
     if graph == "knn":
         _check_k(graph_k, num_clients)
     generator = torch.Generator().manual_seed(seed)
+    if toy is None:
+        angle, x, y = _draw_inputs(num_clients, samples_per_client, recipe, generator)
+        partition = list(torch.arange(num_clients * samples_per_client)
+                         .view(num_clients, samples_per_client))
+        info = {"recipe": recipe, "graph": graph,
+                "source": "Panacea (Lin et al.) FL-60, inputs from the GRDA generator"
+                if recipe == "grda" else "Panacea (Lin et al.) FL-60, paper text"}
+    else:
+        angle, x, y, partition = toy["angle"], toy["data"], toy["label"], toy["partition"]
+        info = {"recipe": "grda-file", "graph": graph, "source": toy["source"],
+                "file_sha256": toy["sha256"]}
+    embedding = torch.stack([torch.cos(angle), torch.sin(angle)], dim=1)
+    omega = torch.atan2(embedding[:, 1], embedding[:, 0])
+    edge_index = (toy["A"].nonzero().t().contiguous() if graph == "file" and toy is not None
+                  else _prior_graph(graph, embedding, omega, graph_k, generator))
+    edge_weight = None if edge_index is None else torch.ones(edge_index.size(1))
+    return build_federated_dataset(
+        "fl60", x.float(), y, partition, task="classification",
+        num_classes=2, fractions=fractions, generator=generator, edge_index=edge_index,
+        edge_weight=edge_weight,
+        info={"synthetic": True, **info,
+              "client_embedding": embedding.float(), "client_angle": omega.float()})
+
+
+def _draw_inputs(num_clients: int, samples_per_client: int, recipe: str,
+                 generator: torch.Generator) -> tuple[Tensor, Tensor, Tensor]:
+    r"""The drawn federation: client angles :math:`(N,)`, inputs
+    :math:`(N n, 2)` and labels :math:`(N n,)`, client after client."""
     angle = (2 * torch.rand(num_clients, generator=generator, dtype=torch.float64) - 1) * math.pi
     embedding = torch.stack([torch.cos(angle), torch.sin(angle)], dim=1)
     omega = torch.atan2(embedding[:, 1], embedding[:, 0])
@@ -181,20 +210,7 @@ def fl60(num_clients: int = 60, samples_per_client: int = 100, seed: int = 0,
         noise = torch.randn(num_clients, samples_per_client, 2, generator=generator,
                             dtype=torch.float64)
     x = sign.unsqueeze(-1) * mean.unsqueeze(1) + noise                     # (N, n, 2)
-
-    edge_index = _prior_graph(graph, embedding, omega, graph_k, generator)
-    edge_weight = None if edge_index is None else torch.ones(edge_index.size(1))
-
-    partition = list(torch.arange(num_clients * samples_per_client)
-                     .view(num_clients, samples_per_client))
-    return build_federated_dataset(
-        "fl60", x.view(-1, 2).float(), y.view(-1), partition, task="classification",
-        num_classes=2, fractions=fractions, generator=generator, edge_index=edge_index,
-        edge_weight=edge_weight,
-        info={"synthetic": True, "recipe": recipe, "graph": graph,
-              "source": "Panacea (Lin et al.) FL-60, inputs from the GRDA generator"
-              if recipe == "grda" else "Panacea (Lin et al.) FL-60, paper text",
-              "client_embedding": embedding.float(), "client_angle": omega.float()})
+    return angle, x.view(-1, 2), y.view(-1)
 
 
 def _prior_graph(graph: str, embedding: Tensor, omega: Tensor, graph_k: int,
@@ -243,9 +259,7 @@ def _read_grda_toy(path: Path) -> tuple[dict[str, Tensor], str]:
     r""":func:`read_grda_toy` and the sha256 of the bytes it read."""
     import numpy as np
 
-    if not path.is_file():
-        raise ValueError(f"{path} not found: expected a GRDA toy data pickle there")
-    raw = path.read_bytes()
+    raw = read_pickle_file(path, "a GRDA toy data pickle")
     obj = loads_array_pickle(raw, str(path), "a GRDA toy data pickle",
                              "GRDA's toy_d60_spiral.pkl, a dict of the numpy arrays "
                              + ", ".join(GRDA_KEYS))
@@ -292,10 +306,11 @@ def _read_grda_toy(path: Path) -> tuple[dict[str, Tensor], str]:
     return out, hashlib.sha256(raw).hexdigest()
 
 
-def _fl60_from_file(path: Path, num_clients: int, samples_per_client: int, seed: int,
-                    fractions: Sequence[float], recipe: str, graph: str, graph_k: int
-                    ) -> FederatedDataset:
-    r"""FL-60 from GRDA's data file (see :func:`fl60`, ``path``)."""
+def _read_file_federation(path: Path, num_clients: int, samples_per_client: int,
+                          recipe: str) -> dict:
+    r"""GRDA's data file checked against :func:`fl60`'s arguments: its arrays
+    (:func:`read_grda_toy`), each client's sample indices (``"partition"``),
+    the file's sha256 and a ``"source"`` line."""
     if recipe != "grda":
         raise ValueError(f"recipe={recipe!r} draws the inputs, path= reads them from a file: "
                          "pass one of the two")
@@ -309,31 +324,9 @@ def _fl60_from_file(path: Path, num_clients: int, samples_per_client: int, seed:
         raise ValueError(f"{path} holds {counts.min()}-{counts.max()} samples per client, got "
                          f"samples_per_client={samples_per_client} (leave it at its default "
                          f"with path=)")
-    if graph == "auto":
-        graph = "paper" if k <= PAPER_GRAPH_MAX_CLIENTS else "knn"
-        if graph == "knn":
-            log.info("fl60: %s holds %d clients, more than %d, so the prior graph is the "
-                     "sparse knn graph (k=%d); pass graph='paper' or graph='file' for another",
-                     path, k, PAPER_GRAPH_MAX_CLIENTS, graph_k)
-    if graph == "knn":
-        _check_k(graph_k, k)
-    generator = torch.Generator().manual_seed(seed)
-    angle = toy["angle"]
-    embedding = torch.stack([torch.cos(angle), torch.sin(angle)], dim=1)
-    omega = torch.atan2(embedding[:, 1], embedding[:, 0])
-    edge_index = (toy["A"].nonzero().t().contiguous() if graph == "file" else
-                  _prior_graph(graph, embedding, omega, graph_k, generator))
-    edge_weight = None if edge_index is None else torch.ones(edge_index.size(1))
     order = torch.argsort(toy["domain"], stable=True)
-    partition = list(order.split(counts.tolist()))
-    return build_federated_dataset(
-        "fl60", toy["data"].float(), toy["label"], partition, task="classification",
-        num_classes=2, fractions=fractions, generator=generator, edge_index=edge_index,
-        edge_weight=edge_weight,
-        info={"synthetic": True, "recipe": "grda-file", "graph": graph,
-              "source": f"GRDA's data file {path.name} (sha256 {digest[:12]})",
-              "file_sha256": digest, "client_embedding": embedding.float(),
-              "client_angle": omega.float()})
+    return {**toy, "partition": list(order.split(counts.tolist())), "sha256": digest,
+            "source": f"GRDA's data file {path.name} (sha256 {digest[:12]})"}
 
 
 def angle_knn_graph(angle: Tensor, k: int) -> Tensor:
