@@ -114,6 +114,13 @@ def runs_table() -> list[str]:
     return rows
 
 
+def client_accuracies(entry: dict[str, Any]) -> torch.Tensor:
+    r"""The test value, in percent, of every client a run record's summary
+    is over (its ``test_clients``, those not evaluated dropped), float64."""
+    acc = torch.tensor(entry["test_clients"], dtype=torch.float64)
+    return 100 * acc[~acc.isnan()]
+
+
 def _clients_at_best(history: History) -> list[float]:
     if not len(history):
         return []

@@ -46,6 +46,7 @@ from _runs import (
     USED,
     cached_run,
     checkpoint_round,
+    client_accuracies,
     load_cached,
     runs_table,
 )
@@ -298,8 +299,7 @@ def panacea_tuned_lines(run_missing: bool, strategies: list[str] | None) -> list
                                              dataset="fl60-grda-file", seed=seed))
              for seed in range(5)]
     if code_line and all(e is not None and "test_clients" in e for e in match):
-        acc = torch.tensor([v for e in match for v in e["test_clients"]], dtype=torch.float64)
-        acc = 100 * acc[~acc.isnan()]
+        acc = torch.cat([client_accuracies(e) for e in match])
         m, sd = float(acc.mean()), float(acc.std(unbiased=False))
         code_line += (f" Table II's SFL reproduced: the authors' code on GRDA's own DG-60 draw "
                       f"(the data Panacea names) at client lr 0.003, five seeds, pooled "

@@ -40,13 +40,13 @@ import math
 import os
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 from _report import emit, machine
-from _runs import cached_run, load_cached
+from _runs import cached_run, client_accuracies, load_cached
 from claims import (
     PANACEA_LR_GRID,
     PANACEA_PROTOCOL,
@@ -146,6 +146,19 @@ SFL_CLIENT_ROWS: tuple[tuple[str, dict[str, Any] | None], ...] = (
     ("the authors' code", SFL_CODE), ("ours (defaults)", None))
 
 
+def mean_spread(entry: dict[str, Any]) -> tuple[float, float]:
+    r"""A run record's mean test accuracy (the summary's, with its float32
+    rounding) and the population standard deviation across its clients, in
+    points."""
+    return 100 * entry["summary"]["test"], float(client_accuracies(entry).std(unbiased=False))
+
+
+def near_table2(name: str, mean: float, std: float) -> bool:
+    r"""Whether mean and spread across clients both lie within 5 points of
+    Table II's for strategy ``name``."""
+    return abs(mean - PANACEA_T2[name]) <= 5 and abs(std - PANACEA_T2_SPREAD[name]) <= 5
+
+
 def sfl_client_config(peak: float, extra: dict[str, Any] | None) -> ExperimentConfig:
     r"""SFL on Table II trained by the client optimizer of SFL's released code
     (:data:`claims.SFL_CODE_CLIENT`) with peak learning rate ``peak``."""
@@ -168,10 +181,8 @@ def sfl_client_table(run: bool) -> tuple[list[str], dict[str, dict[float, tuple[
             cfg = sfl_client_config(peak, extra)
             entry = cached_run(cfg) if run else load_cached(cfg)
             if entry is not None and "test_clients" in entry:
-                acc = torch.tensor(entry["test_clients"], dtype=torch.float64)
-                acc = 100 * acc[~acc.isnan()]
-                cells[peak] = (100 * entry["summary"]["test"],
-                               100 * entry["summary"]["val_best"], float(acc.std(unbiased=False)))
+                m, sd = mean_spread(entry)
+                cells[peak] = (m, 100 * entry["summary"]["val_best"], sd)
         out = [f"{cells[p][0]:.1f} ± {cells[p][2]:.1f} ({cells[p][1]:.1f})" if p in cells
                else "pending" for p in SFL_CLIENT_PEAKS]
         chosen = "-"
@@ -332,10 +343,8 @@ def spread_table(run: bool) -> tuple[list[str], dict[str, tuple[float, float, in
         if entry is None or "test_clients" not in entry:
             lines.append(f"| {label} | pending | pending | {paper} |")
             continue
-        acc = torch.tensor(entry["test_clients"], dtype=torch.float64)
-        acc = acc[~acc.isnan()]
-        got[role] = (100 * entry["summary"]["test"], 100 * float(acc.std(unbiased=False)),
-                     int((acc < 0.5).sum()), acc.numel())
+        acc = client_accuracies(entry)
+        got[role] = (*mean_spread(entry), int((acc < 50).sum()), acc.numel())
         lines.append(f"| {label} | {got[role][0]:.1f} ± {got[role][1]:.1f} "
                      f"| {got[role][2]} of {got[role][3]} | {paper} |")
     return lines, got
@@ -366,11 +375,8 @@ def spread_grid(run: bool) -> tuple[list[str], dict[str, list[float]]]:
             if entry is None or "test_clients" not in entry:
                 cells.append("pending")
                 continue
-            acc = torch.tensor(entry["test_clients"], dtype=torch.float64)
-            acc = 100 * acc[~acc.isnan()]
-            # The mean as the summary reports it (same clients; its float32 rounding).
-            m, sd = 100 * entry["summary"]["test"], float(acc.std(unbiased=False))
-            hit = (abs(m - PANACEA_T2[name]) <= 5 and abs(sd - PANACEA_T2_SPREAD[name]) <= 5)
+            m, sd = mean_spread(entry)
+            hit = near_table2(name, m, sd)
             if hit:
                 found.append(lr)
             cells.append(f"{'**' if hit else ''}{m:.1f} ± {sd:.1f}{'**' if hit else ''}")
@@ -539,10 +545,8 @@ def grda_file_table(run: bool) -> tuple[list[str], dict[str, float],
                 cells.append("pending")
                 continue
             entries[lr] = e
-            acc = torch.tensor(e["test_clients"], dtype=torch.float64)
-            acc = 100 * acc[~acc.isnan()]
-            m, sd = 100 * e["summary"]["test"], float(acc.std(unbiased=False))
-            hit = (abs(m - PANACEA_T2[name]) <= 5 and abs(sd - PANACEA_T2_SPREAD[name]) <= 5)
+            m, sd = mean_spread(e)
+            hit = near_table2(name, m, sd)
             if hit:
                 matches.append((label, lr, m, sd, False))
             cells.append(f"{'**' if hit else ''}{m:.1f} ± {sd:.1f}{'**' if hit else ''}")
@@ -677,12 +681,8 @@ def hn_spread_table(dataset: str = "fl60"
             if entry is None or "test_clients" not in entry:
                 return None
             val[lr, hn] = entry["summary"]["val_best"]
-            acc = torch.tensor(entry["test_clients"], dtype=torch.float64)
-            acc = 100 * acc[~acc.isnan()]
-            # The mean as the summary reports it (same clients; its float32 rounding).
-            m, sd = 100 * entry["summary"]["test"], float(acc.std(unbiased=False))
-            hit = (abs(m - PANACEA_T2["pfedhn"]) <= 5
-                   and abs(sd - PANACEA_T2_SPREAD["pfedhn"]) <= 5)
+            m, sd = mean_spread(entry)
+            hit = near_table2("pfedhn", m, sd)
             if hit:
                 matches.append((lr, hn))
             cells.append(f"{'**' if hit else ''}{m:.1f} ± {sd:.1f}{'**' if hit else ''}")
@@ -698,11 +698,19 @@ PFEDHN_BORDER_CELLS = ((0.01, 0.001), (0.003, 0.003))
 #: The client learning rate at which the authors' SFL code gives Table II's SFL
 #: on GRDA's draw with seed 0 (the GRDA-file table), seeded again.
 SFL_MATCH_LR = 0.003
-#: ``{row: (mean, std)}`` of the seed table's pooled clients (filled by
-#: :func:`seed_table`).
-POOLED: dict[str, tuple[float, float]] = {}
-#: ``{row: {seed: (mean, std)}}`` of the seed table's runs.
-SEED_RUNS: dict[str, dict[int, tuple[float, float]]] = {}
+
+
+@dataclass
+class SeedRow:
+    r"""One row of the seed table: ``(mean, std)`` across clients of the run
+    of each seed of :data:`SEEDS` (points), and of all runs' clients pooled."""
+    runs: list[tuple[float, float]]
+    pooled: tuple[float, float]
+
+    @property
+    def means(self) -> list[float]:
+        return [m for m, _ in self.runs]
+
 #: Seeds of the seed study (seed 0 is the run of the tables above). Panacea
 #: reports mean and spread "calculated over five independent runs" (Sec. V-A).
 SEEDS = (0, 1, 2, 3, 4)
@@ -738,17 +746,17 @@ def seed_rows() -> dict[str, tuple[str, ExperimentConfig]]:
     return rows
 
 
-def seed_table(run: bool) -> tuple[list[str], dict[str, list[float]]] | None:
+def seed_table(run: bool) -> tuple[list[str], dict[str, SeedRow]] | None:
     r"""Every row of :func:`seed_rows` with each seed of :data:`SEEDS` (a new
-    FL-60 draw and new training draws per seed): the table's lines and
-    ``{label: [mean test accuracy (%) per seed]}``; ``None`` when ``run`` is
-    false and no row has all its seeds."""
+    FL-60 draw and new training draws per seed): the table's lines and the
+    rows with all their seeds; ``None`` when ``run`` is false and no row has
+    all its seeds."""
     lines = ["| run (paper protocol) | " + " | ".join(f"seed {s}" for s in SEEDS)
              + " | mean over seeds (min-max) | pooled clients mean ± std | Table II |",
              "|---|" + "---:|" * (len(SEEDS) + 3)]
-    got: dict[str, list[float]] = {}
+    got: dict[str, SeedRow] = {}
     for label, (name, cfg) in seed_rows().items():
-        means: list[float] = []
+        runs: list[tuple[float, float]] = []
         clients: list[torch.Tensor] = []
         cells = []
         for seed in SEEDS:
@@ -759,27 +767,24 @@ def seed_table(run: bool) -> tuple[list[str], dict[str, list[float]]] | None:
             if entry is None or "test_clients" not in entry:
                 cells.append("pending")
                 continue
-            acc = torch.tensor(entry["test_clients"], dtype=torch.float64)
-            acc = 100 * acc[~acc.isnan()]
-            clients.append(acc)
-            means.append(100 * entry["summary"]["test"])
-            cells.append(f"{means[-1]:.1f} ± {float(acc.std(unbiased=False)):.1f}")
-            SEED_RUNS.setdefault(label, {})[seed] = (means[-1], float(acc.std(unbiased=False)))
+            clients.append(client_accuracies(entry))
+            runs.append(mean_spread(entry))
+            cells.append(f"{runs[-1][0]:.1f} ± {runs[-1][1]:.1f}")
         paper = f"{PANACEA_T2[name]:.1f} ± {PANACEA_T2_SPREAD[name]:.1f}"
-        if len(means) < len(SEEDS):
+        if len(runs) < len(SEEDS):
             lines.append(f"| {label} | " + " | ".join(cells) + f" | pending | pending | {paper} |")
             continue
-        got[label] = means
         pooled = torch.cat(clients)
-        POOLED[label] = (float(pooled.mean()), float(pooled.std(unbiased=False)))
+        row = got[label] = SeedRow(runs, (float(pooled.mean()),
+                                          float(pooled.std(unbiased=False))))
+        means = row.means
         lines.append(f"| {label} | " + " | ".join(cells)
                      + f" | {sum(means) / len(means):.1f} ({min(means):.1f}-{max(means):.1f}) "
-                     f"| {float(pooled.mean()):.1f} ± {float(pooled.std(unbiased=False)):.1f} "
-                     f"| {paper} |")
+                     f"| {row.pooled[0]:.1f} ± {row.pooled[1]:.1f} | {paper} |")
     return (lines, got) if got or run else None
 
 
-def seed_findings(got: dict[str, list[float]]) -> list[str]:
+def seed_findings(got: dict[str, SeedRow]) -> list[str]:
     r"""Whether another draw of FL-60 and of the training brings a row's
     mean within 5 points of Table II's, from the seed table's numbers."""
     if not got:
@@ -788,19 +793,19 @@ def seed_findings(got: dict[str, list[float]]) -> list[str]:
     for label, (name, _cfg) in seed_rows().items():
         if label not in got:
             continue
-        paper, means = PANACEA_T2[name], got[label]
+        paper, means = PANACEA_T2[name], got[label].means
         avg = sum(means) / len(means)
         near = [s for s, m in zip(SEEDS, means, strict=True) if abs(m - paper) <= 5]
         out.append(f"\"{label}\": {min(means):.1f}-{max(means):.1f} over the seeds, mean "
                    f"{avg:.1f} ({avg - paper:+.1f} against {paper:.1f}); "
                    + (f"within 5 points of Table II with seed {', '.join(map(str, near))}"
                       if near else "no seed within 5 points of Table II"))
-    both = [label for label, (name, _cfg) in seed_rows().items() if label in POOLED
-            and abs(POOLED[label][0] - PANACEA_T2[name]) <= 5
-            and abs(POOLED[label][1] - PANACEA_T2_SPREAD.get(name, math.inf)) <= 5]
+    both = [label for label, (name, _cfg) in seed_rows().items()
+            if label in got and near_table2(name, *got[label].pooled)]
     return ["- Seeds: " + "; ".join(out) + ". Pooled over the five runs, mean and spread "
             "both within 5 points of Table II's: "
-            + (", ".join(f"\"{b}\" ({POOLED[b][0]:.1f} ± {POOLED[b][1]:.1f})" for b in both)
+            + (", ".join(f"\"{b}\" ({got[b].pooled[0]:.1f} ± {got[b].pooled[1]:.1f})"
+                         for b in both)
                if both else "no row") + ".", ""]
 
 
@@ -915,7 +920,7 @@ def findings(got: dict[tuple[str, str], dict], ceiling: dict[str, float],
            else ""), ""]
 
 
-def closing_findings(seeds: tuple[list[str], dict[str, list[float]]] | None,
+def closing_findings(seeds: tuple[list[str], dict[str, SeedRow]] | None,
                      client: dict[str, dict[float, tuple[float, float, float]]],
                      grda: tuple[list[str], dict[str, float],
                                  list[tuple[str, float, float, float, bool]]] | None,
@@ -929,7 +934,8 @@ def closing_findings(seeds: tuple[list[str], dict[str, list[float]]] | None,
     if not seeds or len(seeds[1]) < 4 or len(code) < len(SFL_CLIENT_PEAKS) or not grda \
             or len(grda[1]) < len(GRDA_FILE_ROWS):
         return []
-    means = seeds[1]
+    rows = seeds[1]
+    means = {k: row.means for k, row in rows.items()}
     code_label = "sfl, the authors' code"
 
     def chosen(label: str) -> bool:  # the chosen settings, not the grid's border cells
@@ -975,13 +981,11 @@ def closing_findings(seeds: tuple[list[str], dict[str, list[float]]] | None,
         elif hn_cells is not None and not hn_cells:
             out += " The gap of pFedHN stays unexplained."
     if border:
-        paper, spread = PANACEA_T2["pfedhn"], PANACEA_T2_SPREAD["pfedhn"]
         vals = [v for k in border for v in means[k]]
         single = [(k, seed, m, sd) for k in border
-                  for seed, (m, sd) in SEED_RUNS.get(k, {}).items()
-                  if abs(m - paper) <= 5 and abs(sd - spread) <= 5]
-        pooled = [k for k in border if k in POOLED and abs(POOLED[k][0] - paper) <= 5
-                  and abs(POOLED[k][1] - spread) <= 5]
+                  for seed, (m, sd) in zip(SEEDS, rows[k].runs, strict=True)
+                  if near_table2("pfedhn", m, sd)]
+        pooled = [k for k in border if near_table2("pfedhn", *rows[k].pooled)]
         out += (f" At the grid cells next to pFedHN's under-fitted corner, five seeds on each "
                 f"draw give {min(vals):.1f}-{max(vals):.1f}; "
                 + ("single runs with Table II's mean and spread (within 5 points): "
@@ -1011,10 +1015,10 @@ def closing_findings(seeds: tuple[list[str], dict[str, list[float]]] | None,
                    f"{100 * ours[lr0]['summary']['test']:.1f} on ours, {hits[0][2]:.1f} on "
                    "GRDA's)." if ours[lr0] is not None else "")
                 + (f" Over five seeds there it gives {min(means[match_row]):.1f}-"
-                   f"{max(means[match_row]):.1f}, pooled {POOLED[match_row][0]:.1f} ± "
-                   f"{POOLED[match_row][1]:.1f} (Table II {PANACEA_T2['sfl']:.1f} ± "
+                   f"{max(means[match_row]):.1f}, pooled {rows[match_row].pooled[0]:.1f} ± "
+                   f"{rows[match_row].pooled[1]:.1f} (Table II {PANACEA_T2['sfl']:.1f} ± "
                    f"{PANACEA_T2_SPREAD['sfl']:.1f})."
-                   if match_row in means and match_row in POOLED and lr0 == SFL_MATCH_LR
+                   if match_row in rows and lr0 == SFL_MATCH_LR
                    else "")
                 + " So Table II's SFL is consistent with the authors' code on the data Panacea "
                 "names, trained at a low client learning rate, not the one our validation "
