@@ -514,8 +514,7 @@ def grda_file_table(run: bool) -> tuple[list[str], dict[str, float],
     validation)]`` (bold in the table); ``None`` when nothing ran and ``run``
     is false."""
     def get(cfg: ExperimentConfig) -> dict | None:
-        entry = cached_run(cfg) if run else load_cached(cfg)
-        return None if entry is None else entry
+        return cached_run(cfg) if run else load_cached(cfg)
 
     if not run and all(load_cached(c) is None for c in grda_file_configs()):
         return None
