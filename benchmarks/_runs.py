@@ -121,6 +121,13 @@ def client_accuracies(entry: dict[str, Any]) -> torch.Tensor:
     return 100 * acc[~acc.isnan()]
 
 
+def pooled_clients(entries: list[dict[str, Any]]) -> tuple[float, float]:
+    r"""Mean and population standard deviation, in points, of the clients of
+    all run records ``entries`` taken together."""
+    acc = torch.cat([client_accuracies(e) for e in entries])
+    return float(acc.mean()), float(acc.std(unbiased=False))
+
+
 def _clients_at_best(history: History) -> list[float]:
     if not len(history):
         return []

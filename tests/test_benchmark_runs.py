@@ -182,3 +182,14 @@ def test_perf_compare_steady_pairs_blocks_in_order(monkeypatch, tmp_path):
     assert "| fedavg | 0.0100 | 0.0100 | 1.00 | 1.25 |" in lines
     assert "| local | 0.0100 | 0.0100 | 1.00 | 0.75 |" in lines
     sys.modules.pop("perf_compare", None)
+
+
+def test_pooled_clients_by_hand(runs):
+    # Two run records; the second has a client that was not evaluated (NaN),
+    # which is dropped: the pooled clients are 100, 0, 50 and 100 points.
+    entries = [{"test_clients": [1.0, 0.0]}, {"test_clients": [0.5, float("nan"), 1.0]}]
+    mean, std = runs.pooled_clients(entries)
+    assert mean == pytest.approx(62.5)
+    assert std == pytest.approx((((37.5 ** 2) * 2 + 62.5 ** 2 + 12.5 ** 2) / 4) ** 0.5)
+    # One record alone gives that run's own mean and spread.
+    assert runs.pooled_clients(entries[:1]) == pytest.approx((50.0, 50.0))
