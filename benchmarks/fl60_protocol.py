@@ -933,17 +933,28 @@ def one_rate_others(run: bool) -> tuple[list[str], dict[tuple[str, str], float]]
              "|---|" + "---:|" * (len(ONE_RATE_DATA) + 1)]
     got: dict[tuple[str, str], float] = {}
     for label, name, extra in ONE_RATE_OTHERS:
-        cells = []
-        for dataset, _text in ONE_RATE_DATA:
-            runs = _runs_of([one_rate_config(name, extra, dataset)], run)
-            if runs is None:
-                cells.append("pending")
-                continue
-            m, sd = mean_spread(runs[0])
-            got[label, dataset] = m
-            cells.append(f"{m:.1f} ± {sd:.1f}")
-        lines.append(f"| {label} | " + " | ".join(cells) + f" | {PANACEA_T2[name]:.1f} |")
+        cells = _one_run_cells(label, lambda d, n=name, e=extra: one_rate_config(n, e, d), run,
+                               got)
+        lines.append(f"| {label} | {cells} | {PANACEA_T2[name]:.1f} |")
     return lines, got
+
+
+def _one_run_cells(label: str, config_of, run: bool, got: dict[tuple[str, str], float],
+                   validation: bool = False) -> str:
+    r"""The cells of a row of one run per data source (``config_of(dataset)``):
+    mean ± standard deviation across clients (and the best mean validation
+    accuracy); each mean also goes to ``got[label, dataset]``."""
+    cells = []
+    for dataset, _text in ONE_RATE_DATA:
+        runs = _runs_of([config_of(dataset)], run)
+        if runs is None:
+            cells.append("pending")
+            continue
+        m, sd = mean_spread(runs[0])
+        got[label, dataset] = m
+        cells.append(f"{m:.1f} ± {sd:.1f}"
+                     + (f" ({pct(runs[0]['summary']['val_best'])})" if validation else ""))
+    return " | ".join(cells)
 
 
 def _server_config(lr: float, extra: dict[str, Any], inner: bool, dataset: str,
@@ -961,16 +972,9 @@ def pfedhn_server_table(run: bool) -> tuple[list[str], dict[tuple[str, str], flo
              "|---|" + "---:|" * len(ONE_RATE_DATA)]
     got: dict[tuple[str, str], float] = {}
     for label, lr, extra, inner in PFEDHN_SERVER_ROWS:
-        cells = []
-        for dataset, _text in ONE_RATE_DATA:
-            runs = _runs_of([_server_config(lr, extra, inner, dataset)], run)
-            if runs is None:
-                cells.append("pending")
-                continue
-            m, sd = mean_spread(runs[0])
-            got[label, dataset] = m
-            cells.append(f"{m:.1f} ± {sd:.1f} ({pct(runs[0]['summary']['val_best'])})")
-        lines.append(f"| {label}, seed 0 | " + " | ".join(cells) + " |")
+        cells = _one_run_cells(label, lambda d, a=lr, e=extra, i=inner: _server_config(
+            a, e, i, d), run, got, validation=True)
+        lines.append(f"| {label}, seed 0 | {cells} |")
     label = INNER_AVERAGED_SEEDS
     cells = []
     for dataset, _text in ONE_RATE_DATA:
