@@ -334,8 +334,11 @@ class PFedHN(Panacea):
     client per step; here the :math:`S` clients of a round are batched into
     one step on the *sum* of their gradients (``client_reduction="sum"``),
     the first-order equivalent of :math:`S` consecutive single-client steps,
-    so ``hn_lr`` keeps its per-client meaning. The operator applies a ReLU
-    before the head, which pFedHN's code does not.
+    so ``hn_lr`` keeps its per-client meaning; ``client_reduction="mean"``
+    averages them instead (a step of ``hn_lr / S`` per client): with it, at
+    client lr 0.003, our FL-60 runs match Panacea's Table II pFedHN, which
+    the summed rule does not (``benchmarks/results/fl60_protocol.md``). The
+    operator applies a ReLU before the head, which pFedHN's code does not.
 
     Novel clients are generated from their untrained initial embeddings
     without fine-tuning, as in Panacea's Table III (pFedHN itself tunes a new
