@@ -54,6 +54,7 @@ from _runs import cached_run, client_accuracies, load_cached, pooled_clients
 from claims import (
     FL60_SOURCES,
     PANACEA_AS_RAN,
+    PANACEA_GOAL_POINTS,
     PANACEA_LR_GRID,
     PANACEA_PROTOCOL,
     PANACEA_SEEDS,
@@ -63,10 +64,12 @@ from claims import (
     SFL_CODE,
     SFL_CODE_CLIENT,
     SFL_MATCH_LR,
+    near_table2_mean,
     one_rate_config,
     panacea_config,
     panacea_lr_config,
     pct,
+    recorded,
 )
 
 from pyg_fedgraph.datasets import fl60
@@ -166,7 +169,8 @@ def mean_spread(entry: dict[str, Any]) -> tuple[float, float]:
 def near_table2(name: str, mean: float, std: float) -> bool:
     r"""Whether mean and spread across clients both lie within 5 points of
     Table II's for strategy ``name``."""
-    return abs(mean - PANACEA_T2[name]) <= 5 and abs(std - PANACEA_T2_SPREAD[name]) <= 5
+    return near_table2_mean(name, mean) and \
+        abs(std - PANACEA_T2_SPREAD[name]) <= PANACEA_GOAL_POINTS
 
 
 def sfl_client_config(peak: float, extra: dict[str, Any] | None) -> ExperimentConfig:
@@ -213,8 +217,8 @@ def sfl_client_findings(got: dict[str, dict[float, tuple[float, float, float]]])
     m, _, sd = code[own]
     best = max(SFL_CLIENT_PEAKS, key=lambda p: code[p][1])
     tests = [code[p][0] for p in SFL_CLIENT_PEAKS]
-    near = [p for p in SFL_CLIENT_PEAKS if abs(code[p][0] - paper) <= 5]
-    both = [p for p in near if abs(code[p][2] - spread) <= 5]
+    near = [p for p in SFL_CLIENT_PEAKS if near_table2_mean("sfl", code[p][0])]
+    both = [p for p in near if near_table2("sfl", code[p][0], code[p][2])]
     ours = got.get("ours (defaults)", {})
     return [
         f"- With the released code's client optimizer, the code scores {m:.1f} ± {sd:.1f} at "
@@ -588,7 +592,7 @@ def grda_file_findings(chosen: dict[str, float],
                      + ("" if ours is None else f" (our generator {ours:.1f})")
                      + f", {chosen[label] - PANACEA_T2[name]:+.1f} against Table II")
     gap = [label for label, name, _ in GRDA_FILE_ROWS
-           if abs(chosen[label] - PANACEA_T2[name]) > 5]
+           if not near_table2_mean(name, chosen[label])]
     return ["- On GRDA's own draw, chosen by validation: " + "; ".join(parts) + ". "
             + ("Within 5 points of Table II: all rows." if not gap else
                "Still more than 5 points from Table II: " + ", ".join(f"\"{g}\"" for g in gap)
@@ -796,7 +800,7 @@ def seed_findings(got: dict[str, SeedRow]) -> list[str]:
             continue
         paper, means = PANACEA_T2[name], got[label].means
         avg = sum(means) / len(means)
-        near = [s for s, m in zip(SEEDS, means, strict=True) if abs(m - paper) <= 5]
+        near = [s for s, m in zip(SEEDS, means, strict=True) if near_table2_mean(name, m)]
         out.append(f"\"{label}\": {min(means):.1f}-{max(means):.1f} over the seeds, mean "
                    f"{avg:.1f} ({avg - paper:+.1f} against {paper:.1f}); "
                    + (f"within 5 points of Table II with seed {', '.join(map(str, near))}"
@@ -869,16 +873,12 @@ INNER_AVERAGED_SEEDS = (f"pFedHN's inner optimizer (lr 0.005, momentum 0.9), ave
 
 
 def _runs_of(configs: list[ExperimentConfig], run: bool) -> list[dict] | None:
-    r"""The records of ``configs`` (run when ``run``; those on GRDA's draw
-    only with its file), or ``None`` while one is missing."""
-    out = []
+    r"""The records of ``configs`` (:func:`claims.recorded`), each run first
+    when ``run`` (those on GRDA's draw only with its file)."""
     for cfg in configs:
-        needs_file = cfg.dataset.startswith("fl60-grda-file") and GRDA_FILE is None
-        entry = cached_run(cfg) if run and not needs_file else load_cached(cfg)
-        if entry is None or "test_clients" not in entry:
-            return None
-        out.append(entry)
-    return out
+        if run and not (cfg.dataset.startswith("fl60-grda-file") and GRDA_FILE is None):
+            cached_run(cfg)
+    return recorded(configs)
 
 
 @dataclass
@@ -1009,7 +1009,7 @@ def one_rate_findings(got: dict[str, OneRateRow], others: dict[tuple[str, str], 
     out = []
     for label, name, _extra in ONE_RATE_ROWS:
         row, paper = got[label], PANACEA_T2[name]
-        mean_near = [texts[d] for d in texts if abs(row.pooled[d][0] - paper) <= 5]
+        mean_near = [texts[d] for d in texts if near_table2_mean(name, row.pooled[d][0])]
         both_near = [texts[d] for d in texts if near_table2(name, *row.pooled[d])]
         out.append(f"\"{label}\" " + " / ".join(f"{row.pooled[d][0]:.1f}" for d in texts)
                    + f" (both pooled {row.both[0]:.1f}; Table II {paper:.1f}): mean within 5 "
@@ -1017,7 +1017,7 @@ def one_rate_findings(got: dict[str, OneRateRow], others: dict[tuple[str, str], 
                    + ", mean and spread on " + (" and ".join(both_near) if both_near
                                                  else "neither")
                    + ("; the ten runs of both pooled: "
-                      + ("within" if abs(row.both[0] - paper) <= 5 else "not within")
+                      + ("within" if near_table2_mean(name, row.both[0]) else "not within")
                       + " 5 points"))
     lines = ["- Pooled means, " + " / ".join(texts.values()) + ": " + "; ".join(out) + "."]
     as_ran = ONE_RATE_AS_RAN
@@ -1056,12 +1056,12 @@ def one_rate_verdict(got: dict[str, OneRateRow], others: dict[tuple[str, str], f
         return []
     texts = dict(ONE_RATE_DATA)
     both = {n: got[label].both for n, label in as_ran.items()}
-    near = all(abs(m - PANACEA_T2[n]) <= 5 for n, (m, _sd) in both.items())
+    near = all(near_table2_mean(n, m) for n, (m, _sd) in both.items())
     ordered = sorted(both, key=lambda n: -both[n][0]) == sorted(
         both, key=lambda n: -PANACEA_T2[n])
     off = {d: [f"{n} {got[label].pooled[d][0] - PANACEA_T2[n]:+.1f}"
                for n, label in as_ran.items()
-               if abs(got[label].pooled[d][0] - PANACEA_T2[n]) > 5] for d in texts}
+               if not near_table2_mean(n, got[label].pooled[d][0])] for d in texts}
     swing = max(max(got[label].seeds[d]) - min(got[label].seeds[d])
                 for label in as_ran.values() for d in got[label].seeds)
     text = ("- **One protocol for Table II's FL-60 baselines** (\"One client learning rate for "
