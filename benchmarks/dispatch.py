@@ -1,0 +1,205 @@
+r"""Dispatch cost of one local step of METR-LA's GRU clients: eager against
+``torch.compile`` (issue 17).
+
+On one H100 a METR-LA local epoch took 12.2 s against the goal of 5 s
+(``results/devices_h100.md``, section e): each step launched about 1,065
+small kernels, which kept the GPU busy 4.2 ms of a 25 ms step. The time went
+to dispatching operations, not to computing them. This script measures that
+cost where it can be measured without a GPU: the number of operator calls
+(``aten::`` calls in :mod:`torch.profiler`, nested calls included) and
+kernel launches (CUDA only) per local step, and the seconds per step of a
+model so small that the arithmetic is negligible ("tiny": hidden 4, batch 2),
+so that what remains is the framework's per-operation cost. The same with
+the real size (hidden 100, batch 64) where it is affordable (CUDA; on the CPU
+with ``--sizes tiny real``). Modes: ``eager`` (``ClientTrainer``'s ``vmap``
+execution), ``default`` (``compile=True``) and, on CUDA, ``reduce-overhead``
+(``compile="reduce-overhead"``: the compiled step is recorded as a CUDA graph
+and replayed with one launch).
+
+Per-step figures are differences, so that what a training does once (batch
+schedule, set-up, final copies) drops out: seconds as ``(t(1 + k) - t(1)) / k``
+steps (median of ``--repeats``), calls and launches as ``(n(3) - n(1)) / 2``.
+"max diff": the largest parameter difference to the eager run after
+``1 + k`` steps. "graphs" and "graph breaks": what ``torch.compile`` made of
+the step (``torch._dynamo``'s counters; one graph and no break is what lets
+``reduce-overhead`` replay the whole step at once).
+
+Usage::
+
+    OMP_NUM_THREADS=1 python benchmarks/dispatch.py            # writes results/dispatch.md
+    OMP_NUM_THREADS=1 python benchmarks/dispatch.py --quick    # fewer steps, prints only
+    python benchmarks/dispatch.py --device cuda --out results/dispatch_h100.md
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from _report import emit, machine
+from devices import sync, synthetic_windows
+from torch.profiler import ProfilerActivity, profile
+
+from pyg_fedgraph.models import GRUForecaster
+from pyg_fedgraph.train.engine import ClientTrainer, LocalConfig
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results" / "dispatch.md"
+#: METR-LA's clients: one per road sensor.
+CLIENTS = 207
+#: name: (GRU hidden size, batch size).
+SIZES = {"tiny": (4, 2), "real": (100, 64)}
+
+
+def _trainer(model: torch.nn.Module, data: Any, device: torch.device, mode: str,
+             batch: int) -> ClientTrainer:
+    compile_arg: bool | str = False if mode == "eager" else True if mode == "default" else mode
+    return ClientTrainer(model, data, config=LocalConfig(lr=0.1, momentum=0.9, batch_size=batch,
+                                                         epochs=None, steps=1),
+                         device=device, execution="vmap", compile=compile_arg)  # type: ignore[arg-type]
+
+
+def _train(trainer: ClientTrainer, params: torch.Tensor, steps: int, batch: int
+           ) -> tuple[float, torch.Tensor]:
+    cfg = LocalConfig(lr=0.1, momentum=0.9, batch_size=batch, epochs=None, steps=steps)
+    gen = torch.Generator().manual_seed(0)  # the same batches in every mode
+    sync(trainer.device)
+    t0 = time.perf_counter()
+    out = trainer.train(torch.arange(params.size(0)), params, config=cfg, generator=gen)
+    sync(trainer.device)
+    return time.perf_counter() - t0, out.params
+
+
+def _counts(trainer: ClientTrainer, params: torch.Tensor, steps: int, batch: int
+            ) -> tuple[int, int]:
+    r"""(``aten::`` calls, CUDA kernel launches) of one training of ``steps``."""
+    activities = [ProfilerActivity.CPU]
+    if trainer.device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    with profile(activities=activities) as prof:
+        _train(trainer, params, steps, batch)
+    calls = kernels = 0
+    for e in prof.events():
+        if e.name.startswith("aten::"):
+            calls += 1
+        if trainer.device.type == "cuda" and e.device_type == torch.autograd.DeviceType.CUDA:
+            kernels += 1
+    return calls, kernels
+
+
+def measure(device: torch.device, size: str, modes: list[str], steps: int,
+            repeats: int) -> list[dict[str, Any]]:
+    r"""The rows of one model size, one per mode; the modes' timings alternate."""
+    from torch._dynamo.utils import counters
+
+    hidden, batch = SIZES[size]
+    data = synthetic_windows(CLIENTS, batch * (steps + 1))
+    torch.manual_seed(0)
+    model = GRUForecaster(in_channels=2, hidden_channels=hidden, out_steps=12)
+    trainers = {mode: _trainer(model, data, device, mode, batch) for mode in modes}
+    params = trainers[modes[0]].layout.flatten(model).repeat(CLIENTS, 1).to(device)
+    rows = {}
+    for mode, trainer in trainers.items():
+        counters.clear()
+        first, _ = _train(trainer, params, 2, batch)  # warm-up; compiles when compiling
+        rows[mode] = {"device": str(device), "size": f"{size} (hidden {hidden}, batch {batch})",
+                      "mode": mode, "first 2 steps s": first, "per step": [],
+                      "graphs": counters["stats"].get("unique_graphs", 0),
+                      "graph breaks": sum(counters["graph_break"].values())}
+    last = {}
+    for _ in range(repeats):
+        for mode, trainer in trainers.items():
+            t1, _ = _train(trainer, params, 1, batch)
+            tk, last[mode] = _train(trainer, params, 1 + steps, batch)
+            rows[mode]["per step"].append((tk - t1) / steps)
+    for mode, trainer in trainers.items():
+        row = rows[mode]
+        c1, k1 = _counts(trainer, params, 1, batch)
+        c3, k3 = _counts(trainer, params, 3, batch)
+        per_step = row.pop("per step")
+        row.update({"ms/step": 1e3 * statistics.median(per_step),
+                    "range": (1e3 * min(per_step), 1e3 * max(per_step)),
+                    "aten calls/step": (c3 - c1) / 2,
+                    "kernels/step": (k3 - k1) / 2 if device.type == "cuda" else None,
+                    "max diff": (None if mode == "eager" else
+                                 float((last[mode].cpu() - last["eager"].cpu()).abs().max()))})
+        if mode == "eager":
+            row["graphs"] = row["graph breaks"] = None
+        print(f"[dispatch] {device} {size} {mode}: {row['ms/step']:.3g} ms/step, "
+              f"{row['aten calls/step']:.0f} aten calls/step", flush=True)
+    for row in rows.values():
+        row["eager / mode"] = rows["eager"]["ms/step"] / row["ms/step"]
+        row["calls: eager / mode"] = rows["eager"]["aten calls/step"] / row["aten calls/step"]
+    return list(rows.values())
+
+
+def fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, tuple):
+        return "-".join(fmt(x) for x in v)
+    if isinstance(v, float) and abs(v) >= 1000:
+        return f"{v:,.0f}"
+    if isinstance(v, float):
+        return "0" if v == 0 else f"{v:.3g}" if abs(v) >= 1e-3 else f"{v:.1e}"
+    return str(v)
+
+
+def main(argv: list[str] | None = None) -> str:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--sizes", nargs="+", choices=sorted(SIZES), default=None,
+                        help="model sizes (default: tiny on the CPU, tiny and real on CUDA)")
+    parser.add_argument("--steps", type=int, default=10, help="k: timed steps per training")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="2 steps, 1 repeat; prints only")
+    parser.add_argument("--out", type=Path, default=None,
+                        help=f"markdown output (default: {RESULTS} unless --quick)")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: this machine has no CUDA device")
+    sizes = args.sizes or (["tiny"] if device.type == "cpu" else ["tiny", "real"])
+    modes = ["eager", "default"] + (["reduce-overhead"] if device.type == "cuda" else [])
+    steps, repeats = (2, 1) if args.quick else (args.steps, args.repeats)
+    start, load_start = time.perf_counter(), os.getloadavg()[0]
+    rows = [row for size in sizes for row in measure(device, size, modes, steps, repeats)]
+    cols = ["device", "size", "mode", "ms/step", "range", "eager / mode", "aten calls/step",
+            "calls: eager / mode", "kernels/step", "first 2 steps s", "graphs", "graph breaks",
+            "max diff"]
+    lines = ["# Dispatch cost of a METR-LA local step: eager and torch.compile", "",
+             "`" + " ".join(["python benchmarks/dispatch.py", *argv]) + "`. Modes timed "
+             "alternately.", "",
+             f"{CLIENTS} GRU forecasters (`GRUForecaster(2, hidden)`, 12 input steps, 12 "
+             "outputs) on synthetic windows of METR-LA's shape, trained together in one "
+             "`vmap` call per step (SGD, momentum 0.9). \"ms/step\": per local step, "
+             f"(t(1 + {steps}) - t(1)) / {steps}, median of {repeats} (\"range\": min-max); "
+             "\"aten calls/step\": operator calls per step in `torch.profiler` (nested calls "
+             "included; a proxy for launches where the device runs each call's kernel); "
+             "\"kernels/step\": device kernels per step (CUDA only); \"first 2 steps s\": "
+             "the warm-up training, which compiles; \"graphs\", \"graph breaks\": "
+             "`torch._dynamo`'s counters after compiling; \"max diff\": max |parameter "
+             f"difference| to eager after 1 + {steps} steps. \"tiny\" makes the arithmetic "
+             "negligible, so its time per step is the cost of dispatching the step's "
+             "operations.", ""]
+    lines += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(fmt(r.get(c)) for c in cols) + " |" for r in rows]
+    if device.type != "cuda":
+        lines += ["", "CUDA rows (kernels per step, `reduce-overhead`, the real size): not "
+                  "measured: the machine of this run has no CUDA device."]
+    lines += ["", "## Machine", "", *machine(load_start),
+              f"- total time: {time.perf_counter() - start:.0f} s"]
+    text = "\n".join(lines) + "\n"
+    out = args.out if args.out is not None else (None if args.quick else RESULTS)
+    emit(text, out)
+    return text
+
+
+if __name__ == "__main__":
+    main()
