@@ -10,7 +10,7 @@ Order of work, so that bad input costs nothing:
 2. *Runs*, one strategy after the other, each in its folder (``--out`` for
    one strategy, ``--out/<strategy>`` for several), with ``run.json`` (the
    manifest: strategies and settings) in ``--out``. Every run checkpoints its
-   last round; ``--checkpoint-every K`` adds one every K rounds. The first
+   last round; ``--checkpoint-every K`` also rewrites it every K rounds. The first
    Ctrl-C stops after the current round with a checkpoint and exit code 130;
    a second one aborts at once, keeping the last checkpoint.
 3. ``--resume DIR`` reads the manifest and finishes the whole comparison:
