@@ -48,6 +48,10 @@ BAD_RUNS = [
      "num_clusters=50 exceeds the 40 clients"),
     (["--strategy", "fedaghn,panacea"], "strategy 'panacea' needs a prior client graph"),
     (["--checkpoint-every", "-1"], "--checkpoint-every must be >= 0"),
+    # The default job's group partition (5 groups) on too few clients names its option.
+    (["--clients", "3"], "num_groups=5 must be in [1, min(num_clients, num_classes)] = [1, 3] "
+     "(3 clients, 10 classes): every group needs a client and a class of its own; use fewer "
+     "groups or more clients (--set data.num_groups=K)"),
 ]
 
 

@@ -297,7 +297,14 @@ def _build_data(base: ExperimentConfig, names: Sequence[str]) -> FederatedDatase
     from pyg_fedgraph.experiment import build_dataset, check_config, route_overrides
 
     parts = [route_overrides(replace(base, strategy=n)) for n in names]
-    dataset = build_dataset(base, parts[0]["data"])
+    try:
+        dataset = build_dataset(base, parts[0]["data"])
+    except ValueError as err:
+        if base.partition == "group" and "num_groups" in str(err):
+            # The default job splits clients into groups the user never asked for:
+            # say which option sets their number.
+            raise ValueError(f"{err} (--set data.num_groups=K)") from err
+        raise
     for name in names:
         check_config(replace(base, strategy=name), dataset)
     return dataset

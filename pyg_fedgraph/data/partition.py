@@ -360,7 +360,9 @@ def group_partition(labels: Tensor, num_clients: int, num_groups: int = 5,
     num_classes = classes.numel()
     if not 1 <= num_groups <= min(num_clients, num_classes):
         raise ValueError(f"num_groups={num_groups} must be in [1, min(num_clients, num_classes)]"
-                         f" = [1, {min(num_clients, num_classes)}]")
+                         f" = [1, {min(num_clients, num_classes)}] ({num_clients} clients, "
+                         f"{num_classes} classes): every group needs a client and a class of "
+                         "its own; use fewer groups or more clients")
     if not 0.0 <= iid_share < 1.0:
         raise ValueError(f"iid_share must be in [0, 1), got {iid_share}")
     group = torch.arange(num_clients) * num_groups // num_clients
