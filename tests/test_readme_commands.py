@@ -141,3 +141,4 @@ def test_the_traffic_example_names_a_missing_speed_file_in_one_line(tmp_path):
     assert done.returncode != 0
     err = done.stderr.strip().splitlines()
     assert len(err) == 1 and str(missing) in err[0], done.stderr[-1000:]
+    assert "github.com/liyaguang/DCRNN" in err[0]  # where the file comes from

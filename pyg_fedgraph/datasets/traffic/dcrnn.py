@@ -182,7 +182,8 @@ def _traffic_builder(cls: type[_DCRNNDataset], root: PathLike | None,
         if graph_path is None and not (root / cls.GRAPH_FILE).exists():
             raise ValueError(
                 f"{root / cls.SPEED_FILE} not found: save DCRNN's {cls.SPEED_FILE} in {root} "
-                f"for recorded speeds, or give no root (command line: leave out --set "
+                f"for recorded speeds (the Google Drive / Baidu links of DCRNN's README, "
+                f"github.com/liyaguang/DCRNN), or give no root (command line: leave out --set "
                 f"data.root=DIR) for synthetic speeds on the bundled road graph")
         if graph_path is None:  # a root with only the graph: synthetic speeds on it
             graph_path = root

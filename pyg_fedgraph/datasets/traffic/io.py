@@ -576,7 +576,8 @@ def read_speed_h5(path: PathLike, key: str = "df") -> SpeedTable:
 
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"{path} not found: expected DCRNN's speed file there")
+        raise ValueError(f"{path} not found: expected DCRNN's speed file there (the Google "
+                         "Drive / Baidu links of DCRNN's README, github.com/liyaguang/DCRNN)")
     try:
         h5 = h5py.File(path, "r")
     except OSError as err:

@@ -120,6 +120,7 @@ def test_cli_hints_name_the_command_line_settings(tmp_path, capfd):
     root_line = run_cli(empty, tmp_path / "out", capfd)
     assert f"{empty / 'metr-la.h5'} not found" in root_line
     assert "leave out --set data.root=DIR" in root_line
+    assert "github.com/liyaguang/DCRNN" in root_line  # where the file comes from
     graph_line = run_cli(tmp_path / "nowhere", tmp_path / "out", capfd, setting="graph_path")
     assert f"{tmp_path / 'nowhere'} not found: expected DCRNN's adj_mx.pkl" in graph_line
     assert "leave out --set data.graph_path=DIR" in graph_line
