@@ -39,6 +39,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import hashlib
 import logging
 import math
 import os
@@ -1381,6 +1382,14 @@ def main(argv: list[str] | None = None) -> str:
                         help="also run pFedHN over both of the paper's learning-rate grids "
                              "(client and hypernetwork, 25 runs of about a minute)")
     args = parser.parse_args(argv)
+    if args.grda_file is not None:  # checked now: with every run cached it is never read
+        if not args.grda_file.is_file():
+            parser.error(f"--grda-file {args.grda_file}: no such file (GRDA's "
+                         "toy_d60_spiral.pkl, from Wang-ML-Lab/GRDA, data/)")
+        sha = hashlib.sha256(args.grda_file.read_bytes()).hexdigest()
+        if sha != GRDA_FILE_SHA256:
+            parser.error(f"--grda-file {args.grda_file} is not GRDA's toy_d60_spiral.pkl "
+                         f"(sha256 {sha}, expected {GRDA_FILE_SHA256})")
     torch.set_num_threads(1)
     logging.getLogger("pyg_fedgraph").setLevel(logging.ERROR)
     load_start = os.getloadavg()[0]
