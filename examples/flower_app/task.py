@@ -1,14 +1,22 @@
 """What the server and the clients share: the FL-60 federation, the model, the settings."""
 from __future__ import annotations
 
-import torch
-from flwr.app import Context
-from torch import nn
+import warnings
 
-from pyg_fedgraph.data.federated_dataset import FederatedDataset
-from pyg_fedgraph.datasets import load_dataset
-from pyg_fedgraph.models import build_model
-from pyg_fedgraph.train import LocalConfig
+# PyG's import calls torch.jit.script, which torch deprecates: a warning about
+# neither this app nor its user, which Ray's workers would print once per client
+# (the pyg-fedgraph command line hides it too). Set before pyg_fedgraph is imported:
+# both apps import this module first.
+warnings.filterwarnings("ignore", message=r".*torch\.jit\.script.* is deprecated")
+
+import torch  # noqa: E402
+from flwr.app import Context  # noqa: E402
+from torch import nn  # noqa: E402
+
+from pyg_fedgraph.data.federated_dataset import FederatedDataset  # noqa: E402
+from pyg_fedgraph.datasets import load_dataset  # noqa: E402
+from pyg_fedgraph.models import build_model  # noqa: E402
+from pyg_fedgraph.train import LocalConfig  # noqa: E402
 
 # FL-60 inputs are 2-D points with 2 classes; Panacea's client model is a
 # 3-layer MLP with 16 hidden units (Sec. V-A).
