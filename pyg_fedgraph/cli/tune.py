@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,7 +47,9 @@ def tune_main(args: argparse.Namespace) -> int:
     from pyg_fedgraph.experiment import ExperimentConfig, parse_value, route_overrides
     from pyg_fedgraph.tune import default_study_name, tune, write_study
 
-    if str(args.log_level).upper() not in ("INFO", "DEBUG"):
+    # On a terminal, Optuna's progress bar; in logs and CI, its line per trial instead.
+    bar = not args.quiet and sys.stderr.isatty()
+    if (bar or args.quiet) and str(args.log_level).upper() not in ("INFO", "DEBUG"):
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # the progress bar says enough
     if not args.strategy:
         raise ValueError("tune needs --strategy NAME (or 'strategy' in --config)")
@@ -73,7 +76,7 @@ def tune_main(args: argparse.Namespace) -> int:
         study = tune(cfg, args.n_trials, storage=args.storage, study_name=name,
                      pruner=args.pruner, sampler=sampler, params=params,
                      tune_local=args.tune_local, timeout=args.timeout,
-                     show_progress_bar=not args.quiet, trial_callbacks=trial_callbacks)
+                     show_progress_bar=bar, trial_callbacks=trial_callbacks)
     written = write_study(study, out, run_command)
     summary = json.loads(written["best"].read_text())
     counts = ", ".join(f"{n} {state}" for state, n in sorted(summary["trials"].items()))

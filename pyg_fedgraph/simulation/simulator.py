@@ -111,7 +111,8 @@ class Simulator:
             e.g. the masked loss of the traffic datasets).
         held_out (torch.Tensor, optional): clients that never train (novel
             clients); evaluated with the models the strategy generates for them.
-        progress (bool, optional): show a progress bar (default: ``True``).
+        progress (bool, optional): show a progress bar when standard error
+            is a terminal (default: ``True``).
         callbacks (list, optional): ``fn(simulator, record)`` after each
             evaluated round.
         dropout (float, optional): probability that a sampled client returns
@@ -293,7 +294,7 @@ class Simulator:
         returns the :class:`History`. Calling it again continues."""
         last = self.rounds if rounds is None else rounds
         bar = tqdm(range(self.round + 1, last + 1), desc=f"{self.strategy.name or 'run'}",
-                   disable=not self.progress, leave=False)
+                   disable=None if self.progress else True, leave=False)  # None: a terminal only
         for _ in bar:
             record = self.step()
             if record is not None:

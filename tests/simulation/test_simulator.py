@@ -356,3 +356,32 @@ def test_history_empty_equality_and_state_dict():
     assert other != h
     other.append(record(5, [0.625, 0.625, 0.5], [0.625, 0.625, 0.625]))
     assert other != h
+
+
+class _Stream:
+    r"""Standard error as a terminal (``tty=True``) or as a log file."""
+
+    def __init__(self, tty: bool) -> None:
+        self.tty, self.text = tty, []
+
+    def isatty(self) -> bool:
+        return self.tty
+
+    def write(self, s: str) -> int:
+        self.text.append(s)
+        return len(s)
+
+    def flush(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("tty", [True, False])
+def test_progress_bar_only_on_a_terminal(tty, monkeypatch):
+    # The bar goes to standard error on a terminal; a log (CI, nohup, a notebook's
+    # redirected stream) gets no carriage-return lines from it.
+    stream = _Stream(tty)
+    monkeypatch.setattr("sys.stderr", stream)
+    simulate(FedAvg(), progress=True).run()
+    drawn = "".join(stream.text)
+    assert ("fedavg:" in drawn and "0/2" in drawn) == tty, drawn
+    assert ("\r" in drawn) == tty
