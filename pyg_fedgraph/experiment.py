@@ -138,7 +138,8 @@ def route_overrides(cfg: ExperimentConfig, model: str | None = None
             ``model.<arg>`` keys against; unchecked when unknown.
     """
     if cfg.strategy not in STRATEGIES:
-        raise ValueError(f"unknown strategy {cfg.strategy!r}; known: {sorted(STRATEGIES)}")
+        raise ValueError(f"unknown strategy {cfg.strategy!r}; known: "
+                         f"{', '.join(sorted(STRATEGIES))}")
     out: dict[str, dict[str, Any]] = {"local": {}, "sim": {}, "model": {}, "data": {},
                                       "strategy": {}}
     strategy_schema = STRATEGIES[cfg.strategy].hparam_schema()
@@ -190,7 +191,7 @@ def dataset_options(name: str) -> set[str]:
     r"""The keyword arguments the builder of dataset ``name`` accepts."""
     key = dataset_key(name)
     if key not in DATASETS:
-        raise ValueError(f"unknown dataset {name!r}; known: {sorted(DATASETS)}")
+        raise ValueError(f"unknown dataset {name!r}; known: {', '.join(sorted(DATASETS))}")
     return set(inspect.signature(DATASETS[key]).parameters)
 
 

@@ -1,9 +1,11 @@
+import argparse
 import csv
 import json
+import re
 
 import pytest
 
-from pyg_fedgraph.cli import main
+from pyg_fedgraph.cli import build_parser, main
 
 
 def read_csv(path):
@@ -76,7 +78,9 @@ def test_bad_set_value_and_syntax_exit_2(tmp_path, capsys):
 def test_unknown_dataset_exits_2(tmp_path, capsys):
     code = main(["run", "--dataset", "nope", "--out", str(tmp_path), "--quiet"])
     assert code == 2
-    assert "unknown dataset 'nope'" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    # The names as the strategies' error and --help list them, not a Python list.
+    assert "unknown dataset 'nope'; known: cifar10, cifar100, digits, " in err
 
 
 def test_progress_bar_only_on_a_terminal_with_a_width(monkeypatch):
@@ -98,3 +102,15 @@ def test_progress_bar_only_on_a_terminal_with_a_width(monkeypatch):
     finally:
         os.close(main_fd)
         os.close(tty_fd)
+
+
+@pytest.mark.parametrize("columns", ["60", "80", "100"])
+def test_help_never_breaks_a_hyphenated_name(columns, monkeypatch):
+    # Wrapping at a hyphen split "per-" / "fedavg" and "--checkpoint-" / "every".
+    monkeypatch.setenv("COLUMNS", columns)
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for text in (parser.format_help(), *(p.format_help() for p in sub.choices.values())):
+        broken = [line for line in text.splitlines() if re.search(r"\w-$", line)]
+        assert not broken, broken
+        assert "per-fedavg" in text and "fedprox-ft" in text

@@ -68,8 +68,26 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    r"""Help text wrapped to the terminal, never inside a hyphenated name
+    (``per-fedavg``, ``--checkpoint-every``); the lists of the epilog keep
+    their lines."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        lines = []
+        for line in text.splitlines():
+            lead = indent + line[:len(line) - len(line.lstrip())]
+            lines += textwrap.wrap(line.strip(), width, initial_indent=lead,
+                                   subsequent_indent=lead, break_on_hyphens=False) or [""]
+        return "\n".join(lines)
+
+
 def _names_epilog() -> str:
-    wrap = textwrap.TextWrapper(width=78, initial_indent="  ", subsequent_indent="  ")
+    wrap = textwrap.TextWrapper(width=78, initial_indent="  ", subsequent_indent="  ",
+                                break_on_hyphens=False)
     return ("datasets:\n" + wrap.fill(", ".join(dataset_names()))
             + "\nstrategies:\n" + wrap.fill(", ".join(strategy_names())))
 
@@ -135,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
     r"""The ``pyg-fedgraph`` parser (cheap: no torch)."""
     epilog = _names_epilog()
     p = _Parser(prog="pyg-fedgraph", description="Graph-based personalized federated learning.",
-                epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter,
+                epilog=epilog, formatter_class=_Formatter,
                 allow_abbrev=False)
     p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -146,7 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
         "clients in 5 label groups, too little data per client to learn alone. Every name "
         "and value is checked before any training. Ctrl-C stops after the current round "
         "with a checkpoint that --resume continues.", epilog=epilog,
-        formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
+        formatter_class=_Formatter, allow_abbrev=False)
     _common(run)
     run.add_argument("--strategy", default=None, metavar="NAME[,NAME...]",
                      help="strategy name, or several separated by commas "
@@ -203,7 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
         "report the mean validation metric every round (pruning) and record the test metric "
         "at their best validation round. Rerun to resume; start several processes on the "
         "same --storage and --study-name to share the study.", epilog=epilog,
-        formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
+        formatter_class=_Formatter, allow_abbrev=False)
     _common(tune)
     tune.add_argument("--strategy", default=None, metavar="NAME",
                       help="strategy name (required here or in --config)")

@@ -51,5 +51,6 @@ def load_dataset(name: str, **kwargs) -> FederatedDataset:
     """
     key = dataset_key(name)
     if key not in DATASETS:
-        raise ValueError(f"unknown dataset {name!r}; known datasets: {sorted(DATASETS)}")
+        raise ValueError(f"unknown dataset {name!r}; known datasets: "
+                         f"{', '.join(sorted(DATASETS))}")
     return DATASETS[key](**kwargs)

@@ -47,5 +47,5 @@ def build_strategy(name: str, **kwargs: Any):
 
 def _get(name: str) -> type[Strategy]:
     if name not in STRATEGIES:
-        raise ValueError(f"unknown strategy {name!r}; known: {sorted(STRATEGIES)}")
+        raise ValueError(f"unknown strategy {name!r}; known: {', '.join(sorted(STRATEGIES))}")
     return STRATEGIES[name]

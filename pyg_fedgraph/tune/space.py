@@ -97,7 +97,7 @@ def suggest_overrides(trial: optuna.trial.Trial, strategy: str, *,
         dict: the sampled keys; ``fixed`` is not included.
     """
     if strategy not in STRATEGIES:
-        raise ValueError(f"unknown strategy {strategy!r}; known: {sorted(STRATEGIES)}")
+        raise ValueError(f"unknown strategy {strategy!r}; known: {', '.join(sorted(STRATEGIES))}")
     fixed = dict(fixed or {})
     params = dict(params or {})
     clash = sorted(set(fixed) & set(params))

@@ -245,7 +245,8 @@ def bundled_sensor_graph(name: str) -> SensorGraph:
         name (str): ``"metr-la"`` or ``"pems-bay"``.
     """
     if name not in BUNDLED_GRAPHS:
-        raise ValueError(f"no bundled road graph {name!r}; known: {sorted(BUNDLED_GRAPHS)}")
+        raise ValueError(f"no bundled road graph {name!r}; known: "
+                         f"{', '.join(sorted(BUNDLED_GRAPHS))}")
     file, expected = BUNDLED_GRAPHS[name]
     resource = importlib.resources.files(__package__).joinpath("data", file)
     where = f"{file} bundled with pyg_fedgraph"
