@@ -54,7 +54,7 @@ def test_a_killed_comparison_resumes_to_the_uninterrupted_result(tmp_path, monke
     capsys.readouterr()
 
     assert main(["run", "--resume", str(out), "--quiet"]) == 0
-    assert f"{crash_in}: resuming at round {crash_round} of 4" in capsys.readouterr().out
+    assert f"{crash_in}: resuming at round {crash_round} of 4" in capsys.readouterr().err
     assert comparison(out) == comparison(tmp_path / "full")
     assert (out / "learning_curves.png").is_file()
     for name in ("pfedgraph", "fedavg"):

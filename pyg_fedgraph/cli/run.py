@@ -488,7 +488,8 @@ def _run_all(plan: RunPlan, quiet: bool, states: dict[RunKey, dict[str, Any]],
                 seconds = float(state["run"].get("seconds", 0.0))
                 saved = _Saved(out / "checkpoint.pt", sim.round)
                 if sim.round < sim.rounds:
-                    print(f"{label}: resuming at round {sim.round} of {sim.rounds}")
+                    print(f"{label}: resuming at round {sim.round} of {sim.rounds}",
+                          file=sys.stderr)  # with the per-round lines, not the results
             try:
                 total = _train(sim, cfg, label, out, plan.every, seconds, progress, stop, saved)
             except KeyboardInterrupt:
