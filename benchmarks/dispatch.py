@@ -4,31 +4,38 @@ r"""Dispatch cost of one local step of METR-LA's GRU clients: eager against
 On one H100 a METR-LA local epoch took 12.2 s against the goal of 5 s
 (``results/devices_h100.md``, section e): each step launched about 1,065
 small kernels, which kept the GPU busy 4.2 ms of a 25 ms step. The time went
-to dispatching operations, not to computing them. This script measures that
-cost where it can be measured without a GPU: the number of operator calls
-(``aten::`` calls in :mod:`torch.profiler`, nested calls included) and
-kernel launches (CUDA only) per local step, and the seconds per step of a
-model so small that the arithmetic is negligible ("tiny": hidden 4, batch 2),
-so that what remains is the framework's per-operation cost. The same with
-the real size (hidden 100, batch 64) where it is affordable (CUDA; on the CPU
-with ``--sizes tiny real``). Modes: ``eager`` (``ClientTrainer``'s ``vmap``
-execution), ``default`` (``compile=True``) and, on CUDA, ``reduce-overhead``
-(``compile="reduce-overhead"``: the compiled step is recorded as a CUDA graph
-and replayed with one launch).
+to dispatching operations, not to computing them. This script measures the
+host's side of that where it can be measured without a GPU, per local step:
+"aten calls" (every ``aten::`` call in :mod:`torch.profiler`, nested calls
+included: each costs the host a dispatch), "compute ops" (the innermost
+calls that are not views or allocations, plus the fused kernels of compiled
+code: what runs a kernel; the closest the host's profile comes to a kernel
+count), kernel launches on CUDA (the runtime's launch calls, one per kernel
+and one per CUDA-graph replay), and the seconds of a model so small that the
+arithmetic is negligible ("tiny": hidden 4, batch 2), so that what remains is
+the framework's per-operation cost. The same with the real size (hidden 100,
+batch 64) where it is affordable (CUDA; on the CPU with ``--sizes tiny
+real``). Modes: ``eager`` (``ClientTrainer``'s ``vmap`` execution),
+``default`` (``compile=True``) and, on CUDA, ``reduce-overhead``
+(``compile="reduce-overhead"``: the compiled gradient is recorded as a CUDA
+graph and replayed; the batch gather and the SGD update around it stay eager).
+Compiled code runs with inductor's kernel profiling on
+(``torch._inductor.config.cpp.enable_kernel_profile``), so that its fused CPU
+kernels appear in the profile.
 
 Per-step figures are differences, so that what a training does once (batch
 schedule, set-up, final copies) drops out: seconds as ``(t(1 + k) - t(1)) / k``
-steps (median of ``--repeats``), calls and launches as ``(n(3) - n(1)) / 2``.
-"max diff": the largest parameter difference to the eager run after
-``1 + k`` steps. "graphs" and "graph breaks": what ``torch.compile`` made of
-the step (``torch._dynamo``'s counters; one graph and no break is what lets
-``reduce-overhead`` replay the whole step at once).
+steps (median of ``--repeats``), counts as ``(n(3) - n(1)) / 2``. "max diff":
+the largest parameter difference to the eager run after ``1 + k`` steps.
+"graphs" and "graph breaks": what ``torch.compile`` made of the gradient
+(``torch._dynamo``'s counters; one graph and no break is what lets
+``reduce-overhead`` replay the whole gradient at once).
 
 Usage::
 
-    OMP_NUM_THREADS=1 python benchmarks/dispatch.py            # writes results/dispatch.md
-    OMP_NUM_THREADS=1 python benchmarks/dispatch.py --quick    # fewer steps, prints only
-    python benchmarks/dispatch.py --device cuda --out results/dispatch_h100.md
+    OMP_NUM_THREADS=1 python benchmarks/dispatch.py          # writes benchmarks/results/dispatch.md
+    OMP_NUM_THREADS=1 python benchmarks/dispatch.py --quick  # fewer steps, prints only
+    python benchmarks/dispatch.py --device cuda --out benchmarks/results/dispatch_h100.md
 """
 from __future__ import annotations
 
@@ -75,21 +82,54 @@ def _train(trainer: ClientTrainer, params: torch.Tensor, steps: int, batch: int
     return time.perf_counter() - t0, out.params
 
 
+#: Operators that only describe memory (views, metadata, allocation): they run
+#: no kernel, on any device.
+NO_KERNEL = frozenset(f"aten::{n}" for n in (
+    "alias", "as_strided", "chunk", "detach", "detach_", "empty", "empty_like",
+    "empty_strided", "expand", "expand_as", "flatten", "lift_fresh", "narrow", "permute",
+    "reshape", "_reshape_alias", "resolve_conj", "resolve_neg", "select", "slice", "split",
+    "split_with_sizes", "squeeze", "t", "transpose", "unbind", "unflatten", "unsqueeze",
+    "_unsafe_view", "view", "view_as"))
+#: CUDA runtime calls that start work on the device, as the profiler records them on the
+#: host: one per kernel, one per replay of a recorded CUDA graph.
+LAUNCHES = frozenset(("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel",
+                      "cuLaunchKernelEx", "cudaGraphLaunch"))
+
+
 def _counts(trainer: ClientTrainer, params: torch.Tensor, steps: int, batch: int
-            ) -> tuple[int, int]:
-    r"""(``aten::`` calls, CUDA kernel launches) of one training of ``steps``."""
+            ) -> dict[str, int]:
+    r"""What one training of ``steps`` dispatches: ``calls``, every ``aten::``
+    call (nested ones included: each costs the host a dispatch); ``compute``,
+    the ``aten::`` calls that are not views or allocations (:data:`NO_KERNEL`)
+    and call no other such call, plus the fused kernels of compiled code: what
+    runs a kernel, the closest the host's profile comes to the kernel count; on CUDA
+    ``launches`` (:data:`LAUNCHES`)."""
     activities = [ProfilerActivity.CPU]
     if trainer.device.type == "cuda":
         activities.append(ProfilerActivity.CUDA)
     with profile(activities=activities) as prof:
         _train(trainer, params, steps, batch)
-    calls = kernels = 0
-    for e in prof.events():
+    return count_ops(prof.events())
+
+
+def count_ops(events: Any) -> dict[str, int]:
+    r"""The counts of :func:`_counts` from a profile's events."""
+    events = list(events)
+    # Calls that call another that runs a kernel (views inside do not count: bmm
+    # calling resolve_conj is still where the kernel runs).
+    parents = {e.cpu_parent.id for e in events
+               if e.cpu_parent is not None and e.cpu_parent.name.startswith("aten::")
+               and e.name.startswith("aten::") and e.name not in NO_KERNEL}
+    out = {"calls": 0, "compute": 0, "launches": 0}
+    for e in events:
         if e.name.startswith("aten::"):
-            calls += 1
-        if trainer.device.type == "cuda" and e.device_type == torch.autograd.DeviceType.CUDA:
-            kernels += 1
-    return calls, kernels
+            out["calls"] += 1
+            out["compute"] += e.id not in parents and e.name not in NO_KERNEL
+        elif "_fused_" in e.name and e.name.startswith("graph_"):  # inductor's kernels
+            out["compute"] += 1
+        elif e.name in LAUNCHES:
+            out["launches"] += 1
+    return out
 
 
 def measure(device: torch.device, size: str, modes: list[str], steps: int,
@@ -119,13 +159,13 @@ def measure(device: torch.device, size: str, modes: list[str], steps: int,
             rows[mode]["per step"].append((tk - t1) / steps)
     for mode, trainer in trainers.items():
         row = rows[mode]
-        c1, k1 = _counts(trainer, params, 1, batch)
-        c3, k3 = _counts(trainer, params, 3, batch)
+        one, three = _counts(trainer, params, 1, batch), _counts(trainer, params, 3, batch)
+        per = {k: (three[k] - one[k]) / 2 for k in one}
         per_step = row.pop("per step")
         row.update({"ms/step": 1e3 * statistics.median(per_step),
                     "range": (1e3 * min(per_step), 1e3 * max(per_step)),
-                    "aten calls/step": (c3 - c1) / 2,
-                    "kernels/step": (k3 - k1) / 2 if device.type == "cuda" else None,
+                    "aten calls/step": per["calls"], "compute ops/step": per["compute"],
+                    "launches/step": per["launches"] if device.type == "cuda" else None,
                     "max diff": (None if mode == "eager" else
                                  float((last[mode].cpu() - last["eager"].cpu()).abs().max()))})
         if mode == "eager":
@@ -135,6 +175,8 @@ def measure(device: torch.device, size: str, modes: list[str], steps: int,
     for row in rows.values():
         row["eager / mode"] = rows["eager"]["ms/step"] / row["ms/step"]
         row["calls: eager / mode"] = rows["eager"]["aten calls/step"] / row["aten calls/step"]
+        row["compute: eager / mode"] = (rows["eager"]["compute ops/step"]
+                                        / row["compute ops/step"])
     return list(rows.values())
 
 
@@ -162,6 +204,8 @@ def main(argv: list[str] | None = None) -> str:
                         help=f"markdown output (default: {RESULTS} unless --quick)")
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    if args.steps < 1 or args.repeats < 1:
+        parser.error(f"--steps and --repeats must be >= 1, got {args.steps} and {args.repeats}")
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: this machine has no CUDA device")
@@ -169,10 +213,12 @@ def main(argv: list[str] | None = None) -> str:
     modes = ["eager", "default"] + (["reduce-overhead"] if device.type == "cuda" else [])
     steps, repeats = (2, 1) if args.quick else (args.steps, args.repeats)
     start, load_start = time.perf_counter(), os.getloadavg()[0]
+    import torch._inductor.config as inductor_config
+    inductor_config.cpp.enable_kernel_profile = True  # fused CPU kernels show in the profile
     rows = [row for size in sizes for row in measure(device, size, modes, steps, repeats)]
     cols = ["device", "size", "mode", "ms/step", "range", "eager / mode", "aten calls/step",
-            "calls: eager / mode", "kernels/step", "first 2 steps s", "graphs", "graph breaks",
-            "max diff"]
+            "calls: eager / mode", "compute ops/step", "compute: eager / mode", "launches/step",
+            "first 2 steps s", "graphs", "graph breaks", "max diff"]
     lines = ["# Dispatch cost of a METR-LA local step: eager and torch.compile", "",
              "`" + " ".join(["python benchmarks/dispatch.py", *argv]) + "`. Modes timed "
              "alternately.", "",
@@ -180,9 +226,11 @@ def main(argv: list[str] | None = None) -> str:
              "outputs) on synthetic windows of METR-LA's shape, trained together in one "
              "`vmap` call per step (SGD, momentum 0.9). \"ms/step\": per local step, "
              f"(t(1 + {steps}) - t(1)) / {steps}, median of {repeats} (\"range\": min-max); "
-             "\"aten calls/step\": operator calls per step in `torch.profiler` (nested calls "
-             "included; a proxy for launches where the device runs each call's kernel); "
-             "\"kernels/step\": device kernels per step (CUDA only); \"first 2 steps s\": "
+             "\"aten calls/step\": operator calls per step in `torch.profiler`, nested calls "
+             "included (each costs the host a dispatch); \"compute ops/step\": the innermost "
+             "calls that are not views or allocations, plus compiled code's fused kernels "
+             "(what runs a kernel); \"launches/step\": the CUDA runtime's kernel and graph "
+             "launches (CUDA only); \"first 2 steps s\": "
              "the warm-up training, which compiles; \"graphs\", \"graph breaks\": "
              "`torch._dynamo`'s counters after compiling; \"max diff\": max |parameter "
              f"difference| to eager after 1 + {steps} steps. \"tiny\" makes the arithmetic "
@@ -191,7 +239,7 @@ def main(argv: list[str] | None = None) -> str:
     lines += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(fmt(r.get(c)) for c in cols) + " |" for r in rows]
     if device.type != "cuda":
-        lines += ["", "CUDA rows (kernels per step, `reduce-overhead`, the real size): not "
+        lines += ["", "CUDA rows (launches per step, `reduce-overhead`, the real size): not "
                   "measured: the machine of this run has no CUDA device."]
     lines += ["", "## Machine", "", *machine(load_start),
               f"- total time: {time.perf_counter() - start:.0f} s"]
