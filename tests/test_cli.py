@@ -6,6 +6,7 @@ import re
 import pytest
 
 from pyg_fedgraph.cli import build_parser, main
+from pyg_fedgraph.cli.names import strategy_names
 
 
 def read_csv(path):
@@ -114,3 +115,10 @@ def test_help_never_breaks_a_hyphenated_name(columns, monkeypatch):
         broken = [line for line in text.splitlines() if re.search(r"\w-$", line)]
         assert not broken, broken
         assert "per-fedavg" in text and "fedprox-ft" in text
+        # The name lists fill each line (no short line before a name that would fit).
+        block = text.split("strategies:\n")[1].splitlines()
+        assert all(line.startswith("  ") for line in block)
+        for line, after in zip(block, block[1:], strict=False):
+            assert len(line) + 1 + len(after.split()[0]) > int(columns) - 2, (line, after)
+        assert ", ".join(" ".join(block).split()).replace(",,", ",") == \
+            ", ".join(strategy_names())

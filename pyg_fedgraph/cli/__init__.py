@@ -86,10 +86,9 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
 
 
 def _names_epilog() -> str:
-    wrap = textwrap.TextWrapper(width=78, initial_indent="  ", subsequent_indent="  ",
-                                break_on_hyphens=False)
-    return ("datasets:\n" + wrap.fill(", ".join(dataset_names()))
-            + "\nstrategies:\n" + wrap.fill(", ".join(strategy_names())))
+    # One line per list: _Formatter wraps it to the terminal.
+    return ("datasets:\n  " + ", ".join(dataset_names())
+            + "\nstrategies:\n  " + ", ".join(strategy_names()))
 
 
 def _seed_list(text: str) -> list[int]:

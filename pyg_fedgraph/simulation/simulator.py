@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any
@@ -43,6 +44,16 @@ __all__ = ["Simulator", "sample_clients"]
 log = logging.getLogger(__name__)
 
 Callback = Callable[["Simulator", RoundRecord], None]
+
+
+def _bar_disabled(progress: bool) -> bool | None:
+    r"""tqdm's ``disable`` for the rounds' progress bar: ``None`` (shown only
+    when standard error is a terminal, so that logs get no carriage-return
+    lines), except in a Jupyter kernel, whose streams are no terminal but show
+    the bar (tqdm's widget, or its text bar without ipywidgets)."""
+    if not progress:
+        return True
+    return False if "ipykernel" in sys.modules else None
 
 
 class Simulator:
@@ -294,7 +305,7 @@ class Simulator:
         returns the :class:`History`. Calling it again continues."""
         last = self.rounds if rounds is None else rounds
         bar = tqdm(range(self.round + 1, last + 1), desc=f"{self.strategy.name or 'run'}",
-                   disable=None if self.progress else True, leave=False)  # None: a terminal only
+                   disable=_bar_disabled(self.progress), leave=False)
         for _ in bar:
             record = self.step()
             if record is not None:

@@ -1,4 +1,6 @@
 import math
+import sys
+import types
 
 import pytest
 import torch
@@ -375,12 +377,18 @@ class _Stream:
         pass
 
 
-@pytest.mark.parametrize("tty", [True, False])
-def test_progress_bar_only_on_a_terminal(tty, monkeypatch):
-    # The bar goes to standard error on a terminal; a log (CI, nohup, a notebook's
-    # redirected stream) gets no carriage-return lines from it.
+@pytest.mark.parametrize("tty,kernel", [(True, False), (False, False), (False, True)])
+def test_progress_bar_only_on_a_terminal(tty, kernel, monkeypatch):
+    # The bar goes to standard error on a terminal; a log (CI, nohup) gets no
+    # carriage-return lines from it. A Jupyter kernel's stderr is no terminal, but
+    # shows the bar (tqdm's text bar when ipywidgets is missing, as here).
     stream = _Stream(tty)
     monkeypatch.setattr("sys.stderr", stream)
+    if kernel:
+        monkeypatch.setitem(sys.modules, "ipykernel", types.ModuleType("ipykernel"))
+    else:
+        monkeypatch.delitem(sys.modules, "ipykernel", raising=False)
+    tty = tty or kernel
     simulate(FedAvg(), progress=True).run()
     drawn = "".join(stream.text)
     assert ("fedavg:" in drawn and "0/2" in drawn) == tty, drawn
