@@ -248,3 +248,28 @@ def test_a_study_of_the_old_fedamp_is_refused_with_one_line():
     study.set_user_attr("settings", {k: v for k, v in study.user_attrs["settings"].items()
                                      if k != "strategy_version"})
     assert create_study(heur, storage=storage).study_name == "heurfedamp-fl60"
+
+
+def test_tune_logs_a_line_per_trial_only_without_a_bar():
+    from pyg_fedgraph.cli.tune import optuna_verbosity
+    log = optuna.logging
+    # Default level: a terminal's bar, or --quiet, leave warnings only; a log file
+    # (no bar) gets Optuna's line per trial.
+    assert optuna_verbosity("WARNING", quiet=False, bar=True) == log.WARNING
+    assert optuna_verbosity("WARNING", quiet=True, bar=False) == log.WARNING
+    assert optuna_verbosity("WARNING", quiet=False, bar=False) == log.INFO
+    # An explicit --log-level wins either way.
+    assert optuna_verbosity("error", quiet=False, bar=False) == log.ERROR
+    assert optuna_verbosity("INFO", quiet=True, bar=True) == log.INFO
+    assert optuna_verbosity("DEBUG", quiet=False, bar=True) == log.DEBUG
+
+
+def test_cli_tune_without_a_terminal_draws_no_bar(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("sys.stderr.isatty", lambda: False, raising=False)
+    args = ["tune", "--dataset", "fl60", "--clients", "6", "--strategy", "fedprox",
+            "--rounds", "1", "--storage", f"sqlite:///{tmp_path / 's.db'}", "--n-trials", "1",
+            "--out", str(tmp_path / "out"), "--set", "epochs=1"]
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert "\r" not in err and "it/s" not in err  # no progress bar in a log
+    assert optuna.logging.get_verbosity() == optuna.logging.INFO  # its line per trial instead

@@ -39,6 +39,19 @@ def _trial_trackers(names: Sequence[str], out: Path, study: str, cfg: Experiment
     return trackers
 
 
+def optuna_verbosity(log_level: str, quiet: bool, bar: bool) -> int:
+    r"""Optuna's logging level for ``tune``: ``--log-level`` DEBUG, INFO or
+    ERROR as given; at the default WARNING, Optuna's line per trial when there
+    is neither a progress bar (a terminal) nor ``--quiet``, else warnings only.
+    Set on every call: Optuna's level is global to the process."""
+    import optuna
+
+    level = log_level.upper()
+    if level in ("DEBUG", "INFO", "ERROR"):
+        return int(getattr(optuna.logging, level))
+    return optuna.logging.WARNING if bar or quiet else optuna.logging.INFO
+
+
 def tune_main(args: argparse.Namespace) -> int:
     r"""``pyg-fedgraph tune``: checks every setting, then runs (or extends)
     the study and writes ``best.json`` and the plots."""
@@ -49,8 +62,7 @@ def tune_main(args: argparse.Namespace) -> int:
 
     # On a terminal, Optuna's progress bar; in logs and CI, its line per trial instead.
     bar = not args.quiet and sys.stderr.isatty()
-    if (bar or args.quiet) and str(args.log_level).upper() not in ("INFO", "DEBUG"):
-        optuna.logging.set_verbosity(optuna.logging.WARNING)  # the progress bar says enough
+    optuna.logging.set_verbosity(optuna_verbosity(str(args.log_level), args.quiet, bar))
     if not args.strategy:
         raise ValueError("tune needs --strategy NAME (or 'strategy' in --config)")
     if "," in str(args.strategy):
