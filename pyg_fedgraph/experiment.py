@@ -149,7 +149,7 @@ def route_overrides(cfg: ExperimentConfig, model: str | None = None
     name = cfg.overrides.get("model", model)
     if "model" in cfg.overrides:
         if not isinstance(name, str) or name.lower() not in MODEL_NAMES:
-            raise ValueError(f"--set model: expected one of {list(MODEL_NAMES)}, got {name!r}")
+            raise ValueError(f"--set model: expected one of {', '.join(MODEL_NAMES)}, got {name!r}")
         out["model"]["name"] = name.lower()
     model_schema = model_options(name) if isinstance(name, str) else None
     for key, value in cfg.overrides.items():
@@ -165,25 +165,26 @@ def route_overrides(cfg: ExperimentConfig, model: str | None = None
             if model_schema is not None:
                 if arg not in model_schema:
                     raise ValueError(f"{where}: model {name!r} has no option {arg!r}; it "
-                                     f"accepts {sorted(model_schema)}")
+                                     f"accepts {', '.join(sorted(model_schema))}")
                 value = model_schema[arg].check(value, where)
             out["model"][arg] = value
         elif key.startswith("data."):
             arg = key[5:]
             if data_schema is None:
                 raise ValueError(f"{where}: unknown dataset {cfg.dataset!r}; known: "
-                                 f"{sorted(DATASETS)}")
+                                 f"{', '.join(sorted(DATASETS))}")
             if arg not in data_schema:
                 raise ValueError(f"{where}: dataset {cfg.dataset!r} has no option {arg!r}; "
-                                 f"it accepts {sorted(data_schema)}")
+                                 f"it accepts {', '.join(sorted(data_schema))}")
             out["data"][arg] = data_schema[arg].check(value, where)
         elif key in strategy_schema:
             out["strategy"][key] = strategy_schema[key].check(value, where)
         else:
             raise ValueError(
-                f"{where}: not a local-training key {sorted(LOCAL_SCHEMA)}, a simulator key "
-                f"{sorted(SIM_SCHEMA)}, model/model.*/data.*, nor an option of strategy "
-                f"{cfg.strategy!r} {sorted(strategy_schema)}")
+                f"{where}: not a local-training key ({', '.join(sorted(LOCAL_SCHEMA))}), a "
+                f"simulator key ({', '.join(sorted(SIM_SCHEMA))}), model/model.*/data.*, nor "
+                f"an option of strategy {cfg.strategy!r} "
+                f"({', '.join(sorted(strategy_schema)) or 'none'})")
     return out
 
 

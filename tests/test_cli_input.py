@@ -230,3 +230,12 @@ def test_help_and_version_do_not_import_torch():
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "LIGHT"
     assert "pyg-fedgraph" in done.stdout
+
+
+@pytest.mark.parametrize("extra", [["--set", "foo=1"], ["--set", "model=nope"],
+                                   ["--set", "model.nope=1"], ["--set", "data.nope=1"]])
+def test_refusals_list_names_with_commas(extra, tmp_path, capsys, no_training):
+    # The names a refusal offers read as the help's lists do, not as a Python list.
+    assert main(["run", "--rounds", "2", "--quiet", "--out", str(tmp_path / "o"), *extra]) == 2
+    line = one_error_line(capsys)
+    assert "[" not in line and "'" in line and ", " in line, line

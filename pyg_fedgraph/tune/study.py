@@ -87,7 +87,7 @@ def make_pruner(name: str, rounds: int, *, n_startup_trials: int = 5,
                                               reduction_factor=3)
     if name == "none":
         return optuna.pruners.NopPruner()
-    raise ValueError(f"unknown pruner {name!r}; expected one of {list(PRUNERS)}")
+    raise ValueError(f"unknown pruner {name!r}; expected one of {', '.join(PRUNERS)}")
 
 
 def _settings(config: ExperimentConfig, rounds: int, tune_local: bool,
