@@ -209,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
                      metavar="KEY=VALUE",
                      help="override a setting: lr, momentum, nesterov, weight_decay, warmup, "
                           "lr_decay_to, batch_size, epochs, steps, sample_fraction, eval_every, "
-                          "parallel_clients, execution, state_device, compile, model, "
+                          "parallel, parallel_clients, execution, state_device, compile, model, "
                           "model.<arg>, data.<arg>, or a strategy option")
     _device_options(run)
     _logging_options(run)
