@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from pyg_fedgraph.experiment import ExperimentConfig
 
@@ -193,3 +194,57 @@ def test_pooled_clients_by_hand(runs):
     assert std == pytest.approx((((37.5 ** 2) * 2 + 62.5 ** 2 + 12.5 ** 2) / 4) ** 0.5)
     # One record alone gives that run's own mean and spread.
     assert runs.pooled_clients(entries[:1]) == pytest.approx((50.0, 50.0))
+
+
+def test_full_level_findings_by_hand(claims, runs):
+    # Section L from made-up records (test = per-client-best = v), reduced protocol first.
+    def store(protocol, values):
+        for n, v in values.items():
+            cfg = claims.fmnist_config("homogeneous", n, protocol)
+            runs._store(cfg, {"config": runs._plain(cfg), "seconds": 1.0, "load": [0.0, 0.0],
+                              "date": "today", "val": [v], "test": [v],
+                              "summary": {"test": v, "test_per_client_best": v}})
+
+    assert claims.FULL_LEVEL == "homogeneous"  # the paper's largest pFedGraph - Local margin
+    store("reduced", {"local": 0.60, "fedavg": 0.70, "fedavg-ft": 0.55, "pfedgat": 0.65,
+                      "pfedgraph": 0.62})
+    text = "\n".join(claims.fmnist_full_section(run_missing=False))
+    # Paper (pFedGraph Table 1, homogeneous): local 84.88, fedavg 87.27 (+2.39),
+    # fedavg-ft 86.23 (+1.35), pfedgraph 87.25 (+2.37); pFedGAT has no pFedGraph row.
+    assert ("- Reduced protocol, per-client-best, over Local (60.0; paper 84.88): "
+            "fedavg +10.0 (paper +2.39), pfedgat +5.0, pfedgraph +2.0 (paper +2.37), "
+            "fedavg-ft -5.0 (paper +1.35). Order: fedavg, pfedgat, pfedgraph, local, "
+            "fedavg-ft.") in text
+    assert "Full protocol" not in text  # its runs are missing: no line, but pending rows
+    assert "| pfedgat | 65.0 / 65.0 | pending | 89.76 (pFedGAT Table 1) | - |" in text
+    assert ("| fedavg-ft, homogeneous full (in the fedavg run) | not started | "
+            "`python benchmarks/claims.py --no-write --only fmnist-full --strategies fedavg`"
+            in text)
+    assert claims.full_level_done() == 0
+    store("full", {"local": 0.85, "fedavg": 0.88, "fedavg-ft": 0.86, "pfedgat": 0.90,
+                   "pfedgraph": 0.875})
+    claims.PENDING.clear()  # what the first call listed (one call per process otherwise)
+    text = "\n".join(claims.fmnist_full_section(run_missing=False))
+    assert ("- Full protocol, per-client-best, over Local (85.0; paper 84.88): pfedgat +5.0, "
+            "fedavg +3.0 (paper +2.39), pfedgraph +2.5 (paper +2.37), fedavg-ft +1.0 "
+            "(paper +1.35). Order: pfedgat, fedavg, pfedgraph, fedavg-ft, local.") in text
+    # full - paper: 87.5 - 87.25 for pFedGraph's table, 90.0 - 89.76 for pFedGAT's.
+    assert "| pfedgraph | 62.0 / 62.0 | 87.5 / 87.5 | 87.25 | +0.25 |" in text
+    assert "| pfedgat | 65.0 / 65.0 | 90.0 / 90.0 | 89.76 (pFedGAT Table 1) | +0.24 |" in text
+    assert "not started" not in text and claims.full_level_done() == 5
+
+
+def test_dispatch_counts_calls_and_kernels_by_hand(monkeypatch):
+    # (x @ x.T).view(-1).sigmoid(): matmul calls mm (one kernel), t and view are
+    # views, sigmoid is one kernel: 2 compute ops among the aten calls.
+    from torch.profiler import ProfilerActivity, profile
+    monkeypatch.syspath_prepend(str(BENCH))
+    dispatch = importlib.import_module("dispatch")
+    x = torch.randn(3, 4)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        (x @ x.t()).view(-1).sigmoid()
+    names = [e.name for e in prof.events() if e.name.startswith("aten::")]
+    counts = dispatch.count_ops(prof.events())
+    assert counts["calls"] == len(names) and {"aten::t", "aten::view", "aten::mm"} <= set(names)
+    assert counts["compute"] == 2 and counts["launches"] == 0
+    assert dispatch.fmt(2378.0) == "2,378" and dispatch.fmt(6.0e-8) == "6.0e-08"
