@@ -232,6 +232,10 @@ def test_full_level_findings_by_hand(claims, runs):
     assert "| pfedgraph | 62.0 / 62.0 | 87.5 / 87.5 | 87.25 | +0.25 |" in text
     assert "| pfedgat | 65.0 / 65.0 | 90.0 / 90.0 | 89.76 (pFedGAT Table 1) | +0.24 |" in text
     assert "not started" not in text and claims.full_level_done() == 5
+    # Against the papers: local +0.12, fedavg +0.73, fedavg-ft -0.23, pfedgat +0.24,
+    # pfedgraph +0.25.
+    assert ("- The full-protocol cells against their papers: all within 3 points (largest "
+            "difference: fedavg +0.73).") in text
 
 
 def test_dispatch_counts_calls_and_kernels_by_hand(monkeypatch):
