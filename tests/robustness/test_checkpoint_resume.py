@@ -213,7 +213,7 @@ def test_cli_crash_and_resume_reproduces_the_run(tmp_path, monkeypatch, capsys):
     assert f"pyg-fedgraph run --resume {out}" in err and "Traceback" not in err
 
     assert main(["run", "--resume", str(out), "--quiet"]) == 0
-    assert "resuming" in capsys.readouterr().out
+    assert "resuming" in capsys.readouterr().err  # with the per-round lines
     assert history_rows(out / "history.csv") == history_rows(tmp_path / "full" / "history.csv")
     assert load_checkpoint(out)["round"] == 6  # the final state is checkpointed too
 
