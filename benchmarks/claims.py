@@ -389,7 +389,7 @@ def panacea_tuned_lines(run_missing: bool, strategies: list[str] | None) -> list
                       "(`fl60_protocol.md`, \"Five independent runs\").")
     code_line += one_rate_sentence() if code_line else ""
     if len(gaps) == len(PANACEA_TUNED):
-        off = {n: g for n, g in gaps.items() if abs(g) > 5}
+        off = {n: g for n, g in gaps.items() if abs(g) > PANACEA_GOAL_POINTS}
         goal = ("met: " if not off else "not met for " + ", ".join(off) + ": ") + "; ".join(
             f"{n} {g:+.1f}" for n, g in gaps.items()) + " points"
         if off:
@@ -1323,6 +1323,7 @@ def main(argv: list[str] | None = None) -> str:
     quick_few = ["local", "fedavg", "fedavg-ft", "cfl", "heurfedamp", "pfedgraph"]
     load_start = os.getloadavg()[0]
     t_start = time.perf_counter()
+    full_done = full_level_done()
     lines = [f"# Paper claims{' (--quick)' if q else ''}", "",
              "Sections B-F: reduced scale and offline data: scikit-learn digits stand in for "
              "the papers' image datasets, models are small, runs are short, one seed. Read "
@@ -1340,9 +1341,9 @@ def main(argv: list[str] | None = None) -> str:
              "(see the Machine section for which). Why FL-60's baselines differ from "
              "Panacea's: `fl60_protocol.md`. No GPU was available when they were made: the "
              "full protocol was run for the extreme level of pFedGraph's Table 1 and, in "
-             f"section L, for its {FULL_LEVEL} level ({full_level_done()} of "
+             f"section L, for its {FULL_LEVEL} level ({full_done} of "
              f"{len(FULL_LEVEL_STRATEGIES)} strategies"
-             + (")" if full_level_done() == len(FULL_LEVEL_STRATEGIES) else " so far)")
+             + (")" if full_done == len(FULL_LEVEL_STRATEGIES) else " so far)")
              + "; the other Fashion-MNIST cells run a reduced protocol."
              + (" --quick: very few rounds and 1 local epoch, a smoke test of the suite; "
                 "its numbers are far from converged." if q else ""), ""]
