@@ -3,12 +3,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pyg_fedgraph.cli.run import _placement
+from pyg_fedgraph.cli.run import _is_terminal, _placement
 from pyg_fedgraph.cli.syntax import parse_distribution, run_command
 
 if TYPE_CHECKING:
@@ -60,8 +59,9 @@ def tune_main(args: argparse.Namespace) -> int:
     from pyg_fedgraph.experiment import ExperimentConfig, parse_value, route_overrides
     from pyg_fedgraph.tune import default_study_name, tune, write_study
 
-    # On a terminal, Optuna's progress bar; in logs and CI, its line per trial instead.
-    bar = not args.quiet and sys.stderr.isatty()
+    # On a terminal, Optuna's progress bar; in logs and CI, its line per trial instead
+    # (the same terminal test as run's bar).
+    bar = not args.quiet and _is_terminal()
     optuna.logging.set_verbosity(optuna_verbosity(str(args.log_level), args.quiet, bar))
     if not args.strategy:
         raise ValueError("tune needs --strategy NAME (or 'strategy' in --config)")
