@@ -157,12 +157,15 @@ def sync(device: torch.device) -> None:
 
 
 def train_once(trainer: ClientTrainer, params: torch.Tensor, parallel: bool = True,
-               seed: int = 0) -> tuple[float, torch.Tensor]:
+               seed: int = 0, config: LocalConfig | None = None
+               ) -> tuple[float, torch.Tensor]:
+    r"""Seconds and parameters of one local training of all clients of
+    ``params`` (``config``: instead of the trainer's)."""
     clients = torch.arange(params.size(0))
     gen = torch.Generator().manual_seed(seed)  # the same batch schedule for every path
     sync(trainer.device)
     t0 = time.perf_counter()
-    out = trainer.train(clients, params, generator=gen, parallel=parallel)
+    out = trainer.train(clients, params, generator=gen, parallel=parallel, config=config)
     sync(trainer.device)
     return time.perf_counter() - t0, out.params
 

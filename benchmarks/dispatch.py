@@ -49,7 +49,7 @@ from typing import Any
 
 import torch
 from _report import emit, machine
-from devices import sync, synthetic_windows
+from devices import synthetic_windows, train_once
 from torch.profiler import ProfilerActivity, profile
 
 from pyg_fedgraph.models import GRUForecaster
@@ -73,13 +73,11 @@ def _trainer(model: torch.nn.Module, data: Any, device: torch.device, mode: str,
 
 def _train(trainer: ClientTrainer, params: torch.Tensor, steps: int, batch: int
            ) -> tuple[float, torch.Tensor]:
-    cfg = LocalConfig(lr=0.1, momentum=0.9, batch_size=batch, epochs=None, steps=steps)
-    gen = torch.Generator().manual_seed(0)  # the same batches in every mode
-    sync(trainer.device)
-    t0 = time.perf_counter()
-    out = trainer.train(torch.arange(params.size(0)), params, config=cfg, generator=gen)
-    sync(trainer.device)
-    return time.perf_counter() - t0, out.params
+    r"""Seconds and parameters of ``steps`` local steps of all clients, from the
+    same batches in every mode."""
+    return train_once(trainer, params, config=LocalConfig(lr=0.1, momentum=0.9,
+                                                          batch_size=batch, epochs=None,
+                                                          steps=steps))
 
 
 #: Operators that only describe memory (views, metadata, allocation): they run
