@@ -152,6 +152,8 @@ def _entry(cfg: ExperimentConfig, summary: dict, history: History, graph, second
         "seconds": seconds,
         "load": [load_start, os.getloadavg()[0]],
         "torch_threads": torch.get_num_threads(),
+        # What ran it: results can move with the torch version and the device.
+        "torch": torch.__version__,
         "date": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
         **extra,
     }
@@ -252,6 +254,7 @@ def cached_run(cfg: ExperimentConfig, *, refresh: bool = False, log=print,
     if conv is not None and hasattr(conv, "self_weight"):  # FedAGHN: (mean q, # at 0, # all)
         q = conv.self_weight.detach()
         extra["final_self_weight"] = [float(q.mean()), int((q <= 0).sum()), q.numel()]
+    extra["device"] = str(sim.device)
     entry = _entry(cfg, sim.summary(), sim.history, graph, seconds, load_start,
                    cpu_seconds=cpu_seconds, **extra)
     _store(cfg, entry)
@@ -263,7 +266,7 @@ def cached_run(cfg: ExperimentConfig, *, refresh: bool = False, log=print,
             summary["test_benign"] = summary["test"]
         _store(local_models_as, _entry(
             local_models_as, summary, second, None, seconds, load_start,
-            cpu_seconds=cpu_seconds, derived_from=config_key(cfg),
+            cpu_seconds=cpu_seconds, derived_from=config_key(cfg), device=str(sim.device),
             note="evaluated inside the FedAvg run (identical training), see "
                  "local_models_callback"))
     ckpt.unlink(missing_ok=True)

@@ -757,8 +757,10 @@ def _fmnist_cells(jobs: list[tuple[str, ExperimentConfig]], run_missing: bool,
         else:
             what = f"{strategy}, {key}" + (f" (in the {runner} run)" if runner != strategy
                                           else "")
-            args = (f"--only {section} --levels {key} --strategies {runner}"
-                    if section == "fmnist-t1" else f"--only {section} --strategies {runner}")
+            level = key.split(" ")[0]  # "extreme" of section M's "extreme full"
+            args = (f"--only {section} --levels {level} --strategies {runner}"
+                    if section in ("fmnist-t1", "fmnist-t1-full")
+                    else f"--only {section} --strategies {runner}")
         runs_it = None
         if runner != strategy:  # the FedAvg (FedProx) configuration whose run yields it
             over = {k: v for k, v in cfg.overrides.items() if k not in STRATEGY_SETTINGS[strategy]}
@@ -1202,18 +1204,67 @@ def full_level_done() -> int:
                for n in FULL_LEVEL_STRATEGIES)
 
 
+#: Section M: pFedGraph Table 1 at the paper's full protocol on all four levels,
+#: for the strategies that decide its ranking (issue 36): the paper's runner-up on
+#: the average (CFL), Ditto, the two other graph-based rules (pFedGAT, FedAGHN),
+#: and the baselines.
+T1_FULL_STRATEGIES = ("local", "fedavg", "fedavg-ft", "cfl", "ditto", "pfedgat", "fedaghn",
+                      "pfedgraph")
+
+
+def fmnist_t1_full_cells(run_missing: bool, strategies: list[str] | None = None,
+                         levels: list[str] | None = None) -> dict[str, dict | None]:
+    r"""Section M's records by ``level/strategy``, the missing ones among
+    ``strategies`` x ``levels`` (default: all) run first when ``run_missing``.
+    The homogeneous cells of section L are the same configurations."""
+    cells: dict[str, dict | None] = {}
+    for lv in T1_LEVELS:
+        for n in T1_FULL_STRATEGIES:
+            runner = {"fedavg-ft": "fedavg"}.get(n, n)
+            run_it = (run_missing and (strategies is None or runner in strategies)
+                      and (levels is None or lv in levels))
+            name = f"{lv} full/{n}"
+            cells[f"{lv}/{n}"] = _fmnist_cells([(name, fmnist_config(lv, n, "full"))], run_it,
+                                               "fmnist-t1-full")[name]
+    return cells
+
+
+def fmnist_t1_full_section(run_missing: bool, strategies: list[str] | None = None,
+                           levels: list[str] | None = None) -> list[str]:
+    r"""Section M: the full-protocol version of section G's table."""
+    cells = fmnist_t1_full_cells(run_missing, strategies, levels)
+    head = " | ".join(f"{lv} ours / paper" for lv in T1_LEVELS)
+    rows = [f"| strategy | {head} | AVG ours / paper |", "|---|" + "---:|" * 5]
+    for n in T1_FULL_STRATEGIES:
+        paper = PFEDGRAPH_T1_FMNIST.get(n)
+        parts, pcb = [], []
+        for k, lv in enumerate(T1_LEVELS):
+            entry = cells[f"{lv}/{n}"]
+            parts.append(f"{_both(entry)} / {paper[k] if paper else '-'}")
+            if entry is not None:
+                pcb.append(entry["summary"]["test_per_client_best"])
+        avg = pct(statistics.mean(pcb)) if len(pcb) == len(T1_LEVELS) else "pending"
+        p_avg = f"{statistics.mean(paper):.2f}" if paper else "-"
+        rows.append(f"| {n} | {' | '.join(parts)} | {avg} / {p_avg} |")
+    return ["## M. pFedGraph Table 1 at the paper's full protocol, all four levels", "",
+            f"Protocol: the paper's {_protocol_text(FULL)}; data, model and evaluation as "
+            "section G. " + FMNIST_PROTOCOL_TEXT, "", *rows, "",
+            *pending_lines("fmnist-t1-full")]
+
+
 # -------------------------------------------------------------------- main
 #: Sections computed on every call (digits and FL-60 case studies, minutes).
 DIGITS_SECTIONS = ("t1", "t3", "fedaghn", "pfedgat", "fedcedar")
 #: Sections of recorded runs (results/claims_runs), read with --cached-only.
 CACHED_SECTIONS = ("panacea", "fmnist-t1", "fmnist-pfedgat", "fmnist-t3", "pfedgraph-alpha",
-                   "fedaghn-rule", "fmnist-full")
+                   "fedaghn-rule", "fmnist-full", "fmnist-t1-full")
 
 
 #: The heading letter of each section in claims.md.
 LETTERS = {"panacea": "A", "t1": "B", "t3": "C", "fedaghn": "D", "pfedgat": "E",
            "fedcedar": "F", "fmnist-t1": "G", "fmnist-pfedgat": "H", "fmnist-t3": "I",
-           "pfedgraph-alpha": "J", "fedaghn-rule": "K", "fmnist-full": "L"}
+           "pfedgraph-alpha": "J", "fedaghn-rule": "K", "fmnist-full": "L",
+           "fmnist-t1-full": "M"}
 
 
 def split_sections(text: str) -> tuple[list[str], list[tuple[str, list[str]]]]:
@@ -1291,7 +1342,7 @@ def main(argv: list[str] | None = None) -> str:
                         help="comma list of sections (default: all; with --quick, A-F): "
                              "panacea,t1,t3,fedaghn,pfedgat,fedcedar,fmnist-t1,"
                              "fmnist-pfedgat,fmnist-t3,pfedgraph-alpha,fedaghn-rule,"
-                             "fmnist-full")
+                             "fmnist-full,fmnist-t1-full")
     parser.add_argument("--rounds", type=int, default=None, help="rounds of sections A-C, E")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--strategies", default=None,
@@ -1374,6 +1425,8 @@ def main(argv: list[str] | None = None) -> str:
         lines += fedaghn_rule_section(run_missing)
     if "fmnist-full" in sections:
         lines += fmnist_full_section(run_missing, chosen)
+    if "fmnist-t1-full" in sections:
+        lines += fmnist_t1_full_section(run_missing, chosen, levels)
     if USED:
         lines += runs_section(runs_table()[2:])
     lines += ["## Machine", "", *machine(load_start), "",
