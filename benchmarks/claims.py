@@ -52,8 +52,8 @@ from _runs import (
 )
 from pfedgat_allocation import allocation_stats, label_histogram
 
-from pyg_fedgraph.cli.config import load_config
 from pyg_fedgraph.experiment import ExperimentConfig, build_simulator
+from pyg_fedgraph.experiment.files import load_config
 from pyg_fedgraph.strategies import STRATEGIES
 
 HERE = Path(__file__).resolve().parent
@@ -70,7 +70,7 @@ def _load_example(name: str):
 
 
 def run(cfg: ExperimentConfig, callbacks: list | None = None) -> tuple[Any, dict]:
-    sim = build_simulator(cfg, progress=False, callbacks=callbacks or [])
+    sim = build_simulator(cfg, callbacks=callbacks or [])
     sim.run()
     return sim, sim.summary()
 
@@ -145,7 +145,7 @@ CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
 
 def setting(name: str) -> dict[str, Any]:
-    r"""The settings of ``configs/<name>.yaml`` (see ``pyg_fedgraph.cli.config``)."""
+    r"""The settings of ``configs/<name>.yaml`` (see ``pyg_fedgraph.experiment.files``)."""
     return load_config(CONFIGS / f"{name}.yaml")
 
 
@@ -530,7 +530,7 @@ def fedaghn_section(rounds: int, clients: int) -> list[str]:
         cfg = ExperimentConfig(dataset=case_file["dataset"], strategy="fedaghn",
                                partition=case_file["partition"], clients=clients, rounds=rounds,
                                seed=0, overrides={**case_file["set"], "hn_rule": rule})
-        sim = build_simulator(cfg, progress=False)
+        sim = build_simulator(cfg)
         group = sim.dataset.client_labels
         per_round = []
         for _ in range(rounds):

@@ -1,8 +1,8 @@
 r"""Time client-parallel local training against the per-client reference loop.
 
-:class:`pyg_fedgraph.train.engine.ClientTrainer` trains all sampled clients in
+:class:`pyg_fedgraph.train.trainer.ClientTrainer` trains all sampled clients in
 one batched computation (``vmap(grad(...))`` over stacked flat parameters,
-``parallel=True``); ``parallel=False`` runs the reference loop, one model and
+``ClientTrainer.parallel``); ``parallel=False`` runs the reference loop, one model and
 one :class:`torch.optim.SGD` per client. Both consume the same mini-batch
 schedule, so on the same start parameters and seed they must end at the same
 parameters up to float rounding. This script measures both side by side in one
@@ -39,7 +39,8 @@ from _report import emit
 from pyg_fedgraph.data.federated_dataset import ClientSplit, FederatedDataset
 from pyg_fedgraph.datasets import load_dataset
 from pyg_fedgraph.models import MLP, GRUForecaster
-from pyg_fedgraph.train.engine import ClientTrainer, LocalConfig
+from pyg_fedgraph.train.config import LocalConfig
+from pyg_fedgraph.train.trainer import ClientTrainer
 
 RESULTS = Path(__file__).resolve().parent / "results" / "client_parallel.md"
 
@@ -122,7 +123,8 @@ def run_case(case: Case, repeats: int, seed: int) -> Timing:
     def train(parallel: bool) -> tuple[float, torch.Tensor]:
         gen = torch.Generator().manual_seed(seed)  # same schedule for both paths
         t0 = time.perf_counter()
-        out = case.trainer.train(case.clients, case.params, generator=gen, parallel=parallel)
+        case.trainer.parallel = parallel
+        out = case.trainer.train(case.clients, case.params, generator=gen)
         return time.perf_counter() - t0, out.params
 
     _, ref_loop = train(False)

@@ -63,7 +63,7 @@ def main() -> None:
             try:
                 # The data.* settings go to the dataset's builder (as the CLI does).
                 data = build_dataset(cfg, route_overrides(cfg)["data"])
-                sim = build_simulator(cfg, dataset=data, progress=False)
+                sim = build_simulator(cfg, dataset=data)
             except ValueError as err:  # e.g. a strategy that needs a prior graph
                 error = str(err).split(";")[0]
                 break

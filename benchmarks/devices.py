@@ -73,13 +73,14 @@ from _report import emit, machine
 
 from pyg_fedgraph.data.federated_dataset import ClientSplit, FederatedDataset
 from pyg_fedgraph.models import MLP, GRUForecaster, SimpleCNN
-from pyg_fedgraph.train.engine import ClientTrainer, LocalConfig
+from pyg_fedgraph.train.config import LocalConfig
 from pyg_fedgraph.train.execution import (
     EXECUTION_TABLE,
     CompileMode,
     choose_execution,
     model_family,
 )
+from pyg_fedgraph.train.trainer import ClientTrainer
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "devices.md"
@@ -165,7 +166,8 @@ def train_once(trainer: ClientTrainer, params: torch.Tensor, parallel: bool = Tr
     gen = torch.Generator().manual_seed(seed)  # the same batch schedule for every path
     sync(trainer.device)
     t0 = time.perf_counter()
-    out = trainer.train(clients, params, generator=gen, parallel=parallel, config=config)
+    trainer.parallel = parallel
+    out = trainer.train(clients, params, generator=gen, config=config)
     sync(trainer.device)
     return time.perf_counter() - t0, out.params
 
@@ -319,7 +321,7 @@ def scale_measure(strategy: str, clients: int, rounds: int, write: bool) -> dict
     cfg = ExperimentConfig(dataset="fl60", strategy=strategy, clients=clients, device="cpu",
                            overrides={"sample_fraction": 0.1, "data.graph": "knn",
                                       "state_device": "cpu"})
-    sim = build_simulator(cfg, progress=False)
+    sim = build_simulator(cfg)
     build = time.perf_counter() - t0
     times = []
     for _ in range(rounds):
@@ -438,7 +440,7 @@ def deterministic_rows(device: torch.device, quick: bool) -> list[dict[str, Any]
                     cfg = ExperimentConfig(dataset="digits", strategy=strategy, clients=20,
                                            rounds=rounds, seed=0, device=str(device),
                                            overrides={"model": "cnn", "steps": 10})
-                    sim = build_simulator(cfg, progress=False)
+                    sim = build_simulator(cfg)
                     times = []
                     for _ in range(rounds):
                         sync(device)

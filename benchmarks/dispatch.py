@@ -53,7 +53,8 @@ from devices import synthetic_windows, train_once
 from torch.profiler import ProfilerActivity, profile
 
 from pyg_fedgraph.models import GRUForecaster
-from pyg_fedgraph.train.engine import ClientTrainer, LocalConfig
+from pyg_fedgraph.train.config import LocalConfig
+from pyg_fedgraph.train.trainer import ClientTrainer
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "dispatch.md"

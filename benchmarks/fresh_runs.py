@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> None:
     for _ in range(13):
         cfg = ExperimentConfig(dataset="fl60", strategy=name, rounds=2, seed=0,
                                overrides={"eval_every": 2, "epochs": 1})
-        sim = build_simulator(cfg, dataset=data, progress=False)
+        sim = build_simulator(cfg, dataset=data)
         data = sim.dataset
         sims.append(sim)
     sims[0].run()

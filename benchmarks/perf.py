@@ -344,7 +344,7 @@ def e2e_rows(dataset: str, rounds: int, quick: bool, strategies: list[str] | Non
         cfg = ExperimentConfig(dataset=dataset, strategy=name, rounds=rounds, seed=0,
                                overrides={k: v for k, v in over.items() if v is not None})
         try:
-            sim = build_simulator(cfg, dataset=data, progress=False)
+            sim = build_simulator(cfg, dataset=data)
             data = sim.dataset
             t0 = time.perf_counter()
             sim.run()

@@ -80,7 +80,7 @@ def run_one(variant: str, partition: str, seed: int, rounds: int) -> dict[str, f
     strategy, options = VARIANTS[variant]
     cfg = ExperimentConfig(dataset="digits", strategy=strategy, partition=partition,
                            clients=10, rounds=rounds, seed=seed, overrides=dict(options))
-    sim = build_simulator(cfg, progress=False, callbacks=[])
+    sim = build_simulator(cfg, callbacks=[])
     sim.run()
     out = {"test": float(sim.summary()["test"])}
     graph = sim.strategy.collaboration_graph()

@@ -16,8 +16,7 @@ from pyg_fedgraph.experiment import ExperimentConfig, build_simulator
 def main(names: list[str]) -> None:
     torch.set_num_threads(1)
     for name in names:
-        sim = build_simulator(ExperimentConfig(dataset="fl60", strategy=name, rounds=100, seed=0),
-                              progress=False)
+        sim = build_simulator(ExperimentConfig(dataset="fl60", strategy=name, rounds=100, seed=0))
         sim.step()
         sim.step()
         best = float("inf")

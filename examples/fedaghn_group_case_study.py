@@ -25,8 +25,8 @@ from pathlib import Path
 
 import torch
 
-from pyg_fedgraph.cli.config import load_config
 from pyg_fedgraph.experiment import ExperimentConfig, build_simulator
+from pyg_fedgraph.experiment.files import load_config
 
 SETTING = load_config(Path(__file__).resolve().parents[1] / "configs"
                       / "fedaghn_group_case_study.yaml")
@@ -72,7 +72,7 @@ def main() -> None:
                                       "hn_momentum": args.hn_momentum,
                                       "hn_rule": args.hn_rule,
                                       "eval_every": args.rounds})
-    sim = build_simulator(cfg, progress=False)
+    sim = build_simulator(cfg)
     group = sim.dataset.client_labels
     strategy = sim.strategy
 

@@ -50,7 +50,7 @@ def main() -> None:
             "batch_size": 16, "epochs": 5,        # paper Sec. 4.1
         })
     scores: list = []
-    sim = build_simulator(cfg, progress=False, callbacks=[rand_index_callback(scores)])
+    sim = build_simulator(cfg, callbacks=[rand_index_callback(scores)])
     print(sim.dataset, "label sets:", sim.dataset.info["groups"])
     print(f"{'round':>5} {'rand index':>10} {'clustered':>9} {'test acc':>8}")
     for _ in range(args.rounds):

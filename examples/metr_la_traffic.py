@@ -46,10 +46,10 @@ from pathlib import Path
 
 import torch
 
-from pyg_fedgraph.cli.config import load_config
 from pyg_fedgraph.datasets import load_dataset
 from pyg_fedgraph.datasets.traffic import METRLA, TrafficDataset, read_speed_h5
 from pyg_fedgraph.experiment import ExperimentConfig, build_simulator
+from pyg_fedgraph.experiment.files import load_config
 from pyg_fedgraph.simulation.report import format_table
 from pyg_fedgraph.strategies import STRATEGIES
 from pyg_fedgraph.train.traffic_metrics import add_rmse
@@ -195,7 +195,7 @@ def main() -> None:
                                seed=args.seed, overrides=overrides)
         start = time.perf_counter()
         try:
-            sim = build_simulator(run, dataset=data, progress=False)
+            sim = build_simulator(run, dataset=data)
         except ValueError as err:  # a strategy for classification only (FedRoD, kNN-Per)
             print(f"{name}: skipped ({err})", flush=True)
             continue

@@ -41,7 +41,7 @@ def train_graph(partition: str, rounds: int, seed: int, **data) -> tuple[torch.T
     cfg = ExperimentConfig(dataset="digits", strategy="pfedgraph", partition=partition,
                            rounds=rounds, seed=seed,
                            overrides={f"data.{k}": v for k, v in data.items()})
-    sim = build_simulator(cfg, progress=False)
+    sim = build_simulator(cfg)
     sim.run()
     # On the CPU for the checks below, whichever device the run used.
     return sim.strategy.collaboration_graph().cpu(), sim.dataset.client_labels, sim.summary()

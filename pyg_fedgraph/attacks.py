@@ -31,6 +31,7 @@ import torch
 from torch import Tensor
 
 from pyg_fedgraph.data.federated_dataset import ClientSplit, FederatedDataset
+from pyg_fedgraph.typing import AttackName
 
 __all__ = ["ATTACKS", "MODEL_ATTACKS", "DATA_ATTACKS", "Attack", "shuffle_params",
            "same_value_params", "sign_flip_params", "gaussian_params", "scaled_negative_params",
@@ -38,8 +39,6 @@ __all__ = ["ATTACKS", "MODEL_ATTACKS", "DATA_ATTACKS", "Attack", "shuffle_params
 
 log = logging.getLogger(__name__)
 
-AttackName = Literal["shuffle", "same-value", "sign-flip", "gaussian", "scaled-negative",
-                     "label-flip", "backdoor"]
 #: Attacks on the uploaded parameters (applied every round, after local training).
 MODEL_ATTACKS = ("shuffle", "same-value", "sign-flip", "gaussian", "scaled-negative")
 #: Attacks on the training data (applied once, when the run is set up).

@@ -93,9 +93,16 @@ def _num(x: float) -> str:
 
 
 def _strip(annotation: Any) -> tuple[Any, tuple[Any, ...]]:
+    r"""The type without ``Annotated`` and its metadata; an ``Annotated`` arm
+    of a union (``Rounds | None``, a declared alias made optional) gives its
+    metadata to the whole union."""
     if get_origin(annotation) is typing.Annotated:
         base, *meta = get_args(annotation)
         return base, tuple(meta)
+    arms = _arms(annotation)
+    if len(arms) > 1 and any(get_origin(a) is typing.Annotated for a in arms):
+        bases, metas = zip(*(_strip(a) for a in arms), strict=True)
+        return Union[bases], tuple(m for ms in metas for m in ms)  # noqa: UP007 - a runtime union
     return annotation, ()
 
 

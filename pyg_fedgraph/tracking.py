@@ -45,7 +45,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pyg_fedgraph.typing import WITH_MLFLOW, WITH_TENSORBOARD, require
+from pyg_fedgraph.typing import WITH_MLFLOW, WITH_TENSORBOARD, TrackerName, require
 
 if TYPE_CHECKING:
     import numpy as np
@@ -58,7 +58,6 @@ __all__ = ["Tracker", "TensorBoardTracker", "MLflowTracker", "TrackerName", "TRA
            "check_tracker", "build_tracker", "round_scalars", "run_hparams", "matrix_image"]
 
 #: A tracker's name on the command line (``--tracker``).
-TrackerName = Literal["tensorboard", "mlflow"]
 #: The trackers, in the order ``--help`` lists them.
 TRACKERS: tuple[TrackerName, ...] = ("tensorboard", "mlflow")
 #: How a run ended, for :meth:`Tracker.close`.

@@ -36,7 +36,7 @@ def fingerprint() -> dict[str, Any]:
             cfg = ExperimentConfig(dataset=dataset, strategy=name, rounds=ROUNDS, seed=0, **opts)
             key = f"{dataset}/{name}"
             try:
-                sim = build_simulator(cfg, progress=False)
+                sim = build_simulator(cfg)
                 check_config(cfg, sim.dataset)
             except ValueError as err:  # a strategy the data cannot run (a prior graph, ...)
                 out[key] = {"skipped": str(err)}

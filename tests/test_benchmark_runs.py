@@ -1,10 +1,10 @@
-"""The reproduction's cached runs (benchmarks/_runs.py) survive interruption:
-a run stopped mid-way resumes from its per-round checkpoint and ends with the
-history and summary of an uninterrupted run."""
+"""The reproduction scripts around the record cache (benchmarks/_runs.py, claims.py,
+perf_compare.py, dispatch.py): their tables and rules, by hand. The cache itself (resuming
+interrupted runs, record keys) is the library's: tests/experiment/test_records.py."""
 from __future__ import annotations
 
-import dataclasses
 import importlib
+import json
 import sys
 from pathlib import Path
 
@@ -27,51 +27,14 @@ def runs(monkeypatch, tmp_path):
     sys.modules.pop("_runs", None)
 
 
-class Interrupted(Exception):
-    pass
+def write_record(runs, cfg: ExperimentConfig, entry: dict) -> None:
+    r"""A record of ``cfg`` in the benchmarks' record folder, as the cache writes them."""
+    from pyg_fedgraph.experiment.records import config_key
+    from pyg_fedgraph.experiment.runner import plain_settings
 
-
-def _configs():
-    cfg = ExperimentConfig(dataset="digits", strategy="fedavg", clients=3, rounds=4,
-                           partition="pathological", overrides={"steps": 3})
-    twin = dataclasses.replace(cfg, strategy="fedavg-ft",
-                               overrides={**cfg.overrides, "finetune_from": "local"})
-    return cfg, twin
-
-
-def _same(a: dict, b: dict) -> None:
-    assert a["val"] == b["val"] and a["test"] == b["test"]
-    assert a["summary"] == b["summary"]
-
-
-def test_interrupted_run_resumes_to_the_uninterrupted_history(runs, tmp_path, monkeypatch):
-    cfg, twin = _configs()
-    whole = runs.cached_run(cfg, local_models_as=twin, log=lambda *a, **k: None)
-    whole_twin = runs.load_cached(twin)
-    assert len(whole["test"]) == 4 and whole_twin is not None
-    assert not runs.checkpoint_file(cfg).exists()  # removed once the entry is stored
-
-    monkeypatch.setattr(runs, "CACHE", tmp_path / "second")
-    monkeypatch.setattr(runs, "RECORDS", tmp_path / "second-records")
-
-    def stop_in_round_3(msg, **_):
-        if msg.startswith("  round 3:"):
-            raise Interrupted
-    with pytest.raises(Interrupted):
-        runs.cached_run(cfg, local_models_as=twin, log=stop_in_round_3)
-    assert runs.load_cached(cfg) is None
-    assert runs.checkpoint_round(cfg) == 2
-    # A checkpoint is only taken up by its own configuration.
-    assert runs.checkpoint_round(dataclasses.replace(cfg, seed=1)) is None
-
-    lines: list[str] = []
-    resumed = runs.cached_run(cfg, local_models_as=twin, log=lambda m, **_: lines.append(m))
-    assert any(m.startswith("  resuming fedavg at round 2 of 4") for m in lines)
-    assert [m.split(":")[0] for m in lines if m.startswith("  round")] == ["  round 3",
-                                                                          "  round 4"]
-    _same(resumed, whole)
-    _same(runs.load_cached(twin), whole_twin)
-    assert not runs.checkpoint_file(cfg).exists()
+    runs.RECORDS.mkdir(parents=True, exist_ok=True)
+    entry = {"config": plain_settings(cfg.to_dict()), **entry}
+    (runs.RECORDS / f"{config_key(cfg)}.json").write_text(json.dumps(entry))
 
 
 @pytest.fixture
@@ -87,7 +50,7 @@ def claims(runs, monkeypatch):
 def test_cached_only_lists_missing_runs_with_their_command(claims, runs):
     cfg = claims.fmnist_config("extreme", "local", "full")
     # A finished run of one cell (numbers made up for the test).
-    runs._store(cfg, {"config": runs._plain(cfg), "seconds": 1.0, "load": [0.0, 0.0],
+    write_record(runs, cfg, {"seconds": 1.0, "load": [0.0, 0.0],
                       "date": "today", "val": [0.9], "test": [0.9],
                       "summary": {"test": 0.9, "test_per_client_best": 0.95}})
     text = "\n".join(claims.fmnist_t1_section(["local", "fedavg-ft"], None, run_missing=False))
@@ -201,7 +164,7 @@ def test_full_level_findings_by_hand(claims, runs):
     def store(protocol, values):
         for n, v in values.items():
             cfg = claims.fmnist_config("homogeneous", n, protocol)
-            runs._store(cfg, {"config": runs._plain(cfg), "seconds": 1.0, "load": [0.0, 0.0],
+            write_record(runs, cfg, {"seconds": 1.0, "load": [0.0, 0.0],
                               "date": "today", "val": [v], "test": [v],
                               "summary": {"test": v, "test_per_client_best": v}})
 

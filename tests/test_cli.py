@@ -5,8 +5,8 @@ import re
 
 import pytest
 
+from pyg_fedgraph.catalog import STRATEGY_NAMES
 from pyg_fedgraph.cli import build_parser, main
-from pyg_fedgraph.cli.names import strategy_names
 
 
 def read_csv(path):
@@ -91,7 +91,7 @@ def test_progress_bar_only_on_a_terminal_with_a_width(monkeypatch):
     import sys
     import termios
 
-    from pyg_fedgraph.cli.run import _is_terminal
+    from pyg_fedgraph.experiment.runner import is_terminal as _is_terminal
 
     main_fd, tty_fd = os.openpty()  # a fresh pseudo-terminal has 0 rows and 0 columns
     try:
@@ -121,4 +121,4 @@ def test_help_never_breaks_a_hyphenated_name(columns, monkeypatch):
         for line, after in zip(block, block[1:], strict=False):
             assert len(line) + 1 + len(after.split()[0]) > int(columns) - 2, (line, after)
         assert ", ".join(" ".join(block).split()).replace(",,", ",") == \
-            ", ".join(strategy_names())
+            ", ".join(STRATEGY_NAMES)

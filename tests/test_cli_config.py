@@ -9,8 +9,8 @@ import torch
 import yaml
 
 from pyg_fedgraph.cli import main
-from pyg_fedgraph.cli.config import load_config
 from pyg_fedgraph.experiment import ExperimentConfig, build_simulator
+from pyg_fedgraph.experiment.files import load_config
 from pyg_fedgraph.simulation.report import read_models
 from tests.test_cli_resume import FL60, history
 
@@ -110,8 +110,8 @@ def test_a_runs_config_yaml_reruns_it_exactly(tmp_path):
 
 
 def test_the_data_checksum_moves_with_the_data(tmp_path):
-    from pyg_fedgraph.cli.config import data_checksum
     from pyg_fedgraph.datasets import load_dataset
+    from pyg_fedgraph.experiment.files import data_checksum
 
     a = load_dataset("fl60", num_clients=6, samples_per_client=20, seed=0)
     b = load_dataset("fl60", num_clients=6, samples_per_client=20, seed=0)
@@ -159,7 +159,7 @@ def test_save_models_writes_every_clients_personalized_model(tmp_path):
     # The same run in-process: its personalized models are the saved ones.
     cfg = ExperimentConfig(dataset="fl60", strategy="local", rounds=2, clients=6,
                            overrides={"data.samples_per_client": 20, "steps": 2})
-    sim = build_simulator(cfg, progress=False)
+    sim = build_simulator(cfg)
     sim.run()
     params, buffers = sim.personalized_models()
     torch.testing.assert_close(saved["params"], params.float().cpu())  # files hold CPU tensors

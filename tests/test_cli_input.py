@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
+from pyg_fedgraph.catalog import DATASET_NAMES, MODEL_NAMES, STRATEGY_NAMES
 from pyg_fedgraph.cli import build_parser, main
-from pyg_fedgraph.cli.names import dataset_names, literal_choices, strategy_names
 from pyg_fedgraph.simulation import Simulator
 
 FL60 = ["--dataset", "fl60", "--clients", "6", "--set", "data.samples_per_client=20",
@@ -116,7 +116,7 @@ def test_out_that_is_not_writable(tmp_path, capsys, no_training):
 def test_out_that_refuses_writes_as_root_would_not(tmp_path, capsys, monkeypatch, no_training):
     # The same path for users the file system lets through but something else refuses
     # (a read-only mount): the probe file fails.
-    import pyg_fedgraph.cli.run as run_module
+    import pyg_fedgraph.experiment.comparison as run_module
 
     def refuse(*args, **kwargs):
         raise PermissionError(13, "Read-only file system")
@@ -197,15 +197,21 @@ def test_few_evaluation_samples_are_warned_about(caplog):
 
 # ---------------------------------------------------------------- --help
 def test_help_lists_the_registered_names(capsys):
+    from typing import get_args
+
     from pyg_fedgraph.attacks import ATTACKS
     from pyg_fedgraph.datasets import DATASETS
     from pyg_fedgraph.engine.validation import REJECT_POLICIES
+    from pyg_fedgraph.models import MODELS
     from pyg_fedgraph.strategies import STRATEGIES
+    from pyg_fedgraph.typing import AttackName, RejectPolicy
 
-    assert strategy_names() == tuple(sorted(STRATEGIES))
-    assert dataset_names() == tuple(sorted(DATASETS))
-    assert literal_choices("attacks.py", "AttackName") == tuple(ATTACKS)
-    assert literal_choices("engine/validation.py", "RejectPolicy") == tuple(REJECT_POLICIES)
+    # The torch-free table the help reads is the registries' names.
+    assert STRATEGY_NAMES == tuple(sorted(STRATEGIES))
+    assert DATASET_NAMES == tuple(sorted(DATASETS))
+    assert sorted(MODEL_NAMES) == sorted(MODELS)
+    assert get_args(AttackName) == tuple(ATTACKS)
+    assert get_args(RejectPolicy) == tuple(REJECT_POLICIES)
     for argv in (["--help"], ["run", "--help"], ["tune", "--help"]):
         with pytest.raises(SystemExit) as exc:
             build_parser().parse_args(argv)

@@ -126,3 +126,60 @@ def test_ctrl_c_stops_after_the_round_with_a_checkpoint_and_exit_130(tmp_path):
     assert main(["run", "--resume", str(out), "--rounds", str(reached + 1), "--quiet"]) == 0
     assert len(json.loads((out / "comparison.json").read_text())) == 2
     assert load_checkpoint(out / "fedavg")["round"] == reached + 1
+
+
+def _start(out, steps):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "pyg_fedgraph.cli", "run", "--dataset", "fl60", "--clients", "6",
+           "--set", "data.samples_per_client=20", "--set", f"steps={steps}", "--strategy",
+           "fedavg", "--rounds", "5", "--out", str(out)]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_a_long_round_stops_at_its_next_local_step(tmp_path):
+    # Rounds of thousands of local steps: the first Ctrl-C in round 2 abandons it between
+    # two steps and goes back to the end of round 1 (checkpoint, history of that round),
+    # instead of finishing the round first.
+    out = tmp_path / "run"
+    proc = _start(out, 20000)
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if line.startswith("fedavg: round 1/5"):
+                break
+        time.sleep(1.0)  # well inside round 2
+        proc.send_signal(signal.SIGINT)
+        rest = proc.stderr.read()
+        code = proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert code == 130, rest
+    assert "stopped after round 1 of 5" in rest and "Traceback" not in rest
+    assert int(load_checkpoint(out)["round"]) == 1
+    assert [row["round"] for row in history(out)] == ["1"]
+
+
+@pytest.mark.slow
+def test_a_second_ctrl_c_aborts_at_once(tmp_path):
+    # The first Ctrl-C comes in round 1, which cannot be abandoned (no earlier round to go
+    # back to): the run would finish the round. The second ends the process at once.
+    proc = _start(tmp_path / "run", 200000)
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.readline()  # the data set is built: training starts
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        for line in proc.stderr:
+            if "stopping after this round" in line:
+                break
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert code == -signal.SIGINT

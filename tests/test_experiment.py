@@ -23,7 +23,7 @@ def images(name, defaults):
 
 def simulator(ds, **cfg):
     return build_simulator(ExperimentConfig(dataset=ds.name, strategy="fedavg", **cfg),
-                           dataset=ds, progress=False)
+                           dataset=ds)
 
 
 def test_a_custom_named_dataset_carries_and_applies_its_defaults():
@@ -61,12 +61,12 @@ def test_dataset_defaults_check_rounds():
 
 
 def test_nesterov_and_schedule_reach_the_trainer_and_the_resolved_config():
-    from pyg_fedgraph.cli.config import resolved_config
+    from pyg_fedgraph.experiment.files import resolved_config
 
     def run(**over):
         cfg = ExperimentConfig(dataset="fl60", clients=4, strategy="fedavg", rounds=1,
                                overrides=over)
-        return cfg, build_simulator(cfg, progress=False)
+        return cfg, build_simulator(cfg)
 
     cfg, sim = run(momentum=0.9, nesterov=True, warmup=0.2, lr_decay_to=0.01)
     local = sim.trainer.config

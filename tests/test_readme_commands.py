@@ -78,6 +78,7 @@ def _shortened(argv: list[str], tmp: Path, index: int) -> list[str]:
     return argv
 
 
+@pytest.mark.slow
 def test_every_readme_command_runs(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(ROOT)  # the README's commands run from the repository's root
     commands = readme_commands(README.read_text())
@@ -115,6 +116,7 @@ def test_every_example_has_quick():
         assert '"--quick"' in path.read_text(), f"{path.name} has no --quick"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_every_example_runs_quick(path, tmp_path):
     # Run from a copy's point of view: outputs go under the current folder's runs/.
@@ -130,6 +132,7 @@ def test_every_example_runs_quick(path, tmp_path):
     assert {p.name for p in tmp_path.iterdir()} <= {"out", "runs"}
 
 
+@pytest.mark.slow
 def test_the_traffic_example_names_a_missing_speed_file_in_one_line(tmp_path):
     missing = tmp_path / "metr-la.h5"
     # -W: torch's own FutureWarning at import (torch.jit.script in PyG) is not ours.

@@ -12,7 +12,6 @@ import torch
 
 from pyg_fedgraph import tracking
 from pyg_fedgraph.cli import main
-from pyg_fedgraph.cli.names import literal_choices
 from pyg_fedgraph.experiment import ExperimentConfig, build_simulator
 from pyg_fedgraph.tracking import (
     TRACKERS,
@@ -44,7 +43,11 @@ def _steps_values(acc, tag):
 
 
 def test_tracker_names_match_the_cli():
-    assert literal_choices("tracking.py", "TrackerName") == TRACKERS
+    from typing import get_args
+
+    from pyg_fedgraph.typing import TrackerName
+
+    assert get_args(TrackerName) == TRACKERS
 
 
 # --------------------------------------------------------------- what is logged
@@ -54,7 +57,7 @@ def test_round_scalars_are_the_history_means():
                            novel_clients=0.2, attack="sign-flip", attack_ratio=0.25,
                            overrides={"data.samples_per_client": 20, "steps": 2})
     logged = []
-    sim = build_simulator(cfg, progress=False,
+    sim = build_simulator(cfg,
                           callbacks=[lambda s, r: logged.append(round_scalars(s, r))])
     sim.run()
     rows = sim.history.round_rows()
@@ -104,7 +107,7 @@ def test_tensorboard_reads_back_one_scalar_per_evaluated_round(tmp_path):
     pytest.importorskip("tensorboard")
     tracker = TensorBoardTracker(tmp_path / "tb", hparams={"run": {"note": "x"}},
                                  matrix_every=4)
-    sim = build_simulator(CFG, progress=False, callbacks=[tracker])
+    sim = build_simulator(CFG, callbacks=[tracker])
     with tracker:
         sim.run()
     acc = _events(tmp_path / "tb")
@@ -149,13 +152,13 @@ def test_tensorboard_resumed_run_logs_each_round_once(tmp_path):
     cfg = ExperimentConfig(dataset="fl60", strategy="fedavg", rounds=4, clients=6,
                            overrides={"data.samples_per_client": 20, "steps": 2})
     first = TensorBoardTracker(tmp_path)
-    sim = build_simulator(cfg, progress=False, callbacks=[first])
+    sim = build_simulator(cfg, callbacks=[first])
     sim.run(2)
     checkpoint = sim.state_dict()
     sim.run(3)               # round 3 logged, then the run is aborted before a checkpoint
     first.close("stopped")
     second = TensorBoardTracker(tmp_path)
-    resumed = build_simulator(cfg, progress=False, callbacks=[second])
+    resumed = build_simulator(cfg, callbacks=[second])
     resumed.load_state_dict(checkpoint)
     resumed.run()
     second.close()
@@ -186,7 +189,7 @@ def test_mlflow_reads_back_one_metric_per_evaluated_round_and_resumes(tmp_path, 
                            overrides={"data.samples_per_client": 20, "steps": 2})
     first = MLflowTracker(uri, experiment="exp", run_name="run-a",
                           artifact_location=(tmp_path / "art").as_uri(), tags={"who": "test"})
-    sim = build_simulator(cfg, progress=False, callbacks=[first])
+    sim = build_simulator(cfg, callbacks=[first])
     sim.run(2)
     first.close("stopped")
     client, runs = _mlflow_runs(uri, "exp")
@@ -194,7 +197,7 @@ def test_mlflow_reads_back_one_metric_per_evaluated_round_and_resumes(tmp_path, 
 
     # The resumed run continues the unfinished MLflow run of the same name.
     second = MLflowTracker(uri, experiment="exp", run_name="run-a")
-    resumed = build_simulator(cfg, progress=False, callbacks=[second])
+    resumed = build_simulator(cfg, callbacks=[second])
     resumed.load_state_dict(sim.state_dict())
     resumed.run()
     second.close()
@@ -215,7 +218,7 @@ def test_mlflow_reads_back_one_metric_per_evaluated_round_and_resumes(tmp_path, 
 
     # A finished run is never continued: the same name starts a new run.
     third = MLflowTracker(uri, experiment="exp", run_name="run-a")
-    again = build_simulator(cfg, progress=False, callbacks=[third])
+    again = build_simulator(cfg, callbacks=[third])
     again.run(1)
     third.close("failed")
     _, runs = _mlflow_runs(uri, "exp")

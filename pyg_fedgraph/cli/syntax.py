@@ -3,20 +3,13 @@ and the ``pyg-fedgraph run`` command that reproduces a set of settings.
 Light on imports: Optuna and the package load only when called."""
 from __future__ import annotations
 
-import argparse
 import json
 from collections.abc import Mapping
 from typing import Any
 
+from pyg_fedgraph.experiment.settings import key_value
+
 __all__ = ["key_value", "parse_distribution", "run_command"]
-
-
-def key_value(text: str) -> tuple[str, str]:
-    r"""``"lr=0.1"`` -> ``("lr", "0.1")``, for argparse's ``type=``."""
-    if "=" not in text:
-        raise argparse.ArgumentTypeError(f"--set expects key=value, got {text!r}")
-    k, v = text.split("=", 1)
-    return k.strip(), v.strip()
 
 
 def parse_distribution(text: str) -> Any:
@@ -81,18 +74,16 @@ def run_command(settings: Mapping[str, Any], overrides: Mapping[str, Any]) -> st
     r"""The ``pyg-fedgraph run`` command of a study's trial: its settings
     (an :class:`~pyg_fedgraph.experiment.ExperimentConfig` as a dict) and its
     ``--set`` keys. The flag syntax lives here, with the parser."""
-    from dataclasses import MISSING, fields
-
-    from pyg_fedgraph.experiment import ExperimentConfig
+    from pyg_fedgraph.experiment.settings import ExperimentConfig, options
 
     flags = [f"--dataset {settings['dataset']}", f"--strategy {settings['strategy']}",
              f"--rounds {settings['rounds']}", f"--seed {settings['seed']}"]
-    for f in fields(ExperimentConfig):  # the other options of ``run`` are named after them
-        if f.name in ("dataset", "strategy", "rounds", "seed", "overrides"):
+    for option in options("run"):  # the other settings of a run, as its options
+        if option.owner is not ExperimentConfig or option.name in (
+                "dataset", "strategy", "rounds", "seed", "overrides"):
             continue
-        default = f.default if f.default is not MISSING else None
-        if f.name in settings and settings[f.name] != default:
-            flags.append(f"--{f.name.replace('_', '-')} {settings[f.name]}")
+        if option.name in settings and settings[option.name] != option.default:
+            flags.append(f"{option.flag} {settings[option.name]}")
     flags += [f"--set {k}={json.dumps(v) if not isinstance(v, str) else v}"
               for k, v in overrides.items()]
     return "pyg-fedgraph run " + " ".join(flags)

@@ -7,7 +7,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pyg_fedgraph.cli.run import _is_terminal, _placement
 from pyg_fedgraph.cli.syntax import parse_distribution, run_command
 
 if TYPE_CHECKING:
@@ -56,26 +55,24 @@ def tune_main(args: argparse.Namespace) -> int:
     the study and writes ``best.json`` and the plots."""
     import optuna
 
-    from pyg_fedgraph.experiment import ExperimentConfig, parse_value, route_overrides
+    from pyg_fedgraph.experiment import ExperimentConfig, route_overrides
+    from pyg_fedgraph.experiment.comparison import placement
+    from pyg_fedgraph.experiment.runner import StopSignal, is_terminal
     from pyg_fedgraph.tune import default_study_name, tune, write_study
 
     # On a terminal, Optuna's progress bar; in logs and CI, its line per trial instead
     # (the same terminal test as run's bar).
-    bar = not args.quiet and _is_terminal()
+    bar = not args.quiet and is_terminal()
     optuna.logging.set_verbosity(optuna_verbosity(str(args.log_level), args.quiet, bar))
     if not args.strategy:
         raise ValueError("tune needs --strategy NAME (or 'strategy' in --config)")
     if "," in str(args.strategy):
         raise ValueError(f"tune studies one strategy, got --strategy {args.strategy!r}")
+    if args.n_trials is None:
+        raise ValueError("tune needs --n-trials N (or 'n_trials' in --config)")
     if args.n_trials < 1:
         raise ValueError(f"--n-trials must be >= 1, got {args.n_trials}")
-    cfg = ExperimentConfig(dataset=args.dataset or "digits", strategy=args.strategy,
-                           rounds=args.rounds,
-                           clients=args.clients, partition=args.partition, beta=args.beta,
-                           classes_per_client=args.classes_per_client, seed=args.seed,
-                           device=args.device, threads=args.threads, precision=args.precision,
-                           overrides={k: parse_value(v) if isinstance(v, str) else v
-                                      for k, v in args.overrides})
+    cfg = ExperimentConfig.from_args(args)
     route_overrides(cfg)  # every --set value, before the study starts
     params = {k: parse_distribution(v) for k, v in args.params}
     name = args.study_name or default_study_name(cfg)
@@ -84,11 +81,12 @@ def tune_main(args: argparse.Namespace) -> int:
     sampler = optuna.samplers.TPESampler(seed=args.sampler_seed)
     out: Path = args.out or Path("runs") / f"tune-{name}"
     trial_callbacks = _trial_trackers(args.tracker, out, name, cfg)
-    with _placement(cfg, args.deterministic):
+    stop = StopSignal(hard_abort=True)
+    with placement(cfg, args.deterministic), stop.installed():
         study = tune(cfg, args.n_trials, storage=args.storage, study_name=name,
                      pruner=args.pruner, sampler=sampler, params=params,
                      tune_local=args.tune_local, timeout=args.timeout,
-                     show_progress_bar=bar, trial_callbacks=trial_callbacks)
+                     show_progress_bar=bar, trial_callbacks=trial_callbacks, stop=stop)
     written = write_study(study, out, run_command)
     summary = json.loads(written["best"].read_text())
     counts = ", ".join(f"{n} {state}" for state, n in sorted(summary["trials"].items()))

@@ -1,7 +1,13 @@
-r"""Federation graph, parameter layout, per-client data and partitioners."""
+r"""Federation graph, parameter layout, per-client data, objectives and partitioners."""
 from pyg_fedgraph.data.federated_dataset import ClientSplit, DatasetDefaults, FederatedDataset
 from pyg_fedgraph.data.federation import FederationGraph
 from pyg_fedgraph.data.layout import ParamLayout
+from pyg_fedgraph.data.objective import (
+    Objective,
+    classification_objective,
+    objective_for,
+    regression_objective,
+)
 
 __all__ = [
     "ParamLayout",
@@ -9,4 +15,8 @@ __all__ = [
     "ClientSplit",
     "FederatedDataset",
     "DatasetDefaults",
+    "Objective",
+    "classification_objective",
+    "regression_objective",
+    "objective_for",
 ]

@@ -4,13 +4,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
 
-if TYPE_CHECKING:
-    from pyg_fedgraph.train.objective import Objective
+from pyg_fedgraph.data.objective import Objective, objective_for
 
 __all__ = ["FederatedDataset", "ClientSplit", "DatasetDefaults", "Task", "SPLITS"]
 
@@ -203,7 +202,6 @@ class FederatedDataset:
         entry point (simulator, Flower client, tuning) takes them from.
         Datasets with a loss of their own override it (the traffic datasets'
         masked loss)."""
-        from pyg_fedgraph.train.objective import objective_for  # train imports data
         return objective_for(self.task)
 
     def num_samples(self, split: str = "train") -> Tensor:

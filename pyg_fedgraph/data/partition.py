@@ -28,6 +28,7 @@ from pyg_fedgraph.data.federated_dataset import (
     FederatedDataset,
     Task,
 )
+from pyg_fedgraph.typing import PartitionName
 
 __all__ = [
     "iid_partition",
@@ -47,7 +48,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-PartitionName = Literal["iid", "pathological", "dirichlet", "group"]
 PARTITIONS = ("iid", "pathological", "dirichlet", "group")
 Pairing = Literal["random", "fixed"]
 PAIRINGS = ("random", "fixed")

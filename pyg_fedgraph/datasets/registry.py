@@ -2,16 +2,11 @@ r"""Name -> builder registry of the federated data sets."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
 
 from pyg_fedgraph.data.federated_dataset import FederatedDataset
+from pyg_fedgraph.utils.registry import Registry
 
 __all__ = ["DATASETS", "register_dataset", "load_dataset", "dataset_key"]
-
-F = TypeVar("F", bound=Callable[..., FederatedDataset])
-
-#: Every registered builder, keyed by its normalized name (lower case, ``-``).
-DATASETS: dict[str, Callable[..., FederatedDataset]] = {}
 
 
 def dataset_key(name: str) -> str:
@@ -19,27 +14,11 @@ def dataset_key(name: str) -> str:
     return name.strip().lower().replace("_", "-")
 
 
-def register_dataset(name: str) -> Callable[[F], F]:
-    r"""Decorator adding a builder ``fn(**kwargs) -> FederatedDataset`` to
-    :data:`DATASETS` under ``name`` (``"fashion_mnist"`` and
-    ``"Fashion-MNIST"`` both become ``"fashion-mnist"``).
-
-    Args:
-        name (str): the name :func:`load_dataset` will accept.
-    """
-    key = dataset_key(name)
-
-    def decorator(fn: F) -> F:
-        old = DATASETS.get(key)
-        # A module reloaded in a notebook re-registers the same function: allow it.
-        if old is not None and (old.__module__, old.__qualname__) != (fn.__module__,
-                                                                       fn.__qualname__):
-            raise ValueError(f"dataset {key!r} is already registered by "
-                             f"{old.__module__}.{old.__qualname__}; choose another name")
-        DATASETS[key] = fn
-        return fn
-
-    return decorator
+#: Every registered builder ``fn(**kwargs) -> FederatedDataset``, keyed by its
+#: normalized name (lower case, ``-``): ``@register_dataset("fashion_mnist")``
+#: and ``"Fashion-MNIST"`` both name ``"fashion-mnist"``.
+DATASETS: Registry[Callable[..., FederatedDataset]] = Registry("dataset", normalize=dataset_key)
+register_dataset = DATASETS.register
 
 
 def load_dataset(name: str, **kwargs) -> FederatedDataset:
@@ -49,8 +28,4 @@ def load_dataset(name: str, **kwargs) -> FederatedDataset:
     Raises:
         ValueError: if ``name`` is not registered (the message lists the known names).
     """
-    key = dataset_key(name)
-    if key not in DATASETS:
-        raise ValueError(f"unknown dataset {name!r}; known datasets: "
-                         f"{', '.join(sorted(DATASETS))}")
-    return DATASETS[key](**kwargs)
+    return DATASETS.resolve(name, **kwargs)

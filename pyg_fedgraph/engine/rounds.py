@@ -36,12 +36,12 @@ from torch_geometric.utils import subgraph
 from pyg_fedgraph.data.federated_dataset import Task
 from pyg_fedgraph.data.federation import ClientTable, FederationGraph
 from pyg_fedgraph.data.layout import ParamLayout
+from pyg_fedgraph.data.objective import Objective
 from pyg_fedgraph.engine.history import History, RoundRecord
 from pyg_fedgraph.engine.validation import DEFAULT_MAX_NORM, RejectPolicy, UpdateValidator
 from pyg_fedgraph.strategies.base import FederationContext, Strategy
-from pyg_fedgraph.train.engine import LocalConfig
+from pyg_fedgraph.train.config import LocalConfig
 from pyg_fedgraph.train.jobs import EvaluatePlan, TrainPlan
-from pyg_fedgraph.train.objective import Objective
 from pyg_fedgraph.utils.seeds import make_generator
 
 __all__ = ["RoundEngine", "RoundUpdate", "sample_clients", "num_sampled", "snapshot",

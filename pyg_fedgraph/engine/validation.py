@@ -13,19 +13,19 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, cast
+from typing import cast
 
 import torch
 from torch import Tensor
 
 from pyg_fedgraph.data.federated_dataset import FederatedDataset
+from pyg_fedgraph.typing import RejectPolicy
 
 __all__ = ["DEFAULT_MAX_NORM", "REJECT_POLICIES", "UpdateCheck", "check_updates",
            "UpdateValidator", "check_dataset", "FEW_EVALUATION_SAMPLES"]
 
 log = logging.getLogger(__name__)
 
-RejectPolicy = Literal["drop", "raise"]
 REJECT_POLICIES = ("drop", "raise")
 #: Updates whose Euclidean norm exceeds this are rejected: far beyond any
 #: trained network's update, yet finite (a float32 overflow is near 3e38).

@@ -2,7 +2,13 @@ r"""Reference client models (plain :class:`torch.nn.Module`, vmap-friendly)."""
 from pyg_fedgraph.models.cnn import CNNBN, SimpleCNN
 from pyg_fedgraph.models.gru import GRUCell, GRUForecaster
 from pyg_fedgraph.models.mlp import MLP
-from pyg_fedgraph.models.registry import MODEL_NAMES, build_model, model_options
+from pyg_fedgraph.models.registry import (
+    MODELS,
+    ModelSpec,
+    build_model,
+    model_options,
+    register_model,
+)
 
 __all__ = [
     "MLP",
@@ -10,7 +16,9 @@ __all__ = [
     "CNNBN",
     "GRUCell",
     "GRUForecaster",
-    "MODEL_NAMES",
+    "MODELS",
+    "ModelSpec",
+    "register_model",
     "build_model",
     "model_options",
 ]

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from torch import nn
@@ -11,10 +12,44 @@ from pyg_fedgraph.hparams import HParam, schema
 from pyg_fedgraph.models.cnn import CNNBN, SimpleCNN
 from pyg_fedgraph.models.gru import GRUForecaster
 from pyg_fedgraph.models.mlp import MLP
+from pyg_fedgraph.utils.registry import Registry
 
-__all__ = ["MODEL_NAMES", "build_model", "model_options"]
+__all__ = ["MODELS", "ModelSpec", "register_model", "build_model",
+           "model_options"]
 
 
+@dataclass(frozen=True)
+class ModelSpec:
+    r"""A registered client model: its class (whose constructor declares the
+    options, ``--set model.<arg>``) and the builder that sizes it for a
+    dataset, ``build(input_shape, num_outputs, **options) -> nn.Module``.
+
+    Args:
+        cls (type): the :class:`torch.nn.Module` subclass.
+        build (callable): the builder.
+        derived (tuple of str): constructor arguments the builder derives
+            from the dataset, which are therefore not options.
+    """
+    cls: type[nn.Module]
+    build: Callable[..., nn.Module]
+    derived: tuple[str, ...] = ("in_channels", "out_channels", "num_classes", "out_steps")
+
+
+#: Name -> :class:`ModelSpec` of every reference client model.
+MODELS: Registry[ModelSpec] = Registry("model", normalize=str.lower)
+
+
+def register_model(name: str, cls: type[nn.Module]
+                   ) -> Callable[[Callable[..., nn.Module]], Callable[..., nn.Module]]:
+    r"""Decorator registering a builder ``build(input_shape, num_outputs,
+    **options)`` of model class ``cls`` under ``name``."""
+    def wrap(build: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
+        MODELS.register(name)(ModelSpec(cls, build))
+        return build
+    return wrap
+
+
+@register_model("mlp", MLP)
 def _build_mlp(shape: tuple[int, ...], num_outputs: int, **kwargs: Any) -> nn.Module:
     # Panacea's client MLP has hidden width 16 (Sec. V-A).
     kwargs.setdefault("hidden_channels", 16)
@@ -47,16 +82,19 @@ def _image_dims(shape: tuple[int, ...], kwargs: dict[str, Any]) -> tuple[int, tu
     return num_features // (h * w), (h, w)
 
 
+@register_model("cnn", SimpleCNN)
 def _build_cnn(shape: tuple[int, ...], num_outputs: int, **kwargs: Any) -> nn.Module:
     in_channels, image_size = _image_dims(shape, kwargs)
     return SimpleCNN(in_channels, num_outputs, image_size, **kwargs)
 
 
+@register_model("cnn-bn", CNNBN)
 def _build_cnn_bn(shape: tuple[int, ...], num_outputs: int, **kwargs: Any) -> nn.Module:
     in_channels, image_size = _image_dims(shape, kwargs)
     return CNNBN(in_channels, num_outputs, image_size, **kwargs)
 
 
+@register_model("gru", GRUForecaster)
 def _build_gru(shape: tuple[int, ...], num_outputs: int, **kwargs: Any) -> nn.Module:
     if len(shape) != 2:
         raise ValueError(f"the 'gru' model needs sequences of shape (T, C) per sample, "
@@ -64,31 +102,14 @@ def _build_gru(shape: tuple[int, ...], num_outputs: int, **kwargs: Any) -> nn.Mo
     return GRUForecaster(in_channels=shape[1], out_steps=num_outputs, **kwargs)
 
 
-_BUILDERS: dict[str, Callable[..., nn.Module]] = {
-    "mlp": _build_mlp,
-    "cnn": _build_cnn,
-    "cnn-bn": _build_cnn_bn,
-    "gru": _build_gru,
-}
-
-#: Names accepted by :func:`build_model`.
-MODEL_NAMES: tuple[str, ...] = tuple(_BUILDERS)
-
-_CLASSES: dict[str, type[nn.Module]] = {"mlp": MLP, "cnn": SimpleCNN, "cnn-bn": CNNBN,
-                                        "gru": GRUForecaster}
-# Arguments build_model derives from the dataset (shapes, outputs): not options.
-_DERIVED = {"in_channels", "out_channels", "num_classes", "out_steps"}
-
-
 def model_options(name: str) -> dict[str, HParam]:
     r"""The options a user may pass to model ``name`` (``--set model.<arg>``):
     its constructor's declared parameters, less those :func:`build_model`
     derives from the dataset; ``image_size`` for the image models."""
     key = name.lower()
-    if key not in _CLASSES:
-        raise ValueError(f"unknown model {name!r}; choose one of {list(MODEL_NAMES)}")
-    return {k: hp for k, hp in schema(_CLASSES[key]).items()
-            if k not in _DERIVED and not (k == "image_size" and key not in ("cnn", "cnn-bn"))}
+    spec = MODELS[key]
+    return {k: hp for k, hp in schema(spec.cls).items()
+            if k not in spec.derived and not (k == "image_size" and key not in ("cnn", "cnn-bn"))}
 
 
 def build_model(name: str, dataset_input_shape: Sequence[int], num_outputs: int,
@@ -108,7 +129,7 @@ def build_model(name: str, dataset_input_shape: Sequence[int], num_outputs: int,
     ======== ======================= ===========================================
 
     Args:
-        name (str): one of :obj:`MODEL_NAMES` (case-insensitive).
+        name (str): a name of :data:`MODELS` (case-insensitive).
         dataset_input_shape (tuple of int): shape of one input sample, e.g.
             :obj:`FederatedDataset.input_shape`.
         num_outputs (int): number of classes, regression targets or
@@ -116,10 +137,8 @@ def build_model(name: str, dataset_input_shape: Sequence[int], num_outputs: int,
         **kwargs (optional): further constructor arguments of the model
             (e.g. ``hidden_channels``, ``num_layers``, ``channels``).
     """
-    key = name.lower()
-    if key not in _BUILDERS:
-        raise ValueError(f"unknown model {name!r}; choose one of {list(MODEL_NAMES)}")
+    spec = MODELS[name]
     shape = tuple(int(s) for s in dataset_input_shape)
     if num_outputs < 1:
         raise ValueError(f"num_outputs must be positive, got {num_outputs}")
-    return _BUILDERS[key](shape, num_outputs, **kwargs)
+    return spec.build(shape, num_outputs, **kwargs)

@@ -5,17 +5,16 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Annotated, Any
+from typing import Any
 
 import torch
 from torch import Tensor, nn
-from tqdm.auto import tqdm
 
 from pyg_fedgraph.attacks import Attack, triggered_test_split
 from pyg_fedgraph.data.federated_dataset import FederatedDataset
+from pyg_fedgraph.data.objective import Objective
 from pyg_fedgraph.engine.history import History, RoundRecord
 from pyg_fedgraph.engine.rounds import STATE_FORMAT, RoundEngine, sample_clients, snapshot
 from pyg_fedgraph.engine.validation import (
@@ -24,10 +23,9 @@ from pyg_fedgraph.engine.validation import (
     UpdateValidator,
     check_dataset,
 )
-from pyg_fedgraph.hparams import Range
+from pyg_fedgraph.simulation.config import SIM_SCHEMA
 from pyg_fedgraph.strategies.base import Strategy
-from pyg_fedgraph.train.engine import ClientTrainer, LocalConfig
-from pyg_fedgraph.train.execution import CompileMode, ExecutionName
+from pyg_fedgraph.train.config import LocalConfig
 from pyg_fedgraph.train.jobs import (
     ClientStart,
     EvaluatePlan,
@@ -35,8 +33,9 @@ from pyg_fedgraph.train.jobs import (
     finetuned,
     run_plan,
 )
-from pyg_fedgraph.train.objective import Objective
-from pyg_fedgraph.utils.device import Precision, resolve_device
+from pyg_fedgraph.train.trainer import ClientTrainer
+from pyg_fedgraph.typing import CompileMode, ExecutionName, Precision
+from pyg_fedgraph.utils.device import resolve_device
 from pyg_fedgraph.utils.seeds import make_generator
 
 __all__ = ["Simulator", "sample_clients"]
@@ -44,16 +43,6 @@ __all__ = ["Simulator", "sample_clients"]
 log = logging.getLogger(__name__)
 
 Callback = Callable[["Simulator", RoundRecord], None]
-
-
-def _bar_disabled(progress: bool) -> bool | None:
-    r"""tqdm's ``disable`` for the rounds' progress bar: ``None`` (shown only
-    when standard error is a terminal, so that logs get no carriage-return
-    lines), except in a Jupyter kernel, whose streams are no terminal but show
-    the bar (tqdm's widget, or its text bar without ipywidgets)."""
-    if not progress:
-        return True
-    return False if "ipykernel" in sys.modules else None
 
 
 class Simulator:
@@ -122,8 +111,6 @@ class Simulator:
             e.g. the masked loss of the traffic datasets).
         held_out (torch.Tensor, optional): clients that never train (novel
             clients); evaluated with the models the strategy generates for them.
-        progress (bool, optional): show a progress bar when standard error
-            is a terminal (default: ``True``).
         callbacks (list, optional): ``fn(simulator, record)`` after each
             evaluated round.
         dropout (float, optional): probability that a sampled client returns
@@ -160,23 +147,26 @@ class Simulator:
 
     def __init__(self, dataset: FederatedDataset, model: nn.Module, strategy: Strategy, *,
                  rounds: int = 50,
-                 sample_fraction: Annotated[float | None, Range(gt=0.0, le=1.0)] = None,
+                 sample_fraction: float | None = None,
                  local: LocalConfig | None = None,
-                 eval_every: Annotated[int, Range(ge=1)] = 1, seed: int = 0,
+                 eval_every: int = 1, seed: int = 0,
                  parallel: bool = True, objective: Objective | None = None,
-                 held_out: Tensor | None = None, progress: bool = True,
+                 held_out: Tensor | None = None,
                  callbacks: Sequence[Callback] = (), dropout: float = 0.0,
                  attack: Attack | None = None, reject_policy: RejectPolicy = "drop",
                  max_update_norm: float | None = DEFAULT_MAX_NORM,
                  device: str | torch.device | None = None,
                  state_device: str | torch.device | None = None,
-                 parallel_clients: Annotated[int | None, Range(ge=1)] = None,
+                 parallel_clients: int | None = None,
                  execution: ExecutionName = "auto", precision: Precision = "fp32",
                  compile: bool | CompileMode = False) -> None:
-        if rounds < 0:
-            raise ValueError(f"rounds must be >= 0, got {rounds}")
-        if isinstance(dropout, bool) or not 0.0 <= float(dropout) <= 1.0:
-            raise ValueError(f"dropout must be a probability in [0, 1], got {dropout!r}")
+        # The checks of the declared settings, the same the command line makes.
+        rounds = SIM_SCHEMA["rounds"].check(rounds)
+        dropout = SIM_SCHEMA["dropout"].check(dropout)
+        for name, value in (("sample_fraction", sample_fraction), ("eval_every", eval_every),
+                            ("parallel", parallel), ("parallel_clients", parallel_clients),
+                            ("execution", execution), ("compile", compile)):
+            SIM_SCHEMA[name].check(value)
         if attack is not None and not isinstance(attack, Attack):
             raise TypeError(f"attack must be a pyg_fedgraph.attacks.Attack, got "
                             f"{type(attack).__name__}")
@@ -189,8 +179,6 @@ class Simulator:
         trainable = torch.ones(n, dtype=torch.bool)
         trainable[held] = False
         self.seed = seed
-        self.parallel = parallel
-        self.progress = progress
         self.callbacks = list(callbacks)
         self.dropout = float(dropout)
         self.attack = attack
@@ -211,7 +199,7 @@ class Simulator:
         self.trainer = ClientTrainer(model, dataset, objective, local or LocalConfig(),
                                      device=device, parallel_clients=parallel_clients,
                                      execution=execution, precision=precision,
-                                     compile=compile)
+                                     compile=compile, parallel=parallel)
         #: Where local training and evaluation run.
         self.device = self.trainer.device
         #: Where the client table, the clients' own models and the strategy live.
@@ -223,6 +211,10 @@ class Simulator:
         # The simulated clients' own state: each client's local model and buffers.
         self.local_params = self._host(init.unsqueeze(0).repeat(n, 1))
         self.local_buffers = self._host(self.trainer.initial_buffers(n).to(self.state_device))
+        #: The optimizer state each client keeps between its local runs
+        #: (``keep_optimizer_state``): name -> :math:`(N, \ldots)`, made when a
+        #: training first returns some.
+        self.optimizer_state: dict[str, Tensor] = {}
         place = self.state_device
         self.engine = RoundEngine(
             strategy, layout=self.layout, init_params=init,
@@ -240,6 +232,11 @@ class Simulator:
         if self.state_device.type == "cpu" and self.device.type == "cuda":
             return t.pin_memory()
         return t
+
+    @property
+    def parallel(self) -> bool:
+        r"""Whether clients train batched (:obj:`False`: the reference loop)."""
+        return self.trainer.parallel
 
     @property
     def execution(self) -> str:
@@ -267,9 +264,7 @@ class Simulator:
 
     @rounds.setter
     def rounds(self, value: int) -> None:
-        if value < 0:
-            raise ValueError(f"rounds must be >= 0, got {value}")
-        self.engine.rounds = value
+        self.engine.rounds = SIM_SCHEMA["rounds"].check(value)
 
     @property
     def sample_fraction(self) -> float:
@@ -302,15 +297,13 @@ class Simulator:
     # ---------------------------------------------------------------- rounds
     def run(self, rounds: int | None = None) -> History:
         r"""Runs up to round ``rounds`` (default: the constructor's) and
-        returns the :class:`History`. Calling it again continues."""
+        returns the :class:`History`; calling it again continues. A plain
+        loop of :meth:`step`: for a progress display, checkpoints, Ctrl-C
+        and resuming, run the simulator with
+        :class:`~pyg_fedgraph.experiment.Runner`."""
         last = self.rounds if rounds is None else rounds
-        bar = tqdm(range(self.round + 1, last + 1), desc=f"{self.strategy.name or 'run'}",
-                   disable=_bar_disabled(self.progress), leave=False)
-        for _ in bar:
-            record = self.step()
-            if record is not None:
-                value = self.history._mean(record.test[self.history.metric])
-                bar.set_postfix({self.history.metric: f"{value:.4f}"})
+        while self.round < last:
+            self.step()
         return self.history
 
     def step(self) -> RoundRecord | None:
@@ -327,17 +320,19 @@ class Simulator:
             plan, start = plan.select(rows), start[rows]
         clients = sampled[rows]
         if clients.numel():
+            kept = {k: v[clients] for k, v in self.optimizer_state.items()}
             result = run_plan(self.trainer, plan,
                               ClientStart(clients, clients, start, self.local_buffers[clients],
-                                          self.local_params[clients]),
-                              seed=self.seed, rnd=rnd, parallel=self.parallel)
+                                          self.local_params[clients], kept or None),
+                              seed=self.seed, rnd=rnd)
             uploaded = self._poison(rnd, clients, result.params, result.start)
             update = engine.aggregate_train(rnd, clients, uploaded, result.start,
                                             result.outputs, result.loss)
             # Rejected clients keep their previous local model, like dropped ones.
-            kept = update.accepted.nonzero().view(-1)
-            self.local_params[clients[kept]] = result.params[kept]
-            self.local_buffers[clients[kept]] = result.buffers[kept]
+            accepted = update.accepted.nonzero().view(-1)
+            self.local_params[clients[accepted]] = result.params[accepted]
+            self.local_buffers[clients[accepted]] = result.buffers[accepted]
+            self._keep_optimizer_state(clients[accepted], result.optimizer_state, accepted)
         else:
             update = engine.aggregate_train(rnd, clients, start, start)
         if not engine.should_evaluate(rnd):
@@ -350,6 +345,18 @@ class Simulator:
         for cb in self.callbacks:
             cb(self, record)
         return record
+
+    def _keep_optimizer_state(self, clients: Tensor, state: dict[str, Tensor],
+                              rows: Tensor) -> None:
+        r"""Stores rows ``rows`` of a training's kept optimizer state as the
+        state of ``clients`` (whose update was accepted)."""
+        n = self.dataset.num_clients
+        for key, value in state.items():
+            table = self.optimizer_state.get(key)
+            if table is None:
+                table = self.optimizer_state[key] = self._host(value.new_zeros(
+                    (n, *value.shape[1:])).to(self.state_device))
+            table[clients] = value[rows].to(table)
 
     def _survivors(self, rnd: int, num_sampled: int) -> Tensor:
         r"""Positions among the sampled clients of those that do not drop out."""
@@ -387,10 +394,10 @@ class Simulator:
         start, plan = self._evaluation_start()
         if plan.start_job is not None:
             params, _ = plan.start_job.prepare(self.trainer, start, seed=self.seed,
-                                               rnd=self.round, parallel=self.parallel)
+                                               rnd=self.round)
             start = dataclasses.replace(start, params=params)
         params, buffers = finetuned(self.trainer, start, plan.finetune, seed=self.seed,
-                                    rnd=self.round, parallel=self.parallel)
+                                    rnd=self.round)
         return params.clone(), buffers.clone()
 
     def evaluate(self) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
@@ -399,7 +406,7 @@ class Simulator:
         start, plan = self._evaluation_start()
         metrics = evaluate_clients(self.trainer, start, finetune=plan.finetune,
                                    start_job=plan.start_job, seed=self.seed, rnd=self.round,
-                                   parallel=self.parallel, evaluator=plan.evaluator)
+                                   evaluator=plan.evaluator)
         return metrics["val"], metrics["test"]
 
     def summary(self) -> dict:
@@ -434,7 +441,7 @@ class Simulator:
                                 self.trainer.config, device=self.device,
                                 parallel_clients=self.trainer.parallel_clients,
                                 execution=self.trainer.execution,
-                                precision=self.trainer.precision)
+                                precision=self.trainer.precision, parallel=self.parallel)
         params, buffers = self.personalized_models()
         everyone = torch.arange(self.dataset.num_clients)
         return trainer.evaluate(everyone, params, buffers, "test")["accuracy"]
@@ -444,7 +451,8 @@ class Simulator:
         r"""A snapshot of the whole run (a deep copy, loadable with
         ``torch.load(weights_only=True)``): the engine's state (round, client
         table, histories, the strategy's state with its optimizers), the
-        simulated clients' own models and buffers, the malicious clients and
+        simulated clients' own models, buffers and kept local optimizer
+        state, the malicious clients and
         the global torch RNG (some strategies draw from it, e.g. PyG's
         ``negative_sampling``). Every other random stream is derived from
         ``(seed, purpose, round)`` and needs no saved state."""
@@ -452,6 +460,7 @@ class Simulator:
             **self.engine.state_dict(),
             "local_params": self.local_params,
             "local_buffers": self.local_buffers,
+            "optimizer_state": dict(self.optimizer_state),
             "malicious": self.malicious,
             "torch_rng": torch.get_rng_state(),
         })
@@ -471,6 +480,9 @@ class Simulator:
         self.engine.load_state_dict(state)
         self.local_params = self._host(state["local_params"].to(self.state_device))
         self.local_buffers = self._host(state["local_buffers"].to(self.state_device))
+        # Checkpoints written before clients kept optimizer state hold none.
+        self.optimizer_state = {k: self._host(v.to(self.state_device))
+                                for k, v in state.get("optimizer_state", {}).items()}
         torch.set_rng_state(state["torch_rng"])
 
     def __repr__(self) -> str:

@@ -14,11 +14,11 @@ from torch import Tensor, nn
 from pyg_fedgraph.data.federated_dataset import Task
 from pyg_fedgraph.data.federation import ClientTable, FederationGraph
 from pyg_fedgraph.data.layout import ParamLayout
+from pyg_fedgraph.data.objective import Objective, objective_for
 from pyg_fedgraph.hparams import HParam, schema
 from pyg_fedgraph.nn.functional import sample_shares
-from pyg_fedgraph.train.engine import LOCAL_SCHEMA, LocalConfig
+from pyg_fedgraph.train.config import LOCAL_SCHEMA, LocalConfig
 from pyg_fedgraph.train.jobs import EvaluatePlan, FineTune, TrainPlan
-from pyg_fedgraph.train.objective import Objective, objective_for
 
 if TYPE_CHECKING:
     import optuna
@@ -238,6 +238,11 @@ class Strategy(nn.Module):
         r"""The latest client collaboration matrix :math:`(N, N)` if the
         strategy has one (row :math:`i` = weights client :math:`i` gives)."""
         return None
+
+    def diagnostics(self) -> dict[str, Any]:
+        r"""Figures of the strategy's learned state worth keeping with a
+        finished run's record (plain JSON values; default: none)."""
+        return {}
 
     def _require_setup(self) -> FederationContext:
         if self.ctx is None:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import logging
-from functools import partial
 from typing import Annotated
 
 import torch
@@ -12,10 +11,9 @@ from pyg_fedgraph.data.federation import FederationGraph
 from pyg_fedgraph.hparams import Range, Search
 from pyg_fedgraph.strategies.base import FederationContext, TrainPlan
 from pyg_fedgraph.strategies.fedavg import FedAvg
-from pyg_fedgraph.strategies.fedprox import proximal_term
 from pyg_fedgraph.strategies.registry import register_strategy
-from pyg_fedgraph.train.engine import Regularizer
 from pyg_fedgraph.train.jobs import PersonalTraining
+from pyg_fedgraph.train.regularizers import ProximalTerm
 
 __all__ = ["Ditto"]
 
@@ -82,7 +80,7 @@ class Ditto(FedAvg):
         assert plan.params is not None  # FedAvg sends the global model
         plan.jobs = (PersonalTraining(
             params=self.personal_params[clients].clone(),
-            regularizer=Regularizer(partial(proximal_term, coefficient=self.lam), plan.params)),)
+            regularizer=ProximalTerm(plan.params, coefficient=self.lam)),)
         return plan
 
     def aggregate_train(self, rnd: int, graph: FederationGraph) -> None:

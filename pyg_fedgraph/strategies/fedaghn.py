@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import torch
 from torch import Tensor
@@ -239,6 +239,14 @@ class FedAGHN(ServerOptimizerState, Strategy):
         :math:`(N, N)`, row :math:`i` = weights client :math:`i` gives."""
         layers = self.layer_graphs()
         return None if layers is None else layers.mean(dim=0)
+
+    def diagnostics(self) -> dict[str, Any]:
+        r"""``final_self_weight``: the mean of the tunable self weights
+        :math:`q`, how many reached 0, and how many there are."""
+        if self.conv is None:
+            return {}
+        q = self.conv.self_weight.detach()
+        return {"final_self_weight": [float(q.mean()), int((q <= 0).sum()), q.numel()]}
 
     def layer_graphs(self) -> Tensor | None:
         r"""The last round's layer-wise weights :math:`\alpha` :math:`(L, N, N)`

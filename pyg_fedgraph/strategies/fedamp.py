@@ -3,6 +3,7 @@ attentive message passing between clients."""
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Annotated
 
 import torch
@@ -14,7 +15,7 @@ from pyg_fedgraph.nn.aggregation import GraphAggregation
 from pyg_fedgraph.nn.functional import pairwise_cosine
 from pyg_fedgraph.strategies.base import FederationContext, Strategy, TrainPlan
 from pyg_fedgraph.strategies.registry import register_strategy
-from pyg_fedgraph.train.engine import Regularizer
+from pyg_fedgraph.train.regularizers import Regularizer, per_client, register_regularizer
 
 __all__ = ["FedAMP", "HeurFedAMP", "fedamp_weights", "heur_fedamp_weights"]
 
@@ -210,9 +211,8 @@ class HeurFedAMP(Strategy):
     def configure_train(self, rnd: int, clients: Tensor) -> TrainPlan:
         self._require_setup()
         coefficient = torch.where(self.has_cloud[clients], self.lam / self.alpha_k, 0.0)
-        return TrainPlan(params=None, regularizer=Regularizer(
-            _weighted_proximal_term, self.cloud_params[clients],
-            coefficient.to(self.cloud_params.dtype)))
+        return TrainPlan(params=None, regularizer=WeightedProximalTerm(
+            self.cloud_params[clients], coefficient.to(self.cloud_params.dtype)))
 
     def aggregate_train(self, rnd: int, graph: FederationGraph) -> None:
         self._require_setup()
@@ -345,8 +345,7 @@ class FedAMP(Strategy):
             log.warning("fedamp: self weights down to %.3g in round %d: the cloud models "
                         "extrapolate; alpha_k <= sigma / (N - 1) keeps them convex",
                         float(self_weight.min()), rnd)
-        return TrainPlan(params=None, regularizer=Regularizer(_weighted_proximal_term, cloud,
-                                                              coefficient))
+        return TrainPlan(params=None, regularizer=WeightedProximalTerm(cloud, coefficient))
 
     def aggregate_train(self, rnd: int, graph: FederationGraph) -> None:
         # The server's step is the message passing of the next configure_train, over the
@@ -371,7 +370,20 @@ class FedAMP(Strategy):
         return f"{self.__class__.__name__}({self.extra_repr()})"
 
 
-def _weighted_proximal_term(theta: Tensor, cloud: Tensor, coefficient: Tensor) -> Tensor:
-    # One client's  c/2 ||theta - u||^2 with a per-client coefficient c (0 before
-    # its first cloud model).
-    return 0.5 * coefficient * (theta - cloud).pow(2).sum()
+@register_regularizer("weighted-proximal")
+@dataclass
+class WeightedProximalTerm(Regularizer):
+    r"""FedAMP's proximal term with a coefficient of each client's own:
+    :math:`\frac{c_i}{2} \lVert \theta - u_i \rVert_2^2` (:math:`c_i = 0`
+    before the client's first cloud model).
+
+    Args:
+        center (torch.Tensor): the cloud models :math:`u_i` :math:`(S, D)`.
+        coefficient (torch.Tensor): :math:`c_i` :math:`(S,)`.
+    """
+    center: Tensor = per_client()
+    coefficient: Tensor = per_client()
+
+    def penalty(self, theta: Tensor, *rows: Tensor) -> Tensor:
+        center, coefficient = rows
+        return 0.5 * coefficient * (theta - center).pow(2).sum()

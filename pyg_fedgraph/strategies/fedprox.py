@@ -1,7 +1,6 @@
 """FedProx and FedProx with local fine-tuning."""
 from __future__ import annotations
 
-from functools import partial
 from typing import Annotated
 
 from torch import Tensor
@@ -10,25 +9,13 @@ from pyg_fedgraph.hparams import Range, Search
 from pyg_fedgraph.strategies.base import TrainPlan
 from pyg_fedgraph.strategies.fedavg import FedAvg, FinetuneFrom
 from pyg_fedgraph.strategies.registry import register_strategy
-from pyg_fedgraph.train.engine import Regularizer
 from pyg_fedgraph.train.jobs import FineTune
+from pyg_fedgraph.train.regularizers import ProximalTerm, proximal_term
 
 __all__ = ["FedProx", "FedProxFT", "proximal_term"]
 
 #: FedProx's proximal coefficient; its paper's grid is {0.001, 0.01, 0.1, 1}.
 Mu = Annotated[float, Range(ge=0.0), Search(1e-3, 1.0, log=True)]
-
-
-def proximal_term(theta: Tensor, reference: Tensor, coefficient: float) -> Tensor:
-    r"""The proximal penalty :math:`\frac{c}{2}\|\theta - \rho\|_2^2` of one
-    client (FedProx, Ditto, FedAMP).
-
-    Args:
-        theta (torch.Tensor): flat parameters :math:`(D,)`.
-        reference (torch.Tensor): the model :math:`\rho` to stay close to :math:`(D,)`.
-        coefficient (float): :math:`c`.
-    """
-    return 0.5 * coefficient * (theta - reference).pow(2).sum()
 
 
 @register_strategy("fedprox")
@@ -70,7 +57,7 @@ class FedProx(FedAvg):
         plan = super().configure_train(rnd, clients)
         assert plan.params is not None  # FedAvg sends the global model
         mu = self.mu
-        plan.regularizer = Regularizer(partial(proximal_term, coefficient=mu), plan.params)
+        plan.regularizer = ProximalTerm(plan.params, coefficient=mu)
         return plan
 
 

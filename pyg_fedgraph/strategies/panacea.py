@@ -21,7 +21,7 @@ from pyg_fedgraph.strategies.base import (
     TrainPlan,
 )
 from pyg_fedgraph.strategies.registry import register_strategy
-from pyg_fedgraph.train.engine import LocalConfig
+from pyg_fedgraph.train.config import LocalConfig
 from pyg_fedgraph.utils.seeds import derive_seed
 
 __all__ = ["Panacea", "PFedHN"]

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import logging
-from functools import partial
+from dataclasses import dataclass
 from typing import Annotated, Literal
 
 import torch
@@ -21,7 +21,7 @@ from pyg_fedgraph.nn.collaboration_qp import (
 from pyg_fedgraph.nn.functional import sample_shares
 from pyg_fedgraph.strategies.base import FederationContext, Strategy, TrainPlan
 from pyg_fedgraph.strategies.registry import register_strategy
-from pyg_fedgraph.train.engine import Regularizer
+from pyg_fedgraph.train.regularizers import Regularizer, per_client, register_regularizer
 
 __all__ = ["PFedGraph", "cosine_regularizer"]
 
@@ -54,6 +54,24 @@ def cosine_regularizer(theta: Tensor, reference: Tensor, lam: float) -> Tensor:
     """
     denom = (torch.linalg.vector_norm(theta) * torch.linalg.vector_norm(reference)).clamp_min(_EPS)
     return -lam * torch.dot(theta, reference) / denom
+
+
+@register_regularizer("pfedgraph-cosine")
+@dataclass
+class CosineTerm(Regularizer):
+    r"""pFedGraph's model-similarity term as declared client work:
+    :func:`cosine_regularizer` of each client's parameters and its reference
+    :math:`\bar{\theta}_i`.
+
+    Args:
+        reference (torch.Tensor): :math:`\bar{\theta}_i` of every client :math:`(S, D)`.
+        lam (float): :math:`\lambda \geq 0`.
+    """
+    reference: Tensor = per_client()
+    lam: float = 0.0
+
+    def penalty(self, theta: Tensor, *rows: Tensor) -> Tensor:
+        return cosine_regularizer(theta, rows[0], self.lam)
 
 
 @register_strategy("pfedgraph")
@@ -314,8 +332,7 @@ class PFedGraph(Strategy):
         regularizer = None
         if self.lam > 0 and bool(self._require_setup().table.trained.any()):
             reference = theta_bar if theta_bar is not None else theta_tilde
-            regularizer = Regularizer(partial(cosine_regularizer, lam=self.lam),
-                                      reference[clients])
+            regularizer = CosineTerm(reference[clients], lam=self.lam)
         return TrainPlan(params=theta_tilde[clients].clone(), regularizer=regularizer)
 
     def aggregate_train(self, rnd: int, graph: FederationGraph) -> None:

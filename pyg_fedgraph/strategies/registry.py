@@ -2,50 +2,33 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
+
+from pyg_fedgraph.utils.registry import Registry
 
 if TYPE_CHECKING:
     from pyg_fedgraph.strategies.base import Strategy
 
 __all__ = ["STRATEGIES", "register_strategy", "build_strategy", "strategy_kwargs"]
 
-#: CLI name -> strategy class, filled by :func:`register_strategy`.
-STRATEGIES: dict[str, type[Strategy]] = {}
-T = TypeVar("T", bound="type[Strategy]")
-
-
-def register_strategy(name: str) -> Callable[[T], T]:
-    r"""Class decorator registering a strategy under its CLI name ``name``
-    (``@register_strategy("fedavg")``), in :data:`STRATEGIES`; sets the
-    class's ``name``. A :class:`ValueError` when another class has the name."""
-    def wrap(cls: T) -> T:
-        if name in STRATEGIES and STRATEGIES[name] is not cls:
-            raise ValueError(f"strategy name {name!r} is already taken by {STRATEGIES[name]}")
-        cls.name = name
-        STRATEGIES[name] = cls
-        return cls
-    return wrap
+#: CLI name -> strategy class; ``@register_strategy("fedavg")`` adds a class and
+#: sets its ``name``.
+STRATEGIES: Registry[type[Strategy]] = Registry("strategy", attribute="name")
+register_strategy = STRATEGIES.register
 
 
 def strategy_kwargs(name: str) -> set[str]:
     r"""Keyword arguments the strategy's constructor accepts."""
-    cls = _get(name)
+    cls = STRATEGIES[name]
     return {p for p in inspect.signature(cls.__init__).parameters if p != "self"}
 
 
-def build_strategy(name: str, **kwargs: Any):
+def build_strategy(name: str, **kwargs: Any) -> Strategy:
     r"""Instantiates a registered strategy, with a clear error for unknown
     names or keyword arguments."""
-    cls = _get(name)
+    cls = STRATEGIES[name]
     unknown = set(kwargs) - strategy_kwargs(name)
     if unknown:
         raise ValueError(f"strategy {name!r} has no option(s) {sorted(unknown)}; "
                          f"it accepts {sorted(strategy_kwargs(name))}")
     return cls(**kwargs)
-
-
-def _get(name: str) -> type[Strategy]:
-    if name not in STRATEGIES:
-        raise ValueError(f"unknown strategy {name!r}; known: {', '.join(sorted(STRATEGIES))}")
-    return STRATEGIES[name]

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import logging
-from functools import partial
+from dataclasses import dataclass
 from typing import Annotated, Literal
 
 import torch
@@ -14,7 +14,7 @@ from pyg_fedgraph.hparams import Range, Search
 from pyg_fedgraph.nn.khop import KHopPropagation
 from pyg_fedgraph.strategies.base import FederationContext, Strategy, TrainPlan
 from pyg_fedgraph.strategies.registry import register_strategy
-from pyg_fedgraph.train.engine import Regularizer
+from pyg_fedgraph.train.regularizers import Regularizer, per_client, register_regularizer
 from pyg_fedgraph.utils.graph import complete_graph
 
 __all__ = ["SFL", "sfl_penalty"]
@@ -66,6 +66,30 @@ def sfl_penalty(theta: Tensor, personalized: Tensor, *global_model: Tensor, lam:
     for w in global_model:
         out = out + 0.5 * global_lam * (theta - w).pow(2).sum()
     return out
+
+
+@register_regularizer("sfl")
+@dataclass
+class SFLPenalty(Regularizer):
+    r""":func:`sfl_penalty` as declared client work.
+
+    Args:
+        personalized (torch.Tensor): every client's :math:`u_i` :math:`(S, D)`.
+        global_model (torch.Tensor, optional): :math:`w` for every client
+            :math:`(S, D)` (default: :obj:`None`: no second term).
+        lam (float): :math:`\lambda` (default: :obj:`0.0`).
+        global_lam (float): :math:`\lambda_g` (default: :obj:`0.0`).
+        penalty_form (str): ``"squared"`` or ``"distance"`` (default: ``"squared"``).
+    """
+    personalized: Tensor = per_client()
+    global_model: Tensor | None = per_client(None)
+    lam: float = 0.0
+    global_lam: float = 0.0
+    penalty_form: PenaltyName = "squared"
+
+    def penalty(self, theta: Tensor, *rows: Tensor) -> Tensor:
+        return sfl_penalty(theta, *rows, lam=self.lam, global_lam=self.global_lam,
+                           penalty=self.penalty_form)
 
 
 @register_strategy("sfl")
@@ -320,10 +344,8 @@ class SFL(Strategy):
             params = None
         regularizer = None
         if self.lam or self.global_lam:
-            refs = (u, w) if self.global_lam else (u,)
-            regularizer = Regularizer(partial(sfl_penalty, lam=self.lam,
-                                              global_lam=self.global_lam,
-                                              penalty=self.penalty), *refs)
+            regularizer = SFLPenalty(u, w if self.global_lam else None, lam=self.lam,
+                                     global_lam=self.global_lam, penalty_form=self.penalty)
         return TrainPlan(params=params, regularizer=regularizer)
 
     def aggregate_train(self, rnd: int, graph: FederationGraph) -> None:

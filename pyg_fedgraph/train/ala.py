@@ -10,9 +10,9 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from pyg_fedgraph.train.engine import ClientTrainer
 from pyg_fedgraph.train.jobs import ClientStart, StartJob, per_client, register_job
 from pyg_fedgraph.train.rules import LocalProblem
+from pyg_fedgraph.train.trainer import ClientTrainer
 from pyg_fedgraph.utils.seeds import make_generators
 
 __all__ = ["AdaptiveLocalAggregation", "ala_schedule"]
@@ -124,8 +124,8 @@ class AdaptiveLocalAggregation(StartJob):
     max_epochs: int = 50
     draw_round: int | None = None
 
-    def prepare(self, trainer: ClientTrainer, start: ClientStart, *, seed: int, rnd: int,
-                parallel: bool = True) -> tuple[Tensor, dict[str, Tensor]]:
+    def prepare(self, trainer: ClientTrainer, start: ClientStart, *, seed: int, rnd: int
+                ) -> tuple[Tensor, dict[str, Tensor]]:
         if start.local is None:
             raise ValueError("adaptive local aggregation needs each client's own model "
                              "(ClientStart.local)")
@@ -136,7 +136,7 @@ class AdaptiveLocalAggregation(StartJob):
         if tuple(self.weights.shape) != (start.rows.numel(), d - self.top):
             raise ValueError(f"weights must be ({start.rows.numel()}, {d - self.top}), got "
                              f"{tuple(self.weights.shape)}")
-        if parallel:
+        if trainer.parallel:
             return self._aggregate(trainer, start, seed, rnd)
         # The reference path: the same computation one client at a time.
         parts = [self._aggregate(trainer, _row(start, i), seed, rnd, i)

@@ -27,16 +27,14 @@ from typing import Literal
 import torch
 from torch import nn
 
+from pyg_fedgraph.typing import CompileMode, ExecutionName
+
 __all__ = ["Execution", "ExecutionName", "CompileMode", "CUDA_GRAPH_MODES", "EXECUTION_TABLE",
            "model_family", "choose_execution", "auto_chunk"]
 
 log = logging.getLogger(__name__)
 
 Execution = Literal["vmap", "loop"]
-ExecutionName = Literal["auto", "vmap", "loop"]
-#: :func:`torch.compile` modes a trainer accepts (``compile=True`` is ``"default"``).
-CompileMode = Literal["default", "reduce-overhead", "max-autotune",
-                      "max-autotune-no-cudagraphs"]
 #: The modes that record CUDA graphs on a GPU (on the CPU they compile as
 #: ``"default"`` does, plus autotuning for ``"max-autotune"``).
 CUDA_GRAPH_MODES = frozenset({"reduce-overhead", "max-autotune"})

@@ -40,15 +40,17 @@ outputs alone (kNN-Per's mixture with a nearest-neighbour vote,
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
+from typing import TYPE_CHECKING, ClassVar, cast
 
 import torch
 from torch import Tensor
 
-from pyg_fedgraph.train.engine import ClientTrainer, LocalConfig, Regularizer
+from pyg_fedgraph.train.config import LocalConfig
+from pyg_fedgraph.train.regularizers import Regularizer, per_client, select_rows
 from pyg_fedgraph.train.rules import SGD, LocalRule
+from pyg_fedgraph.train.trainer import ClientTrainer
+from pyg_fedgraph.utils.registry import Registry
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -60,48 +62,10 @@ __all__ = ["ClientStart", "Job", "ClientJob", "StartJob", "JOBS", "register_job"
            "EvaluatePlan", "ClientResult", "run_plan",
            "finetuned", "evaluate_clients", "select_rows", "Evaluator"]
 
-#: Every job class a client may rebuild by name (see :func:`register_job`).
-JOBS: dict[str, type[Job]] = {}
-J = TypeVar("J", bound="type[Job]")
-
-
-def register_job(name: str) -> Callable[[J], J]:
-    r"""Registers a :class:`ClientJob` or :class:`StartJob` dataclass under
-    ``name`` (its ``kind``), so that clients rebuild it by name."""
-    def wrap(cls: J) -> J:
-        if name in JOBS and JOBS[name] is not cls:
-            raise ValueError(f"client job {name!r} is already registered by {JOBS[name]}")
-        cls.kind = name
-        JOBS[name] = cls
-        return cls
-    return wrap
-
-
-def per_client(default: Any = dataclasses.MISSING) -> Any:
-    r"""A dataclass field holding one row per client (a :math:`(S, \ldots)`
-    tensor or a :class:`~pyg_fedgraph.train.Regularizer`): restricted with
-    :meth:`ClientJob.select` and sent row by row to Flower clients."""
-    if default is dataclasses.MISSING:
-        return field(metadata={"per_client": True})
-    return field(default=default, metadata={"per_client": True})
-
-
-def select_rows(obj: Any, rows: Tensor) -> Any:
-    r"""A copy of the dataclass ``obj`` whose ``per_client`` fields keep only
-    positions ``rows``."""
-    changes: dict[str, Any] = {}
-    for f in fields(obj):
-        value = getattr(obj, f.name)
-        if value is None:
-            continue
-        if f.metadata.get("per_client"):
-            changes[f.name] = value.select(rows) if isinstance(value, Regularizer) \
-                else value[rows]
-        elif isinstance(value, Job):
-            changes[f.name] = value.select(rows)
-        elif isinstance(value, tuple) and value and isinstance(value[0], Job):
-            changes[f.name] = tuple(job.select(rows) for job in value)
-    return dataclasses.replace(obj, **changes)
+#: Every job class a client may rebuild by name: ``@register_job("loss-gradient")``
+#: adds a :class:`ClientJob` or :class:`StartJob` dataclass and sets its ``kind``.
+JOBS: Registry[type[Job]] = Registry("client job", attribute="kind")
+register_job = JOBS.register
 
 
 @dataclass
@@ -120,12 +84,16 @@ class ClientStart:
         local (torch.Tensor, optional): each client's own latest model
             :math:`(S, D)` (for start jobs that combine it with what the
             server sent).
+        optimizer_state (dict, optional): the optimizer state each client
+            kept from its previous local run (``keep_optimizer_state``),
+            :math:`(S, \ldots)` each.
     """
     rows: Tensor
     ids: Tensor
     params: Tensor
     buffers: Tensor
     local: Tensor | None = None
+    optimizer_state: dict[str, Tensor] | None = None
 
 
 class Job:
@@ -147,8 +115,7 @@ class Job:
 class ClientJob(Job):
     r"""Client work run after the main training, from the same starting point."""
 
-    def run(self, trainer: ClientTrainer, start: ClientStart, *, seed: int, rnd: int,
-            parallel: bool = True) -> Tensor:
+    def run(self, trainer: ClientTrainer, start: ClientStart, *, seed: int, rnd: int) -> Tensor:
         r"""The job's result for the clients of ``start`` :math:`(S, \ldots)`."""
         raise NotImplementedError
 
@@ -157,8 +124,8 @@ class StartJob(Job):
     r"""Client work run before the main training (or an evaluation): it
     chooses where the clients start."""
 
-    def prepare(self, trainer: ClientTrainer, start: ClientStart, *, seed: int, rnd: int,
-                parallel: bool = True) -> tuple[Tensor, dict[str, Tensor]]:
+    def prepare(self, trainer: ClientTrainer, start: ClientStart, *, seed: int, rnd: int
+                ) -> tuple[Tensor, dict[str, Tensor]]:
         r"""The starting parameters :math:`(S, D)` and the job's outputs
         (``{output: (S, ...)}``) for the clients of ``start``."""
         raise NotImplementedError
@@ -202,12 +169,11 @@ class PersonalTraining(ClientJob):
     config: LocalConfig | None = None
     rule: LocalRule | None = None
 
-    def run(self, trainer: ClientTrainer, start: ClientStart, *, seed: int, rnd: int,
-            parallel: bool = True) -> Tensor:
+    def run(self, trainer: ClientTrainer, start: ClientStart, *, seed: int, rnd: int) -> Tensor:
         seeds = derive_seeds(seed, "personal", rnd, ids=start.ids.tolist())
         return trainer.train(start.rows, self.params.detach(), start.buffers.clone(),
                              regularizer=self.regularizer, config=self.config, rule=self.rule,
-                             generator=seeds, parallel=parallel).params
+                             generator=seeds).params
 
 
 @register_job("loss-gradient")
@@ -226,8 +192,7 @@ class LossGradient(ClientJob):
     output: ClassVar[str] = "feedback"
     split: str = "val"
 
-    def run(self, trainer: ClientTrainer, start: ClientStart, *, seed: int, rnd: int,
-            parallel: bool = True) -> Tensor:
+    def run(self, trainer: ClientTrainer, start: ClientStart, *, seed: int, rnd: int) -> Tensor:
         return trainer.loss_gradient(start.rows, start.params, start.buffers, self.split)[0]
 
 
@@ -257,8 +222,8 @@ class ChooseModel(StartJob):
     candidates: Tensor
     split: str = "train"
 
-    def prepare(self, trainer: ClientTrainer, start: ClientStart, *, seed: int, rnd: int,
-                parallel: bool = True) -> tuple[Tensor, dict[str, Tensor]]:
+    def prepare(self, trainer: ClientTrainer, start: ClientStart, *, seed: int, rnd: int
+                ) -> tuple[Tensor, dict[str, Tensor]]:
         s = start.rows.numel()
         with torch.no_grad():
             losses = torch.stack([
@@ -304,8 +269,8 @@ class SharedBody(StartJob):
     epochs: int = 0
     steps: int | None = None
 
-    def prepare(self, trainer: ClientTrainer, start: ClientStart, *, seed: int, rnd: int,
-                parallel: bool = True) -> tuple[Tensor, dict[str, Tensor]]:
+    def prepare(self, trainer: ClientTrainer, start: ClientStart, *, seed: int, rnd: int
+                ) -> tuple[Tensor, dict[str, Tensor]]:
         if start.local is None:
             raise ValueError("SharedBody needs each client's own model (ClientStart.local) "
                              "to take its head from")
@@ -322,7 +287,7 @@ class SharedBody(StartJob):
         seeds = derive_seeds(seed, "head", rnd, ids=start.ids.tolist())
         config = dataclasses.replace(trainer.config, epochs=self.epochs, steps=self.steps)
         res = trainer.train(start.rows, params, start.buffers.clone(), config=config,
-                            rule=SGD(mask=head), generator=seeds, parallel=parallel)
+                            rule=SGD(mask=head), generator=seeds)
         return res.params, {self.output: res.loss}
 
 
@@ -463,6 +428,9 @@ class ClientResult:
         outputs (dict): job outputs by graph attribute, :math:`(S, \ldots)` each.
         start (torch.Tensor): where the training started :math:`(S, D)` (the
             update is ``params - start``).
+        optimizer_state (dict): the main training's optimizer state that the
+            clients keep (``keep_optimizer_state``; empty otherwise),
+            :math:`(S, \ldots)` each.
     """
     params: Tensor
     buffers: Tensor
@@ -470,39 +438,40 @@ class ClientResult:
     steps: Tensor
     outputs: dict[str, Tensor]
     start: Tensor
+    optimizer_state: dict[str, Tensor] = field(default_factory=dict)
 
     def select(self, rows: Tensor) -> ClientResult:
         return ClientResult(self.params[rows], self.buffers[rows], self.loss[rows],
                             self.steps[rows], {k: v[rows] for k, v in self.outputs.items()},
-                            self.start[rows])
+                            self.start[rows],
+                            {k: v[rows] for k, v in self.optimizer_state.items()})
 
 
 def run_plan(trainer: ClientTrainer, plan: TrainPlan, start: ClientStart, *, seed: int,
-             rnd: int, parallel: bool = True) -> ClientResult:
+             rnd: int) -> ClientResult:
     r"""Carries out ``plan`` for the clients of ``start``: its start job,
     if any, which may move the starting point; the main training from there
     (batch order ``(seed, "batches", rnd, id)``); then every job of
     ``plan.jobs`` from the same starting point."""
     outputs: dict[str, Tensor] = {}
     if plan.start_job is not None:
-        params, outputs = plan.start_job.prepare(trainer, start, seed=seed, rnd=rnd,
-                                                 parallel=parallel)
+        params, outputs = plan.start_job.prepare(trainer, start, seed=seed, rnd=rnd)
         start = dataclasses.replace(start, params=params)
     seeds = derive_seeds(seed, "batches", rnd, ids=start.ids.tolist())
     result = trainer.train(start.rows, start.params, start.buffers, regularizer=plan.regularizer,
                            config=plan.config, rule=plan.rule, generator=seeds,
-                           parallel=parallel)
+                           state=start.optimizer_state)
     outputs.update(result.extra)
     for job in plan.jobs:
         if job.output in outputs:
             raise ValueError(f"two pieces of client work write {job.output!r}")
-        outputs[job.output] = job.run(trainer, start, seed=seed, rnd=rnd, parallel=parallel)
+        outputs[job.output] = job.run(trainer, start, seed=seed, rnd=rnd)
     return ClientResult(result.params, result.buffers, result.loss, result.steps, outputs,
-                        start.params)
+                        start.params, result.state)
 
 
 def finetuned(trainer: ClientTrainer, start: ClientStart, finetune: FineTune | None, *,
-              seed: int = 0, rnd: int = 0, parallel: bool = True) -> tuple[Tensor, Tensor]:
+              seed: int = 0, rnd: int = 0) -> tuple[Tensor, Tensor]:
     r"""The models that are evaluated: ``(params, buffers)`` of ``start``
     after local fine-tuning (batch order ``(seed, "finetune", rnd, id)``)
     when ``finetune`` is given, else ``start``'s own."""
@@ -510,14 +479,13 @@ def finetuned(trainer: ClientTrainer, start: ClientStart, finetune: FineTune | N
         return start.params, start.buffers
     seeds = derive_seeds(seed, "finetune", rnd, ids=start.ids.tolist())
     res = trainer.train(start.rows, start.params, start.buffers,
-                        config=finetune.local_config(trainer.config), generator=seeds,
-                        parallel=parallel)
+                        config=finetune.local_config(trainer.config), generator=seeds)
     return res.params, res.buffers
 
 
 def evaluate_clients(trainer: ClientTrainer, start: ClientStart, *,
                      finetune: FineTune | None = None, start_job: StartJob | None = None,
-                     seed: int = 0, rnd: int = 0, parallel: bool = True,
+                     seed: int = 0, rnd: int = 0,
                      splits: tuple[str, ...] = ("val", "test"),
                      evaluator: Evaluator | None = None) -> dict[str, dict[str, Tensor]]:
     r"""Per-client metrics ``{split: {metric: (S,)}}`` of the models
@@ -525,9 +493,9 @@ def evaluate_clients(trainer: ClientTrainer, start: ClientStart, *,
     ``start_job`` chooses), after local fine-tuning when ``finetune`` is given
     (:func:`finetuned`), computed by ``evaluator`` when one is given."""
     if start_job is not None:
-        params, _ = start_job.prepare(trainer, start, seed=seed, rnd=rnd, parallel=parallel)
+        params, _ = start_job.prepare(trainer, start, seed=seed, rnd=rnd)
         start = dataclasses.replace(start, params=params)
-    params, buffers = finetuned(trainer, start, finetune, seed=seed, rnd=rnd, parallel=parallel)
+    params, buffers = finetuned(trainer, start, finetune, seed=seed, rnd=rnd)
     with torch.no_grad():
         if evaluator is not None:
             return evaluator.evaluate(trainer, start.rows, params, buffers, splits)

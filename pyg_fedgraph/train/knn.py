@@ -10,8 +10,8 @@ from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
 from pyg_fedgraph.nn.knn import knn_vote
-from pyg_fedgraph.train.engine import ClientTrainer
 from pyg_fedgraph.train.jobs import Evaluator, register_job
+from pyg_fedgraph.train.trainer import ClientTrainer
 
 __all__ = ["KNNInterpolation", "output_layer", "embed"]
 

@@ -29,34 +29,27 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, TypeVar
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 from torch import Tensor
 
+from pyg_fedgraph.utils.registry import Registry
+
 if TYPE_CHECKING:
     from pyg_fedgraph.data.federated_dataset import FederatedDataset
-    from pyg_fedgraph.train.engine import LocalConfig
+    from pyg_fedgraph.train.config import LocalConfig
 
-__all__ = ["LocalProblem", "LocalRule", "SGD", "RULES", "register_rule", "class_counts",
+__all__ = ["LocalProblem", "LocalRule", "SGD", "Adam", "default_rule", "RULES", "register_rule",
+           "class_counts",
            "PerFedAvgStep", "PerFedAvgHFStep", "PFedMeStep", "FedRoDStep"]
 
-#: Every rule class a client may rebuild by name (see :func:`register_rule`).
-RULES: dict[str, type[LocalRule]] = {}
-R = TypeVar("R", bound="type[LocalRule]")
-
-
-def register_rule(name: str) -> Callable[[R], R]:
-    r"""Registers a :class:`LocalRule` dataclass under ``name`` (its ``kind``),
-    so that plans using it can be sent to Flower clients, which rebuild it
-    from the name and its fields (code is never sent)."""
-    def wrap(cls: R) -> R:
-        if name in RULES and RULES[name] is not cls:
-            raise ValueError(f"local rule {name!r} is already registered by {RULES[name]}")
-        cls.kind = name
-        RULES[name] = cls
-        return cls
-    return wrap
+#: Every rule class a client may rebuild by name: ``@register_rule("sgd")`` adds
+#: a :class:`LocalRule` dataclass and sets its ``kind``, so that plans using it
+#: can be sent to Flower clients, which rebuild it from the name and its fields
+#: (code is never sent).
+RULES: Registry[type[LocalRule]] = Registry("local rule", attribute="kind")
+register_rule = RULES.register
 
 
 class LocalProblem:
@@ -116,14 +109,35 @@ class LocalRule:
         outputs (tuple of str): the names of the extra per-client outputs
             :meth:`finish` returns (they become graph attributes, e.g.
             pFedMe's ``personal_x``).
+        persistent (tuple of str): the entries of the state that a client
+            keeps from one local run to its next with
+            :attr:`~pyg_fedgraph.train.LocalConfig.keep_optimizer_state`
+            (SGD's momentum buffer, Adam's moments and step count).
     """
     kind: ClassVar[str] = ""
     batches_per_step: ClassVar[int] = 1
     outputs: ClassVar[tuple[str, ...]] = ()
+    persistent: ClassVar[tuple[str, ...]] = ()
 
     def init_state(self, theta: Tensor, config: LocalConfig) -> dict[str, Tensor]:
         r"""Per-client state :math:`(S, \ldots)` before the first step."""
         return {}
+
+    def start_state(self, theta: Tensor, config: LocalConfig,
+                    carried: dict[str, Tensor] | None = None) -> dict[str, Tensor]:
+        r"""The state the first step starts from: :meth:`init_state`, with the
+        :attr:`persistent` entries of ``carried`` (the clients' state at the
+        end of their previous local run, rows in client order) in place of
+        the fresh ones."""
+        state = self.init_state(theta, config)
+        if carried:
+            state.update({k: carried[k].to(theta.device) for k in self.persistent
+                          if k in carried and k in state})
+        return state
+
+    def kept_state(self, state: dict[str, Tensor]) -> dict[str, Tensor]:
+        r"""The :attr:`persistent` entries of the state after the last step."""
+        return {k: state[k] for k in self.persistent if k in state}
 
     def step(self, problem: LocalProblem, theta: Tensor, state: dict[str, Tensor],
              batches: list[Tensor], config: LocalConfig
@@ -170,6 +184,7 @@ class SGD(LocalRule):
             parameters that train (default: all).
     """
     mask: Tensor | None = None
+    persistent: ClassVar[tuple[str, ...]] = ("momentum", "started")
 
     def init_state(self, theta: Tensor, config: LocalConfig) -> dict[str, Tensor]:
         if not config.momentum:
@@ -191,6 +206,71 @@ class SGD(LocalRule):
         if self.mask is not None:
             g = g * self.mask.to(g.dtype)
         return theta - config.lr * g, state, loss
+
+
+@register_rule("adam")
+@dataclass
+class Adam(LocalRule):
+    r"""Adam from `"Adam: A Method for Stochastic Optimization"
+    <https://arxiv.org/abs/1412.6980>`_ (Kingma and Ba, ICLR 2015), as
+    :class:`torch.optim.Adam` (weight decay added to the gradient, no AMSGrad):
+
+    .. math::
+        g &\leftarrow \nabla f_i(\theta) + \lambda_{wd}\,\theta, \quad t \leftarrow t + 1,
+
+        m &\leftarrow \beta_1 m + (1 - \beta_1)\, g, \quad
+        v \leftarrow \beta_2 v + (1 - \beta_2)\, g^2,
+
+        \theta &\leftarrow \theta - \frac{\eta}{1 - \beta_1^t}\,
+        \frac{m}{\sqrt{v / (1 - \beta_2^t)} + \epsilon} \odot \mathrm{m}_{train}
+
+    with :math:`\eta`, :math:`\lambda_{wd}`, :math:`\beta_1`,
+    :math:`\beta_2`, :math:`\epsilon` from the
+    :class:`~pyg_fedgraph.train.LocalConfig` and :math:`t` each client's own
+    step count. Masked-out parameters (``mask``) neither move nor gather
+    moments. With ``keep_optimizer_state`` a client's :math:`m, v, t` carry
+    over to its next local run (FED-PUB's clients keep one Adam optimizer
+    for the whole federation).
+
+    Args:
+        mask (torch.Tensor, optional): :math:`(D,)` bool, ``True`` for the
+            parameters that train (default: all).
+    """
+    mask: Tensor | None = None
+    persistent: ClassVar[tuple[str, ...]] = ("exp_avg", "exp_avg_sq", "step")
+
+    def init_state(self, theta: Tensor, config: LocalConfig) -> dict[str, Tensor]:
+        return {"exp_avg": torch.zeros_like(theta), "exp_avg_sq": torch.zeros_like(theta),
+                "step": torch.zeros(theta.size(0), dtype=torch.float64, device=theta.device)}
+
+    def step(self, problem: LocalProblem, theta: Tensor, state: dict[str, Tensor],
+             batches: list[Tensor], config: LocalConfig
+             ) -> tuple[Tensor, dict[str, Tensor], Tensor]:
+        g, loss = problem.grad(theta, batches[0])
+        if config.weight_decay:
+            g = g + config.weight_decay * theta
+        mask = None if self.mask is None else self.mask.to(g.dtype)
+        if mask is not None:
+            g = g * mask
+        step = state["step"] + 1
+        exp_avg = state["exp_avg"].lerp(g, 1 - config.beta1)
+        exp_avg_sq = state["exp_avg_sq"] * config.beta2 + (1 - config.beta2) * g * g
+        # Bias corrections per client, in float64 as torch computes them in Python floats.
+        correction1 = (1 - config.beta1 ** step).to(theta.dtype).unsqueeze(1)
+        correction2 = (1 - config.beta2 ** step).sqrt().to(theta.dtype).unsqueeze(1)
+        update = config.lr / correction1 * exp_avg / (exp_avg_sq.sqrt() / correction2
+                                                      + config.eps)
+        if mask is not None:
+            update = update * mask
+            exp_avg = torch.where(mask.bool(), exp_avg, state["exp_avg"])
+            exp_avg_sq = torch.where(mask.bool(), exp_avg_sq, state["exp_avg_sq"])
+        return theta - update, {"exp_avg": exp_avg, "exp_avg_sq": exp_avg_sq,
+                                "step": step}, loss
+
+
+def default_rule(config: LocalConfig) -> LocalRule:
+    r"""The update rule of ``config.optimizer``: :class:`SGD` or :class:`Adam`."""
+    return Adam() if config.optimizer == "adam" else SGD()
 
 
 def class_counts(dataset: FederatedDataset, clients: Tensor, split: str = "train") -> Tensor:

@@ -1,6 +1,6 @@
 r"""Masked traffic-forecasting loss and metrics (MAE / RMSE / MAPE in mph per
 horizon, normalized MSE), written as per-sample functions for
-:class:`~pyg_fedgraph.train.objective.Objective`.
+:class:`~pyg_fedgraph.data.objective.Objective`.
 
 **Packed targets.** A per-sample function sees only the model output and the
 targets of one client, never the client id, yet masked metrics in mph need
@@ -47,7 +47,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from pyg_fedgraph.train.objective import Objective, PerSample
+from pyg_fedgraph.data.objective import Objective, PerSample
 
 __all__ = ["TARGET", "WEIGHT", "MEAN", "STD", "NUM_TARGET_ROWS", "pack_targets",
            "traffic_objective", "add_rmse", "masked_normalized_error"]

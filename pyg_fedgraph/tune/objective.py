@@ -8,12 +8,9 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from pyg_fedgraph.data.federated_dataset import FederatedDataset
-from pyg_fedgraph.experiment import (
-    ExperimentConfig,
-    build_dataset,
-    build_simulator,
-    resolved_defaults,
-)
+from pyg_fedgraph.experiment.build import build_dataset, build_simulator, resolved_defaults
+from pyg_fedgraph.experiment.runner import Runner, StopSignal
+from pyg_fedgraph.experiment.settings import ExperimentConfig
 from pyg_fedgraph.strategies import STRATEGIES
 from pyg_fedgraph.tune.space import SearchSpace, suggest_overrides
 
@@ -30,8 +27,9 @@ class TuneObjective:
 
     The trial's settings (:func:`suggest_overrides`) are merged into
     ``config.overrides``; the run is built by
-    :func:`~pyg_fedgraph.experiment.build_simulator` and stepped round by
-    round. After each evaluated round :math:`t` the mean validation metric
+    :func:`~pyg_fedgraph.experiment.build_simulator` and carried out by the
+    :class:`~pyg_fedgraph.experiment.Runner`, whose ``stop_when`` is the
+    pruning. After each evaluated round :math:`t` the mean validation metric
     over the evaluated clients :math:`\mathcal{C}` (those that train; only
     the benign ones under an attack),
 
@@ -65,23 +63,22 @@ class TuneObjective:
             (default: :obj:`None`).
         callbacks (tuple, optional): simulator callbacks
             ``fn(simulator, record)`` shared by every trial (default: ``()``).
-        trial_callbacks (callable, optional): ``trial -> callbacks`` of that
-            trial's run only, such as one
-            :class:`~pyg_fedgraph.tracking.Tracker` per trial; those with a
-            ``close(status)`` method are closed when the trial ends, with
+        trial_callbacks (callable, optional): ``trial -> trackers`` of that
+            trial's run only (one :class:`~pyg_fedgraph.tracking.Tracker` per
+            trial), closed by the runner when the trial ends, with
             ``"finished"``, ``"stopped"`` (pruned or interrupted) or
             ``"failed"`` (default: :obj:`None`).
+        stop (StopSignal, optional): stop requests shared by the trials
+            (default: a fresh one).
     """
 
     def __init__(self, config: ExperimentConfig, *, space: SearchSpace | None = None,
                  params: Mapping[str, optuna.distributions.BaseDistribution] | None = None,
                  tune_local: bool = False, dataset: FederatedDataset | None = None,
                  callbacks: tuple = (),
-                 trial_callbacks: Callable[[optuna.trial.Trial], Sequence[Any]] | None = None
-                 ) -> None:
-        if config.strategy not in STRATEGIES:
-            raise ValueError(f"unknown strategy {config.strategy!r}; known: "
-                             f"{sorted(STRATEGIES)}")
+                 trial_callbacks: Callable[[optuna.trial.Trial], Sequence[Any]] | None = None,
+                 stop: StopSignal | None = None) -> None:
+        STRATEGIES[config.strategy]  # an unknown name is one line that lists the known ones
         if config.rounds is not None and config.rounds < 1:
             raise ValueError(f"a study needs at least one round per trial, got "
                              f"rounds={config.rounds}")
@@ -91,6 +88,7 @@ class TuneObjective:
         self.tune_local = tune_local
         self.callbacks = tuple(callbacks)
         self.trial_callbacks = trial_callbacks
+        self.stop = stop or StopSignal()
         self._dataset = dataset
 
     @property
@@ -125,35 +123,31 @@ class TuneObjective:
         overrides = {**sampled, **self.config.overrides}
         cfg = replace(self.config, overrides=overrides)
         own_data = any(k.startswith("data.") for k in sampled)
-        own = tuple(self.trial_callbacks(trial)) if self.trial_callbacks is not None else ()
-        sim = build_simulator(cfg, dataset=None if own_data else self.dataset, progress=False,
-                              callbacks=self.callbacks + own)
+        trackers = tuple(self.trial_callbacks(trial)) if self.trial_callbacks is not None else ()
+        sim = build_simulator(cfg, dataset=None if own_data else self.dataset,
+                              callbacks=self.callbacks)
         trial.set_user_attr("overrides", overrides)
         t0 = time.perf_counter()
-        status = "failed"
-        try:
-            while sim.round < sim.rounds:
-                record = sim.step()
-                if record is None:
-                    continue
-                value = sim.history.mean("val")[-1]
-                trial.report(value, record.round)
-                if trial.should_prune():
-                    self._record(trial, sim, time.perf_counter() - t0)
-                    status = "stopped"
-                    raise optuna.TrialPruned(f"pruned at round {record.round} with mean "
-                                             f"validation {sim.history.metric} {value:.4f}")
-            summary = self._record(trial, sim, time.perf_counter() - t0)
-            status = "finished"
-            return float(summary["val_best"])
-        except KeyboardInterrupt:
-            status = "stopped"
-            raise
-        finally:
-            for callback in own:
-                close = getattr(callback, "close", None)
-                if close is not None:
-                    close(status)
+        pruned_at: list[tuple[int, float]] = []
+
+        def prune(sim_: Any, record: Any) -> bool:
+            value = sim_.history.mean("val")[-1]
+            trial.report(value, record.round)
+            if trial.should_prune():
+                pruned_at.append((record.round, value))
+                return True
+            return False
+
+        result = Runner(sim, name=f"trial {trial.number}", trackers=trackers, stop_when=prune,
+                        stop=self.stop).run()
+        summary = self._record(trial, sim, time.perf_counter() - t0)
+        if result.status == "pruned":
+            rnd, value = pruned_at[-1]
+            raise optuna.TrialPruned(f"pruned at round {rnd} with mean validation "
+                                     f"{sim.history.metric} {value:.4f}")
+        if result.status == "stopped":
+            raise KeyboardInterrupt
+        return float(summary["val_best"])
 
     @staticmethod
     def _record(trial: optuna.trial.Trial, sim: Any, seconds: float) -> dict[str, Any]:

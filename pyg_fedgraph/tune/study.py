@@ -11,7 +11,8 @@ from dataclasses import MISSING, fields
 from typing import TYPE_CHECKING, Any
 
 from pyg_fedgraph.data.federated_dataset import FederatedDataset
-from pyg_fedgraph.experiment import ExperimentConfig
+from pyg_fedgraph.experiment.runner import StopSignal
+from pyg_fedgraph.experiment.settings import ExperimentConfig
 from pyg_fedgraph.tune.objective import Direction, TuneObjective
 from pyg_fedgraph.tune.space import SearchSpace
 
@@ -207,8 +208,8 @@ def tune(config: ExperimentConfig, n_trials: int | None = None, *,
          tune_local: bool = False, timeout: float | None = None,
          dataset: FederatedDataset | None = None,
          show_progress_bar: bool = False,
-         trial_callbacks: Callable[[optuna.trial.Trial], Sequence[Any]] | None = None
-         ) -> optuna.Study:
+         trial_callbacks: Callable[[optuna.trial.Trial], Sequence[Any]] | None = None,
+         stop: StopSignal | None = None) -> optuna.Study:
     r"""Runs (or resumes, or joins) a study of ``config.strategy`` on
     ``config.dataset`` and returns it.
 
@@ -228,9 +229,10 @@ def tune(config: ExperimentConfig, n_trials: int | None = None, *,
         sampler (optuna.samplers.BaseSampler, optional): default TPE.
             Workers sharing a study should not use the same seed, or they
             propose the same first trials (default: :obj:`None`).
-        space, params, tune_local, dataset, trial_callbacks: as in
+        space, params, tune_local, dataset, trial_callbacks, stop: as in
             :class:`TuneObjective` (``trial_callbacks`` logs each trial, e.g.
-            to its own :class:`~pyg_fedgraph.tracking.Tracker`).
+            to its own :class:`~pyg_fedgraph.tracking.Tracker`; a ``stop``
+            request ends the trial in progress and the study).
         timeout (float, optional): stop starting trials after this many
             seconds (default: :obj:`None`).
         show_progress_bar (bool, optional): Optuna's progress bar on stderr
@@ -241,7 +243,7 @@ def tune(config: ExperimentConfig, n_trials: int | None = None, *,
     if n_trials is not None and n_trials < 1:
         raise ValueError(f"n_trials must be >= 1, got {n_trials}")
     objective = TuneObjective(config, space=space, params=params, tune_local=tune_local,
-                              dataset=dataset, trial_callbacks=trial_callbacks)
+                              dataset=dataset, trial_callbacks=trial_callbacks, stop=stop)
     study = create_study(config, rounds=objective.rounds, storage=storage,
                          study_name=study_name, direction=objective.direction, pruner=pruner,
                          sampler=sampler, tune_local=tune_local, params=params, space=space)

@@ -18,16 +18,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
-from typing import Literal
 
 import torch
+
+from pyg_fedgraph.typing import Precision
 
 __all__ = ["DeviceName", "Precision", "PRECISIONS", "resolve_device", "available_devices",
            "autocast", "amp_dtype", "set_threads", "same_device"]
 
 #: What a user may write for a device.
 DeviceName = str
-Precision = Literal["fp32", "bf16", "fp16"]
 PRECISIONS: tuple[Precision, ...] = ("fp32", "bf16", "fp16")
 _AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 

@@ -70,14 +70,15 @@ def test_registry_names_and_load():
 
 
 def test_registry_unknown_and_duplicate(monkeypatch):
-    with pytest.raises(ValueError, match=r"unknown dataset 'emnist'; known datasets: .*\bdigits, "):
+    with pytest.raises(ValueError, match=r"unknown dataset 'emnist'; known: .*\bdigits, "):
         load_dataset("emnist")
-    monkeypatch.setattr(registry, "DATASETS", dict(DATASETS))
+    monkeypatch.setattr(DATASETS, "_entries", dict(DATASETS._entries))
 
     @register_dataset("toy_set")
     def toy(**kwargs):
         return digits(**kwargs)
 
-    assert registry.DATASETS["toy-set"] is toy
-    with pytest.raises(ValueError, match="'digits' is already registered"):
+    assert registry.DATASETS["toy-set"] is toy and "Toy_Set" in DATASETS
+    with pytest.raises(ValueError, match="dataset name 'digits' is already taken by "
+                                         "pyg_fedgraph.datasets.digits.digits"):
         register_dataset("digits")(toy)

@@ -172,12 +172,12 @@ def test_strategies_without_a_prior_graph_run_on_fl60_without_one():
                                 seed=0, overrides={"steps": 2, "data.samples_per_client": 20,
                                                    "data.graph": "none"})
     for name in ("fedavg", "pfedgraph"):
-        sim = build_simulator(config(name), progress=False)
+        sim = build_simulator(config(name))
         assert sim.dataset.edge_index is None
         sim.run()
         assert sim.engine.round == 2 and bool(sim.engine.table.trained.all())
     with pytest.raises(ValueError, match="needs a prior client graph"):
-        build_simulator(config("panacea"), progress=False)
+        build_simulator(config("panacea"))
 
 
 def test_fl60_errors():
@@ -257,7 +257,7 @@ def test_fl60_grda_file_runs_a_strategy(tmp_path):
     write_grda_toy(path, per=20)
     cfg = ExperimentConfig(dataset="fl60", strategy="sfl", rounds=1,
                            overrides={"data.path": str(path), "data.graph": "file"})
-    sim = build_simulator(cfg, progress=False)
+    sim = build_simulator(cfg)
     sim.run()
     assert sim.dataset.num_clients == 4 and len(sim.history) == 1
 

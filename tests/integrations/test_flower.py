@@ -5,7 +5,6 @@ one module-scoped fixture runs a real Flower simulation (Ray backend, CPU) of
 FedAvg, pFedGraph and a round with malformed replies.
 """
 import dataclasses
-import functools
 import importlib
 import io
 import math
@@ -24,12 +23,19 @@ from flwr.serverapp import Grid
 from pyg_fedgraph.data.federated_dataset import ClientSplit, FederatedDataset
 from pyg_fedgraph.data.federation import ClientTable
 from pyg_fedgraph.data.layout import ParamLayout
-from pyg_fedgraph.integrations.flower import GraphStrategy, make_client_app, register_regularizer
+from pyg_fedgraph.integrations.flower import GraphStrategy, make_client_app
 from pyg_fedgraph.integrations.flower import protocol as P
 from pyg_fedgraph.simulation.simulator import Simulator
 from pyg_fedgraph.strategies import STRATEGIES, build_strategy
-from pyg_fedgraph.strategies.fedprox import proximal_term
-from pyg_fedgraph.train.engine import LocalConfig, Regularizer
+from pyg_fedgraph.train.config import LocalConfig
+from pyg_fedgraph.train.jobs import TrainPlan
+from pyg_fedgraph.train.regularizers import (
+    REGULARIZERS,
+    ProximalTerm,
+    Regularizer,
+    per_client,
+    register_regularizer,
+)
 from pyg_fedgraph.utils.seeds import make_generator
 
 NUM_CLIENTS = 5
@@ -140,7 +146,7 @@ def run_local(strategy, rounds=3, *, dataset=None, mods=None, grid_seed=1, **kwa
 
 def run_simulator(strategy, rounds=3, dataset=None, sample_fraction=None):
     sim = Simulator(dataset or tiny_dataset(), tiny_model(), strategy, rounds=rounds,
-                    local=LOCAL, seed=0, progress=False, sample_fraction=sample_fraction)
+                    local=LOCAL, seed=0, sample_fraction=sample_fraction)
     sim.run()
     return sim
 
@@ -194,57 +200,69 @@ def test_check_params_record_names_what_is_wrong(corrupt, reason):
     assert __import__("re").search(reason, P.check_params_record(layout, record))
 
 
-def _probe(reg: Regularizer, spec: P.RegularizerSpec, d: int) -> tuple[float, float]:
-    theta = torch.linspace(-1.0, 1.0, d)
-    rows = [r[1] for r in reg.refs]
-    rebuilt = P.decode_regularizer(spec, rows)
-    return float(reg.fn(theta, *rows)), float(rebuilt.fn(theta, *(r[0] for r in rebuilt.refs)))
+def _through_the_wire(plan: TrainPlan, d: int) -> TrainPlan:
+    r"""Client 1's part of ``plan``, encoded and decoded as a Flower client does."""
+    layout = ParamLayout.from_module(tiny_model())
+    assert layout.num_params == d
+    text, arrays = P.encode_plan(plan, 1, layout)
+    return P.decode_plan(text, arrays, layout)
 
 
-@pytest.mark.parametrize("name, kwargs, personal, fn_name", [
-    ("pfedgraph", {"lam": 0.3}, False, "pyg_fedgraph.strategies.pfedgraph:cosine_regularizer"),
-    ("fedprox", {"mu": 0.5}, False, "pyg_fedgraph.strategies.fedprox:proximal_term"),
-    ("ditto", {"lam": 2.0}, True, "pyg_fedgraph.strategies.fedprox:proximal_term"),
-    ("fedamp", {}, False, "pyg_fedgraph.strategies.fedamp:_weighted_proximal_term"),
-    ("heurfedamp", {}, False, "pyg_fedgraph.strategies.fedamp:_weighted_proximal_term"),
+@pytest.mark.parametrize("name, kwargs, personal, kind", [
+    ("pfedgraph", {"lam": 0.3}, False, "pfedgraph-cosine"),
+    ("fedprox", {"mu": 0.5}, False, "proximal"),
+    ("ditto", {"lam": 2.0}, True, "proximal"),
+    ("fedamp", {}, False, "weighted-proximal"),
+    ("heurfedamp", {}, False, "weighted-proximal"),
+    ("sfl", {"global_lam": 0.5}, False, "sfl"),
 ])
-def test_strategy_regularizers_are_rebuilt_exactly(name, kwargs, personal, fn_name):
+def test_strategy_regularizers_are_rebuilt_exactly(name, kwargs, personal, kind):
     # Prepare: a strategy after one aggregation, so that its regularizer is active.
     data = tiny_dataset()
     sim = run_simulator(build_strategy(name, **kwargs), rounds=1, dataset=data)
     plan = sim.strategy.configure_train(2, torch.arange(NUM_CLIENTS))
-    reg = plan.jobs[0].regularizer if personal else plan.regularizer
     d = sim.layout.num_params
-    # Execute
-    spec = P.encode_regularizer(reg, d, sim.strategy)
-    spec = P.RegularizerSpec.from_json(spec.to_json())  # through the wire format
-    # Assert
-    assert spec.name == fn_name
-    want, got = _probe(reg, spec, d)
-    assert want != 0.0 and got == pytest.approx(want, rel=1e-6)
+    # Execute: the plan through the wire format (declared data, no code)
+    got_plan = _through_the_wire(plan, d)
+    # Assert: the same class and scalars, client 1's rows, the same value
+    reg = plan.jobs[0].regularizer if personal else plan.regularizer
+    got = got_plan.jobs[0].regularizer if personal else got_plan.regularizer
+    assert type(got) is type(reg) and got.kind == kind and got.key() == reg.key()
+    theta = torch.linspace(-1.0, 1.0, d)
+    want = float(reg.penalty(theta, *(r[1] for r in reg.refs)))
+    assert want != 0.0
+    assert float(got.penalty(theta, *(r[0] for r in got.refs))) == pytest.approx(want, rel=1e-6)
 
 
-def test_unknown_regularizer_is_refused_and_registered_one_is_sent(monkeypatch):
-    monkeypatch.setattr(P, "_REGISTRY", {})  # keep the process-wide registry clean
-    refs = torch.ones(2, 3)
-    with pytest.raises(ValueError, match="cannot be sent to Flower clients"):
-        P.encode_regularizer(Regularizer(lambda t, r: (t * r).sum(), refs), 3)
+@dataclasses.dataclass
+class _ScaledDot(Regularizer):
+    reference: torch.Tensor = per_client()
+    scale: float = 1.0
 
-    def scaled_dot(theta, ref, scale):
-        return scale * (theta * ref).sum()
+    def penalty(self, theta, *rows):
+        return self.scale * (theta * rows[0]).sum()
 
-    register_regularizer("test-scaled-dot", scaled_dot)
-    spec = P.encode_regularizer(
-        Regularizer(functools.partial(scaled_dot, scale=2.0), refs), 3)
-    assert spec == P.RegularizerSpec("test-scaled-dot", {"scale": 2.0})
+
+def test_unregistered_regularizer_is_refused_and_registered_one_is_sent(monkeypatch):
+    layout = ParamLayout.from_module(tiny_model())
+    d = layout.num_params
+    plan = TrainPlan(regularizer=_ScaledDot(torch.ones(2, d), scale=2.0))
+    with pytest.raises(ValueError, match="cannot be sent to Flower clients: register it"):
+        P.encode_plan(plan, 0, layout)
+    # Registered (on the server and the clients), it travels by name and fields.
+    monkeypatch.setattr(REGULARIZERS, "_entries", dict(REGULARIZERS._entries))
+    register_regularizer("test-scaled-dot")(_ScaledDot)
+    text, arrays = P.encode_plan(plan, 0, layout)
+    assert '"g": "test-scaled-dot"' in text and "scale" in text
+    rebuilt = P.decode_plan(text, arrays, layout).regularizer
+    assert isinstance(rebuilt, _ScaledDot) and rebuilt.scale == 2.0
+    assert float(rebuilt.penalty(torch.full((d,), 0.5), rebuilt.refs[0][0])) == d
     with pytest.raises(ValueError, match="already taken"):
-        register_regularizer("test-scaled-dot", proximal_term)
-    rebuilt = P.decode_regularizer(spec, [torch.ones(3)])
-    assert float(rebuilt.fn(torch.full((3,), 0.5), rebuilt.refs[0][0])) == 3.0
-    # Only registered functions and those of pyg_fedgraph.strategies can be named.
-    for name in ("os:system", "pyg_fedgraph.viz:plot_graph"):
-        with pytest.raises(ValueError, match="unknown regularizer"):
-            P.resolve_regularizer(name)
+        register_regularizer("test-scaled-dot")(ProximalTerm)
+    # A name the client does not know is refused with one line.
+    monkeypatch.setattr(REGULARIZERS, "_entries", {})
+    with pytest.raises(ValueError, match="unknown regularizer 'test-scaled-dot'"):
+        P.decode_plan(text, arrays, layout)
 
 
 # ---------------------------------------------- GraphStrategy on a local grid
@@ -395,9 +413,28 @@ def test_mini_batches_agree_with_the_simulator(batch_size):
     gs.start(LocalGrid(make_client_app(tiny_model(), data, local=local), NUM_CLIENTS),
              num_rounds=2)
     sim = Simulator(data, tiny_model(), build_strategy("fedavg"), rounds=2, local=local,
-                    seed=0, progress=False)
+                    seed=0)
     sim.run()
     assert torch.allclose(gs.strategy.global_params, sim.strategy.global_params, atol=1e-6)
+
+
+def test_adam_state_stays_on_the_nodes_and_matches_the_simulator():
+    # FED-PUB's clients keep one Adam optimizer for the whole federation: each node keeps
+    # its moments in its own Context (never uploaded), as the simulator keeps them per client.
+    local = LocalConfig(optimizer="adam", lr=0.05, batch_size=8, epochs=2,
+                        keep_optimizer_state=True)
+    data = tiny_dataset()
+    gs = GraphStrategy.from_dataset(build_strategy("fedavg"), tiny_model(), data, local=local)
+    grid = LocalGrid(make_client_app(tiny_model(), data, local=local), NUM_CLIENTS)
+    gs.start(grid, num_rounds=3)
+    sim = Simulator(data, tiny_model(), build_strategy("fedavg"), rounds=3, local=local, seed=0)
+    sim.run()
+    assert torch.allclose(gs.strategy.global_params, sim.strategy.global_params, atol=1e-6)
+    for context in grid.contexts.values():
+        kept = context.state["pyg-fedgraph"]
+        assert float(kept["optimizer.step"].numpy()) == 6.0  # 2 epochs of 1 batch, 3 rounds
+    sent = {k for m in grid.sent for k in m.content.array_records}
+    assert not any(k.startswith("optimizer") for k in sent)
 
 
 def test_local_settings_of_the_plan_reach_the_clients():
@@ -643,6 +680,7 @@ def _check_received_and_replay(gs, graphs, directory, session, name):
     return replay, received
 
 
+@pytest.mark.slow
 def test_flower_simulation_runs_fedavg_like_the_simulator(flower_simulation):
     results, directory = flower_simulation
     gs, graphs = results["fedavg"]
@@ -656,6 +694,7 @@ def test_flower_simulation_runs_fedavg_like_the_simulator(flower_simulation):
     assert torch.equal(acc, sim.history.records[-1].test["accuracy"])
 
 
+@pytest.mark.slow
 def test_flower_simulation_runs_pfedgraph_like_the_simulator(flower_simulation):
     if "pfedgraph" not in STRATEGIES:
         pytest.skip("strategy 'pfedgraph' is not available")
@@ -677,6 +716,7 @@ def test_flower_simulation_runs_pfedgraph_like_the_simulator(flower_simulation):
     assert torch.allclose(gs.personalized_params(), sim.local_params, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_flower_simulation_drops_malformed_replies(flower_simulation):
     results, _ = flower_simulation
     gs, graphs = results["corrupt"]

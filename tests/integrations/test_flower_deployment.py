@@ -408,7 +408,7 @@ def test_deployed_app_matches_the_simulator(deployed_run):
     sim = Simulator(data, task.load_model(seed), build_strategy(settings["strategy"]),
                     rounds=int(settings["num-server-rounds"]),
                     local=task.local_config(settings),
-                    eval_every=int(settings["evaluate-every"]), seed=seed, progress=False)
+                    eval_every=int(settings["evaluate-every"]), seed=seed)
     sim.run()
 
     expected = sim.strategy.personalized_params(torch.arange(NUM_CLIENTS))

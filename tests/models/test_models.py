@@ -7,10 +7,11 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
+from pyg_fedgraph.catalog import MODEL_NAMES
 from pyg_fedgraph.models.cnn import CNNBN, SimpleCNN
 from pyg_fedgraph.models.gru import GRUCell, GRUForecaster
 from pyg_fedgraph.models.mlp import MLP
-from pyg_fedgraph.models.registry import MODEL_NAMES, build_model
+from pyg_fedgraph.models.registry import MODELS, build_model
 
 IMAGE_SHAPES = [(1, 8, 8), (1, 28, 28), (3, 32, 32)]
 
@@ -265,7 +266,7 @@ def test_build_image_models(shape):
 
 
 def test_build_model_details():
-    assert MODEL_NAMES == ("mlp", "cnn", "cnn-bn", "gru")
+    assert MODEL_NAMES == tuple(MODELS) == ("mlp", "cnn", "cnn-bn", "gru")
     mlp = build_model("mlp", (2,), 2)
     assert mlp.hidden_channels == 16 and mlp.num_layers == 3  # Panacea FL-60
     assert build_model("MLP", (2,), 2, hidden_channels=5).hidden_channels == 5
@@ -282,7 +283,7 @@ def test_build_model_details():
 
 
 def test_build_model_errors():
-    with pytest.raises(ValueError, match=r"unknown model 'resnet'.*'mlp', 'cnn', 'cnn-bn', 'gru'"):
+    with pytest.raises(ValueError, match=r"unknown model 'resnet'; known: cnn, cnn-bn, gru, mlp"):
         build_model("resnet", (3, 32, 32), 10)
     with pytest.raises(ValueError, match="pass image_size"):
         build_model("cnn", (3072,), 10)

@@ -120,6 +120,7 @@ def test_csr_branch_is_taken_and_equals_the_dense_product(monkeypatch):
                                @ x, atol=1e-12, rtol=0)
 
 
+@pytest.mark.slow
 def test_csr_branch_does_not_warn():
     # torch warns once per process about CSR tensors (beta; invariant checks off):
     # a fresh process shows what a user's first run would print. Only what the
@@ -282,6 +283,7 @@ _MEMORY_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_memory_bound_all_to_all_207_clients():
     n, d = 207, 60_000
     proc = subprocess.run([sys.executable, "-c", _MEMORY_SCRIPT], capture_output=True,

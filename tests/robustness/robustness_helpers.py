@@ -28,7 +28,7 @@ def tiny_config(strategy: str, rounds: int = 10, clients: int = 6, **fields) -> 
 def tiny_simulator(strategy: str, **kwargs):
     cfg = tiny_config(strategy, **kwargs)
     data = build_dataset(cfg, {"samples_per_client": 20})
-    return build_simulator(cfg, dataset=data, progress=False)
+    return build_simulator(cfg, dataset=data)
 
 
 def two_group_dataset(train_counts=(8, 8, 8, 8, 8, 8), num_classes: int = 2, seed: int = 0,

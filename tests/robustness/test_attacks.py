@@ -20,7 +20,7 @@ from pyg_fedgraph.data.federated_dataset import ClientSplit, FederatedDataset
 from pyg_fedgraph.models.mlp import MLP
 from pyg_fedgraph.simulation.simulator import Simulator
 from pyg_fedgraph.strategies.fedavg import FedAvg
-from pyg_fedgraph.train.engine import LocalConfig
+from pyg_fedgraph.train.config import LocalConfig
 
 CFG = LocalConfig(lr=0.1, batch_size=4, steps=2)
 
@@ -156,8 +156,8 @@ class Spy(FedAvg):
 
 def simulate(attack, **kwargs):
     torch.manual_seed(0)
-    return Simulator(two_group_dataset(), MLP(2, 8, 2), Spy(), rounds=2, local=CFG,
-                     progress=False, attack=attack, **kwargs)
+    return Simulator(two_group_dataset(), MLP(2, 8, 2), Spy(), rounds=2, local=CFG, attack=attack,
+                     **kwargs)
 
 
 def test_model_poisoning_reaches_the_server_only():

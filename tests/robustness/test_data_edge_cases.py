@@ -10,7 +10,7 @@ from pyg_fedgraph.engine.validation import check_dataset
 from pyg_fedgraph.models.mlp import MLP
 from pyg_fedgraph.simulation.simulator import Simulator
 from pyg_fedgraph.strategies import build_strategy
-from pyg_fedgraph.train.engine import LocalConfig
+from pyg_fedgraph.train.config import LocalConfig
 
 LOGGER = "pyg_fedgraph.engine.validation"
 
@@ -18,8 +18,7 @@ LOGGER = "pyg_fedgraph.engine.validation"
 def simulate(data, strategy="fedavg", local=None, **kwargs):
     torch.manual_seed(0)
     return Simulator(data, MLP(2, 8, data.num_classes), build_strategy(strategy), rounds=3,
-                     local=local or LocalConfig(lr=0.1, batch_size=4, epochs=1),
-                     progress=False, **kwargs)
+                     local=local or LocalConfig(lr=0.1, batch_size=4, epochs=1), **kwargs)
 
 
 @pytest.mark.parametrize("strategy", ["fedavg", "pfedgraph", "fedaghn", "local"])

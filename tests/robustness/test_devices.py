@@ -18,9 +18,9 @@ from pyg_fedgraph.models import CNNBN, MLP, SimpleCNN
 from pyg_fedgraph.nn import bipartition
 from pyg_fedgraph.strategies import STRATEGIES
 from pyg_fedgraph.train import LocalConfig
-from pyg_fedgraph.train import engine as train_engine
-from pyg_fedgraph.train.engine import ClientTrainer
+from pyg_fedgraph.train import trainer as train_trainer
 from pyg_fedgraph.train.execution import EXECUTION_TABLE, choose_execution, model_family
+from pyg_fedgraph.train.trainer import ClientTrainer
 from pyg_fedgraph.utils.device import available_devices, deterministic_algorithms, resolve_device
 
 DEVICES = available_devices()
@@ -31,7 +31,7 @@ def tiny(strategy: str, rounds: int = 3, device: str = "cpu", **overrides):
     cfg = tiny_config(strategy, rounds=rounds, device=device)
     cfg.overrides.update(overrides)
     data = build_dataset(cfg, {"samples_per_client": 20})
-    return build_simulator(cfg, dataset=data, progress=False)
+    return build_simulator(cfg, dataset=data)
 
 
 def assert_same_run(a, b, atol=1e-5):
@@ -131,7 +131,7 @@ def test_a_dataset_already_on_the_device_is_checked_and_poisoned_there(device):
                                                    torch.Generator().manual_seed(0))
     assert poisoned.splits["train"].y.device.type == device.type
     assert torch.equal(poisoned.splits["train"].y.cpu(), expected.splits["train"].y)
-    sim = build_simulator(cfg, dataset=moved, progress=False)
+    sim = build_simulator(cfg, dataset=moved)
     sim.run()
     assert sim.dataset.splits["train"].x.device.type == device.type
 
@@ -215,7 +215,7 @@ def test_chunks_and_executions_of_a_cnn_with_batchnorm_agree():
     model = CNNBN(1, 10, image_size=8, channels=(4, 8))
     cfg = LocalConfig(lr=0.05, batch_size=8, steps=3, momentum=0.9)
     clients = torch.arange(6)
-    start = train_engine.ParamLayout.from_module(model).flatten(model).repeat(6, 1)
+    start = train_trainer.ParamLayout.from_module(model).flatten(model).repeat(6, 1)
     gens = [torch.Generator().manual_seed(i) for i in range(6)]
     ref = ClientTrainer(model, data, config=cfg, execution="vmap").train(
         clients, start, generator=gens)
@@ -255,7 +255,7 @@ def test_the_cpu_loop_runs_convolutions_channels_last_with_the_same_results():
         lambda m, i, out: layouts.append(out.is_contiguous(memory_format=torch.channels_last)
                                          and not out.is_contiguous()))
     cfg = LocalConfig(lr=0.05, batch_size=8, steps=3, momentum=0.9)
-    start = train_engine.ParamLayout.from_module(model).flatten(model).repeat(4, 1)
+    start = train_trainer.ParamLayout.from_module(model).flatten(model).repeat(4, 1)
     out = looped.train(torch.arange(4), start, config=cfg,
                        generator=[torch.Generator().manual_seed(i) for i in range(4)])
     hook.remove()
@@ -266,7 +266,8 @@ def test_the_cpu_loop_runs_convolutions_channels_last_with_the_same_results():
     torch.testing.assert_close(out.params, ref.params, rtol=0, atol=1e-5)
     torch.testing.assert_close(out.loss, ref.loss, rtol=0, atol=1e-5)
     # The per-client reference loop (torch.optim) keeps the plain layout and agrees too.
-    plain = looped.train(torch.arange(4), start, config=cfg, parallel=False,
+    looped.parallel = False
+    plain = looped.train(torch.arange(4), start, config=cfg,
                          generator=[torch.Generator().manual_seed(i) for i in range(4)])
     torch.testing.assert_close(out.params, plain.params, rtol=0, atol=1e-5)
 
@@ -282,7 +283,7 @@ def test_a_model_that_views_its_activations_keeps_the_plain_layout():
     looped = ClientTrainer(model, data, execution="loop")
     assert looped._channels_last == frozenset()
     cfg = LocalConfig(lr=0.05, batch_size=8, steps=2)
-    start = train_engine.ParamLayout.from_module(model).flatten(model).repeat(3, 1)
+    start = train_trainer.ParamLayout.from_module(model).flatten(model).repeat(3, 1)
     out = looped.train(torch.arange(3), start, config=cfg,
                        generator=[torch.Generator().manual_seed(i) for i in range(3)])
     ref = ClientTrainer(model, data, execution="vmap").train(
@@ -371,12 +372,13 @@ def test_low_precision_runs_the_layers_in_bf16_and_keeps_float32_parameters():
     assert metrics["accuracy"].dtype == torch.float32
 
 
+@pytest.mark.slow
 def test_bf16_training_reaches_fp32_accuracy_on_digits():
     results = {}
     for precision in ("fp32", "bf16"):
         cfg = ExperimentConfig(dataset="digits", strategy="fedavg-ft", rounds=10, seed=0,
                                precision=precision)
-        sim = build_simulator(cfg, progress=False)
+        sim = build_simulator(cfg)
         sim.run()
         results[precision] = sim.summary()["test"]
     assert results["fp32"] > 0.8
@@ -394,7 +396,7 @@ def test_fp16_skips_a_step_whose_scaled_gradient_overflows(monkeypatch):
     normal = trainer.train(torch.arange(3), start)
     assert not torch.equal(normal.params, start)
     # A scale so large that the fp16 backward overflows: the step is skipped, nothing moves.
-    monkeypatch.setattr(train_engine, "FP16_INIT_SCALE", 2.0 ** 40)
+    monkeypatch.setattr(train_trainer, "FP16_INIT_SCALE", 2.0 ** 40)
     skipped = trainer.train(torch.arange(3), start)
     assert torch.equal(skipped.params, start)
     assert torch.equal(skipped.steps, torch.zeros(3, dtype=torch.long))

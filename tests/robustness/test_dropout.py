@@ -10,7 +10,7 @@ from pyg_fedgraph.models.mlp import MLP
 from pyg_fedgraph.simulation.simulator import Simulator
 from pyg_fedgraph.strategies import STRATEGIES
 from pyg_fedgraph.strategies.fedavg import FedAvg, Local
-from pyg_fedgraph.train.engine import LocalConfig
+from pyg_fedgraph.train.config import LocalConfig
 
 CFG = LocalConfig(lr=0.1, batch_size=4, steps=2)
 
@@ -49,7 +49,7 @@ class LocalSpy(Local):
 def simulate(strategy, rounds=4, **kwargs):
     torch.manual_seed(0)
     return Simulator(two_group_dataset(), MLP(2, 8, 2), strategy, rounds=rounds, local=CFG,
-                     progress=False, **kwargs)
+                     **kwargs)
 
 
 def test_dropped_clients_keep_their_model_and_are_not_aggregated():
@@ -82,8 +82,9 @@ def test_no_dropout_changes_nothing():
     assert all(r.extra["num_dropped"] == 0 for r in a.history.records)
 
 
-def test_everyone_dropped_skips_aggregation_but_evaluates():
-    sim = simulate(Spy(), rounds=3, dropout=1.0)
+def test_everyone_dropped_skips_aggregation_but_evaluates(monkeypatch):
+    sim = simulate(Spy(), rounds=3, dropout=0.5)
+    monkeypatch.setattr(sim, "_survivors", lambda rnd, n: torch.zeros(0, dtype=torch.long))
     init = sim.local_params.clone()
     sim.run()
     assert sim.strategy.seen == []
@@ -94,9 +95,11 @@ def test_everyone_dropped_skips_aggregation_but_evaluates():
     assert not math.isnan(sim.history.mean("test")[-1])
 
 
-def test_dropout_must_be_a_probability():
-    with pytest.raises(ValueError, match="dropout must be a probability"):
-        simulate(FedAvg(), dropout=1.5)
+def test_dropout_must_be_a_probability_below_1():
+    # The check the command line makes (one declaration): 1.0 would train nobody.
+    for value in (1.5, 1.0, -0.1):
+        with pytest.raises(ValueError, match=f"dropout must be .*, got {value}"):
+            simulate(FedAvg(), dropout=value)
 
 
 def test_cli_dropout(tmp_path):

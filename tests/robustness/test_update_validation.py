@@ -10,7 +10,7 @@ from pyg_fedgraph.engine.validation import UpdateValidator, check_updates
 from pyg_fedgraph.models.mlp import MLP
 from pyg_fedgraph.simulation.simulator import Simulator
 from pyg_fedgraph.strategies.fedavg import FedAvg
-from pyg_fedgraph.train.engine import LocalConfig
+from pyg_fedgraph.train.config import LocalConfig
 
 LOGGER = "pyg_fedgraph.engine.validation"
 
@@ -136,7 +136,7 @@ class Spy(FedAvg):
 def simulate(attack, **kwargs):
     torch.manual_seed(0)
     return Simulator(two_group_dataset(), MLP(2, 8, 2), Spy(), rounds=2,
-                     local=LocalConfig(lr=0.1, batch_size=4, steps=2), progress=False,
+                     local=LocalConfig(lr=0.1, batch_size=4, steps=2),
                      attack=attack, **kwargs)
 
 

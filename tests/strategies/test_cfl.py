@@ -14,7 +14,7 @@ from pyg_fedgraph.strategies.base import FederationContext
 from pyg_fedgraph.strategies.cfl import CFL
 from pyg_fedgraph.strategies.fedavg import FedAvg
 from pyg_fedgraph.strategies.registry import STRATEGIES, build_strategy
-from pyg_fedgraph.train.engine import LocalConfig
+from pyg_fedgraph.train.config import LocalConfig
 
 
 def _ctx(n, init, num_samples=None, held_out=()):
@@ -59,7 +59,7 @@ def _simulator(strategy, dataset, rounds=3, held_out=None):
     # Full-batch local training (batch = all 16 samples): clients with identical
     # data compute identical updates whatever their batch order.
     return Simulator(dataset, MLP(2, 4, 2, num_layers=2), strategy, rounds=rounds,
-                     progress=False, local=LocalConfig(lr=0.5, batch_size=16, epochs=3),
+                     local=LocalConfig(lr=0.5, batch_size=16, epochs=3),
                      seed=0, held_out=held_out)
 
 

@@ -10,14 +10,14 @@ from pyg_fedgraph.simulation.simulator import Simulator
 from pyg_fedgraph.strategies.ditto import Ditto
 from pyg_fedgraph.strategies.fedavg import FedAvg
 from pyg_fedgraph.strategies.registry import STRATEGIES, build_strategy
-from pyg_fedgraph.train.engine import LocalConfig
+from pyg_fedgraph.train.config import LocalConfig
 from pyg_fedgraph.train.jobs import PersonalTraining
 
 
 def _simulator(strategy, rounds=3, lr=0.1, model=None, held_out=None, seed=0):
     torch.manual_seed(seed)
     model = model if model is not None else MLP(2, 8, 2, num_layers=2)
-    return Simulator(_dataset(), model, strategy, rounds=rounds, progress=False, seed=seed,
+    return Simulator(_dataset(), model, strategy, rounds=rounds, seed=seed,
                      local=LocalConfig(lr=lr, batch_size=8, epochs=2), held_out=held_out)
 
 
@@ -44,7 +44,7 @@ def test_plan_has_personal_job():
     assert torch.equal(ref, plan.params)
     # lam/2 ||v - theta||^2 with v = theta + 1 everywhere.
     v = ref[1] + 1.0
-    assert personal.regularizer.fn(v, ref[1]).item() == pytest.approx(
+    assert personal.regularizer.penalty(v, ref[1]).item() == pytest.approx(
         ref.size(1), rel=1e-5)
 
 

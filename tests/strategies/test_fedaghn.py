@@ -12,13 +12,13 @@ from pyg_fedgraph.simulation.simulator import Simulator
 from pyg_fedgraph.strategies.base import FederationContext
 from pyg_fedgraph.strategies.fedaghn import FedAGHN
 from pyg_fedgraph.strategies.registry import STRATEGIES, build_strategy
-from pyg_fedgraph.train.engine import LocalConfig
+from pyg_fedgraph.train.config import LocalConfig
 
 
 def _simulator(strategy, held_out=None, seed=0):
     torch.manual_seed(seed)
     model = MLP(2, 8, 2, num_layers=2)
-    return Simulator(_two_group_dataset(), model, strategy, rounds=4, progress=False,
+    return Simulator(_two_group_dataset(), model, strategy, rounds=4,
                      local=LocalConfig(lr=0.1, batch_size=8, epochs=3), seed=seed,
                      held_out=held_out)
 

@@ -20,7 +20,7 @@ LOCAL = LocalConfig(lr=0.2, batch_size=8, epochs=2)
 def _simulator(strategy, rounds=3, seed=0):
     torch.manual_seed(seed)
     return Simulator(two_group_dataset(), MLP(2, 8, 2, num_layers=2), strategy, rounds=rounds,
-                     local=LOCAL, seed=seed, progress=False)
+                     local=LOCAL, seed=seed)
 
 
 def _setup(seed=0):
@@ -77,7 +77,8 @@ def test_batched_aggregation_equals_a_per_client_reference_loop():
     everyone = torch.arange(4)
     start = ClientStart(everyone, everyone, local, torch.zeros(4, 0), local)
     params, out = job.prepare(trainer, start, seed=3, rnd=2)
-    one_by_one, out_loop = job.prepare(trainer, start, seed=3, rnd=2, parallel=False)
+    trainer.parallel = False
+    one_by_one, out_loop = job.prepare(trainer, start, seed=3, rnd=2)
     torch.testing.assert_close(one_by_one, params, atol=1e-5, rtol=0)
     torch.testing.assert_close(out_loop["ala_weights"], out["ala_weights"], atol=1e-5, rtol=0)
     index, active = ala_schedule(data.num_samples("train"), 0.5, 7,

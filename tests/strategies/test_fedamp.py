@@ -13,7 +13,7 @@ from pyg_fedgraph.simulation.simulator import Simulator
 from pyg_fedgraph.strategies import STRATEGIES, FedAMP, HeurFedAMP, build_strategy
 from pyg_fedgraph.strategies.base import FederationContext
 from pyg_fedgraph.strategies.fedamp import fedamp_weights
-from pyg_fedgraph.train.engine import LocalConfig
+from pyg_fedgraph.train.config import LocalConfig
 
 
 def _context(models):
@@ -28,8 +28,7 @@ def _context(models):
 def _simulator(strategy, rounds=3, seed=0):
     torch.manual_seed(seed)
     return Simulator(two_group_dataset(), MLP(2, 8, 2, num_layers=2), strategy, rounds=rounds,
-                     local=LocalConfig(lr=0.1, batch_size=8, epochs=2), seed=seed,
-                     progress=False)
+                     local=LocalConfig(lr=0.1, batch_size=8, epochs=2), seed=seed)
 
 
 def test_weights_of_three_clients_by_hand():
@@ -55,7 +54,7 @@ def test_weights_of_three_clients_by_hand():
     torch.testing.assert_close(strategy.collaboration_graph()[[2, 0]], expected[[2, 0]])
     assert strategy.collaboration_graph()[1].tolist() == [0.0, 1.0, 0.0]  # not sent yet
     # lam / (2 alpha_k) |theta - u|^2 for client 2 at theta = u + (1, 2): 3 * 5.
-    assert float(plan.regularizer.fn(cloud[0] + torch.tensor([1.0, 2.0]), cloud[0],
+    assert float(plan.regularizer.penalty(cloud[0] + torch.tensor([1.0, 2.0]), cloud[0],
                                      coefficient[0])) == pytest.approx(15.0)
 
 

@@ -19,7 +19,7 @@ from pyg_fedgraph.simulation.simulator import Simulator
 from pyg_fedgraph.strategies.base import FederationContext
 from pyg_fedgraph.strategies.fedcedar import FedCEDAR
 from pyg_fedgraph.strategies.registry import STRATEGIES, build_strategy
-from pyg_fedgraph.train.engine import LocalConfig
+from pyg_fedgraph.train.config import LocalConfig
 
 
 def _ctx(num_clients: int, init: torch.Tensor, seed: int = 0) -> FederationContext:
@@ -269,7 +269,7 @@ def test_simulator_recovers_groups_and_records_rand_index():
     torch.manual_seed(0)
     scores = []
     sim = Simulator(_grouped_dataset(), nn.Linear(4, 3), FedCEDAR(num_clusters=3), rounds=3,
-                    local=LocalConfig(lr=0.1, batch_size=6, epochs=2), progress=False,
+                    local=LocalConfig(lr=0.1, batch_size=6, epochs=2),
                     callbacks=[rand_index_callback(scores)], sample_fraction=1.0)
     history = sim.run()
     assert [s["round"] for s in scores] == [1, 2, 3]
@@ -284,7 +284,7 @@ def test_simulator_runs_are_reproducible_with_partial_sampling():
         torch.manual_seed(0)
         sim = Simulator(_grouped_dataset(per_group=3), nn.Linear(4, 3),
                         FedCEDAR(num_clusters=3), rounds=3, sample_fraction=0.5,
-                        local=LocalConfig(lr=0.1, batch_size=6, epochs=1), progress=False,
+                        local=LocalConfig(lr=0.1, batch_size=6, epochs=1),
                         seed=2)
         sim.run()
         return sim.strategy.state_dict()

@@ -8,13 +8,13 @@ from pyg_fedgraph.simulation.simulator import Simulator
 from pyg_fedgraph.strategies.fedavg import FedAvg
 from pyg_fedgraph.strategies.fedprox import FedProx, FedProxFT, proximal_term
 from pyg_fedgraph.strategies.registry import STRATEGIES, build_strategy
-from pyg_fedgraph.train.engine import LocalConfig
+from pyg_fedgraph.train.config import LocalConfig
 
 
 def _simulator(strategy, rounds=3, lr=0.1, epochs=2, parallel=True, seed=0):
     torch.manual_seed(seed)
     model = MLP(2, 8, 2, num_layers=2)
-    return Simulator(_dataset(), model, strategy, rounds=rounds, progress=False, seed=seed,
+    return Simulator(_dataset(), model, strategy, rounds=rounds, seed=seed,
                      local=LocalConfig(lr=lr, batch_size=8, epochs=epochs), parallel=parallel)
 
 
@@ -55,7 +55,7 @@ def test_plan_regularizes_towards_global():
     (ref,) = plan.regularizer.refs
     assert torch.equal(ref, plan.params)
     theta = ref[0] + 1.0
-    assert plan.regularizer.fn(theta, ref[0]).item() == pytest.approx(
+    assert plan.regularizer.penalty(theta, ref[0]).item() == pytest.approx(
         0.5 * 0.3 * ref.size(1), rel=1e-5)
 
 

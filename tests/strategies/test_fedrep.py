@@ -87,7 +87,7 @@ def test_shared_body_errors():
 def _simulator(strategy, rounds=4, fraction=None, seed=0):
     torch.manual_seed(seed)
     return Simulator(two_group_dataset(), MLP(2, 8, 2, num_layers=3), strategy, rounds=rounds,
-                     local=LOCAL, seed=seed, progress=False, sample_fraction=fraction)
+                     local=LOCAL, seed=seed, sample_fraction=fraction)
 
 
 def test_fedrep_never_sends_heads_and_never_changes_another_clients_head():

@@ -113,7 +113,7 @@ def test_predictions_are_the_sum_of_the_generic_and_personal_heads():
 
 def test_rounds_average_generic_models_and_keep_personal_heads():
     torch.manual_seed(0)
-    sim = Simulator(two_group_dataset(), _model(2), FedRoD(), rounds=2, progress=False,
+    sim = Simulator(two_group_dataset(), _model(2), FedRoD(), rounds=2,
                     sample_fraction=0.5, local=LocalConfig(lr=0.2, batch_size=8, epochs=1))
     heads = sim.strategy.personal_heads.clone()
     sampled = sim.engine.sample(1)
@@ -130,7 +130,7 @@ def test_fedrod_needs_classification_and_a_linear_head():
     regression = FederatedDataset("r", "regression", {"train": split, "val": split,
                                                       "test": split})
     with pytest.raises(ValueError, match="FedRoD's balanced softmax is for classification"):
-        Simulator(regression, nn.Linear(2, 1), FedRoD(), rounds=1, progress=False)
+        Simulator(regression, nn.Linear(2, 1), FedRoD(), rounds=1)
     with pytest.raises(ValueError, match="FedRoD needs a linear classifier"):
         Simulator(two_group_dataset(), nn.Sequential(nn.Linear(2, 2), nn.LayerNorm(2)),
-                  FedRoD(), rounds=1, progress=False)
+                  FedRoD(), rounds=1)

@@ -12,13 +12,13 @@ from pyg_fedgraph.simulation.simulator import Simulator
 from pyg_fedgraph.strategies.base import FederationContext
 from pyg_fedgraph.strategies.fedamp import HeurFedAMP, heur_fedamp_weights
 from pyg_fedgraph.strategies.registry import STRATEGIES, build_strategy
-from pyg_fedgraph.train.engine import LocalConfig
+from pyg_fedgraph.train.config import LocalConfig
 
 
 def _simulator(strategy, rounds=3, epochs=2, seed=0):
     torch.manual_seed(seed)
     model = MLP(2, 8, 2, num_layers=2)
-    return Simulator(_dataset(), model, strategy, rounds=rounds, progress=False, seed=seed,
+    return Simulator(_dataset(), model, strategy, rounds=rounds, seed=seed,
                      local=LocalConfig(lr=0.1, batch_size=8, epochs=epochs))
 
 
@@ -125,7 +125,7 @@ def test_plan_proximal_term():
     assert torch.equal(cloud[0], strategy.cloud_params[0])
     theta = cloud[0] + torch.tensor([1.0, 2.0])
     # lam / (2 alpha_k) ||theta - u||^2 = 0.25 * 5
-    assert plan.regularizer.fn(theta, cloud[0], coefficient[0]).item() == pytest.approx(1.25)
+    assert plan.regularizer.penalty(theta, cloud[0], coefficient[0]).item() == pytest.approx(1.25)
 
 
 def _distance_to_cloud(lam):

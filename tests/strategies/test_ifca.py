@@ -17,7 +17,7 @@ LOCAL = LocalConfig(lr=0.2, batch_size=8, epochs=2)
 def _simulator(strategy, data=None, rounds=4, seed=0):
     torch.manual_seed(seed)
     return Simulator(data or two_group_dataset(), MLP(2, 8, 2, num_layers=2), strategy,
-                     rounds=rounds, local=LOCAL, seed=seed, progress=False)
+                     rounds=rounds, local=LOCAL, seed=seed)
 
 
 def test_cluster_mean_by_hand():

@@ -21,7 +21,7 @@ LOCAL = LocalConfig(lr=0.2, batch_size=8, epochs=2)
 def _simulator(strategy, rounds=3, seed=0):
     torch.manual_seed(seed)
     return Simulator(two_group_dataset(), MLP(2, 8, 2, num_layers=2), strategy, rounds=rounds,
-                     local=LOCAL, seed=seed, progress=False)
+                     local=LOCAL, seed=seed)
 
 
 def test_knn_vote_by_hand():
@@ -162,6 +162,6 @@ def test_options_and_errors():
         regression = FederatedDataset("r", "regression", {
             s: ClientSplit.from_lists([torch.randn(4, 2)], [torch.randn(4, 1)])
             for s in ("train", "val", "test")})
-        Simulator(regression, MLP(2, 4, 1), KNNPer(), rounds=1, progress=False)
+        Simulator(regression, MLP(2, 4, 1), KNNPer(), rounds=1)
     with pytest.raises(ValueError, match="output layer, a torch.nn.Linear"):
         output_layer(torch.nn.Sequential(torch.nn.ReLU()))

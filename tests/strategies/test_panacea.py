@@ -12,7 +12,7 @@ from pyg_fedgraph.simulation.simulator import Simulator
 from pyg_fedgraph.strategies.base import FederationContext
 from pyg_fedgraph.strategies.panacea import Panacea, PFedHN
 from pyg_fedgraph.strategies.registry import STRATEGIES, build_strategy
-from pyg_fedgraph.train.engine import LocalConfig
+from pyg_fedgraph.train.config import LocalConfig
 
 # Ring over 5 clients, both directions.
 RING = torch.tensor([[0, 1, 1, 2, 2, 3, 3, 4, 4, 0],
@@ -45,7 +45,7 @@ def _dataset(edge_index=RING, seed=0):
 def _simulator(strategy, held_out=None, edge_index=RING, rounds=3):
     torch.manual_seed(0)
     model = MLP(2, 4, 2, num_layers=2)
-    return Simulator(_dataset(edge_index), model, strategy, rounds=rounds, progress=False,
+    return Simulator(_dataset(edge_index), model, strategy, rounds=rounds,
                      local=LocalConfig(lr=0.1, batch_size=8, epochs=1), held_out=held_out,
                      sample_fraction=1.0)
 
@@ -299,7 +299,7 @@ def test_runs_do_not_depend_on_pythons_random_state():
     states = []
     for python_seed in (1, 2):
         random.seed(python_seed)
-        sim = build_simulator(cfg, progress=False)
+        sim = build_simulator(cfg)
         sim.run()
         states.append(sim.strategy.state_dict())
     for key, value in states[0].items():

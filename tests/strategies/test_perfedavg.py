@@ -52,7 +52,7 @@ def test_one_meta_step_by_hand_on_least_squares(hf):
 def _simulator(strategy, steps, data=None, model=None, rounds=3):
     torch.manual_seed(0)
     return Simulator(data or two_group_dataset(), model or MLP(2, 8, 2, num_layers=2),
-                     strategy, rounds=rounds, progress=False, seed=0,
+                     strategy, rounds=rounds, seed=0,
                      local=LocalConfig(lr=0.2, batch_size=24, epochs=None, steps=steps))
 
 

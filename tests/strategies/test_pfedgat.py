@@ -15,7 +15,7 @@ from pyg_fedgraph.simulation.simulator import Simulator
 from pyg_fedgraph.strategies.base import FederationContext
 from pyg_fedgraph.strategies.pfedgat import PFedGAT
 from pyg_fedgraph.strategies.registry import STRATEGIES, build_strategy
-from pyg_fedgraph.train.engine import LocalConfig
+from pyg_fedgraph.train.config import LocalConfig
 from pyg_fedgraph.train.jobs import LossGradient
 
 
@@ -39,7 +39,7 @@ def _two_group_dataset(n_per_split=(16, 6, 6), seed=0):
 def _simulator(strategy, rounds=3, seed=0):
     torch.manual_seed(seed)
     model = torch.nn.Linear(3, 2)
-    return Simulator(_two_group_dataset(), model, strategy, rounds=rounds, progress=False,
+    return Simulator(_two_group_dataset(), model, strategy, rounds=rounds,
                      local=LocalConfig(lr=0.2, batch_size=8, epochs=2), seed=seed)
 
 

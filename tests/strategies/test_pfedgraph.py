@@ -15,7 +15,7 @@ from pyg_fedgraph.simulation.simulator import Simulator
 from pyg_fedgraph.strategies.base import FederationContext
 from pyg_fedgraph.strategies.pfedgraph import PFedGraph, cosine_regularizer
 from pyg_fedgraph.strategies.registry import STRATEGIES, build_strategy
-from pyg_fedgraph.train.engine import LocalConfig
+from pyg_fedgraph.train.config import LocalConfig
 
 
 class _Net(nn.Module):
@@ -55,7 +55,7 @@ def _cos(a, b):
 def _simulator(strategy, rounds=4, callbacks=()):
     torch.manual_seed(0)
     return Simulator(_two_group_dataset(), MLP(2, 8, 2, num_layers=2), strategy, rounds=rounds,
-                     local=LocalConfig(lr=0.1, batch_size=8, epochs=3), progress=False,
+                     local=LocalConfig(lr=0.1, batch_size=8, epochs=3),
                      callbacks=callbacks)
 
 
@@ -158,7 +158,7 @@ def test_plan_regularizer_is_minus_lam_cos_of_the_aggregate(normalized):
             expected = sum(w[i, j] * x[j] for j in range(3))
         assert torch.allclose(refs[row], expected, atol=1e-6)
         theta = torch.tensor([0.5, -0.2, 1.0])
-        value = float(plan.regularizer.fn(theta, refs[row]))
+        value = float(plan.regularizer.penalty(theta, refs[row]))
         assert value == pytest.approx(-lam * _cos(theta, expected), abs=1e-6)
     assert _strategy(3, torch.zeros(3), lam=0.0).configure_train(2, torch.arange(3)) \
         .regularizer is None
@@ -299,7 +299,7 @@ def test_evaluate_options():
 def test_cli_options_reach_the_strategy():
     sim = build_simulator(ExperimentConfig(dataset="digits", strategy="pfedgraph", rounds=1,
                                            overrides={"layers": "lins.2", "lam": 0.05,
-                                                      "steps": 2}), progress=False)
+                                                      "steps": 2}))
     assert sim.strategy.layers == "lins.2" and sim.strategy.lam == 0.05
     mask = sim.strategy.similarity_mask
     assert int(mask.sum()) == sim.layout.layer_slice("lins.2").stop - \

@@ -17,7 +17,7 @@ LOCAL = LocalConfig(lr=0.2, batch_size=8, epochs=2)
 def _simulator(strategy, rounds=3, seed=0, local=LOCAL):
     torch.manual_seed(seed)
     return Simulator(two_group_dataset(), MLP(2, 8, 2, num_layers=2), strategy, rounds=rounds,
-                     local=local, seed=seed, progress=False)
+                     local=local, seed=seed)
 
 
 def _reference_alpha(hn, i):

@@ -86,7 +86,7 @@ def test_simulated_rounds_keep_each_clients_personalized_model():
     data = least_squares_dataset(3)
     torch.manual_seed(0)
     sim = Simulator(data, linear_model(), PFedMe(lam=2.0, inner_lr=0.05, inner_steps=2),
-                    rounds=2, progress=False, sample_fraction=2 / 3,
+                    rounds=2, sample_fraction=2 / 3,
                     local=LocalConfig(lr=0.1, batch_size=4, epochs=1))
     sampled = sim.engine.sample(1)
     sim.step()
@@ -103,7 +103,7 @@ def test_settings_that_diverge_are_refused():
     data = least_squares_dataset(2)
     with pytest.raises(ValueError, match=r"pFedMe diverges with lr=0.5, lam=15.*multiplies "
                                          r"the gap .* by 2\.88 >= 1; lower lr \(below 0\.133"):
-        Simulator(data, linear_model(), PFedMe(), rounds=1, progress=False,
+        Simulator(data, linear_model(), PFedMe(), rounds=1,
                   local=LocalConfig(lr=0.5))
-    Simulator(data, linear_model(), PFedMe(lam=1.0), rounds=1, progress=False,
+    Simulator(data, linear_model(), PFedMe(lam=1.0), rounds=1,
               local=LocalConfig(lr=0.5))

@@ -16,7 +16,7 @@ from pyg_fedgraph.strategies.base import FederationContext
 from pyg_fedgraph.strategies.fedavg import Local
 from pyg_fedgraph.strategies.registry import STRATEGIES, build_strategy
 from pyg_fedgraph.strategies.sfl import SFL, sfl_penalty
-from pyg_fedgraph.train.engine import LocalConfig
+from pyg_fedgraph.train.config import LocalConfig
 
 
 def _ctx(n, init, edge_index=None, edge_weight=None, held_out=()):
@@ -50,7 +50,7 @@ def _dataset(num_clients=4, edge_index=None, n=(12, 6, 6), seed=0):
 def _simulator(strategy, dataset, held_out=None, rounds=2):
     torch.manual_seed(0)
     return Simulator(dataset, MLP(3, 4, 2, num_layers=2), strategy, rounds=rounds,
-                     progress=False, local=LocalConfig(lr=0.2, batch_size=4, epochs=1),
+                     local=LocalConfig(lr=0.2, batch_size=4, epochs=1),
                      seed=3, held_out=held_out)
 
 
@@ -164,7 +164,7 @@ def test_empty_graph_regularizer_pulls_towards_the_clients_own_model():
     assert torch.equal(plan.params, sim.local_params)
     assert torch.equal(plan.regularizer.refs[0], sim.local_params)
     theta = torch.randn(sim.layout.num_params)
-    value = plan.regularizer.fn(theta, *(r[2] for r in plan.regularizer.refs))
+    value = plan.regularizer.penalty(theta, *(r[2] for r in plan.regularizer.refs))
     assert torch.allclose(value, 2.5 * (theta - sim.local_params[2]).pow(2).sum())
     # The term reaches local training: a round differs from Local's.
     local = _simulator(Local(), _dataset(edge_index=empty), rounds=1)
@@ -187,7 +187,7 @@ def test_start_options_and_global_term():
     assert torch.equal(ref_u, u[[0, 2]]) and torch.allclose(ref_w, w.expand(2, -1))
     theta = torch.tensor([1.0, -1.0])
     expected = 0.25 * (theta - u[0]).pow(2).sum() + 1.0 * (theta - w).pow(2).sum()
-    assert torch.allclose(plan.regularizer.fn(theta, ref_u[0], ref_w[0]), expected)
+    assert torch.allclose(plan.regularizer.penalty(theta, ref_u[0], ref_w[0]), expected)
     assert torch.allclose(sfl_penalty(theta, u[0], w, lam=0.5, global_lam=2.0), expected)
     local = SFL(start="local")
     local.setup(_ctx(3, torch.zeros(2), ei))
@@ -264,7 +264,7 @@ def test_distance_penalty_is_the_codes_unsquared_pull():
     s.setup(_ctx(2, torch.zeros(2), torch.tensor([[0, 1], [1, 0]])))
     plan = s.configure_train(1, torch.arange(2))
     ref = plan.regularizer.refs[0][0]
-    assert torch.allclose(plan.regularizer.fn(theta, ref), 0.5 * (theta - ref).norm())
+    assert torch.allclose(plan.regularizer.penalty(theta, ref), 0.5 * (theta - ref).norm())
 
 
 def test_propagated_memory_smooths_stored_models_every_round():

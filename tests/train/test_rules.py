@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pyg_fedgraph.data.federated_dataset import ClientSplit, FederatedDataset
-from pyg_fedgraph.train.engine import ClientTrainer, LocalConfig, batch_schedule
+from pyg_fedgraph.train.config import LocalConfig
 from pyg_fedgraph.train.rules import (
     SGD,
     FedRoDStep,
@@ -18,6 +18,7 @@ from pyg_fedgraph.train.rules import (
     PFedMeStep,
     class_counts,
 )
+from pyg_fedgraph.train.trainer import ClientTrainer, batch_schedule
 
 # Client 1 has fewer samples than a batch and lacks class 2, client 2 has no data.
 TRAIN = [(10, None), (3, [0, 1, 0]), (0, None), (7, None)]

@@ -12,8 +12,8 @@ import torch
 from torch import Tensor
 
 from pyg_fedgraph.data.federated_dataset import ClientSplit, FederatedDataset
+from pyg_fedgraph.data.objective import Objective
 from pyg_fedgraph.datasets.traffic.io import SpeedTable, adjacency_to_edges
-from pyg_fedgraph.train.objective import Objective
 from pyg_fedgraph.train.traffic_metrics import pack_targets, traffic_objective
 
 if TYPE_CHECKING:  # pandas is optional: only DataFrame conversions need it

@@ -11,7 +11,7 @@ Needs the ``flower`` extra: ``pip install 'pyg-fedgraph[flower]'``.
   one client's data as a :class:`flwr.clientapp.ClientApp` that trains with the
   simulator's local update rules.
 * :mod:`~pyg_fedgraph.integrations.flower.protocol`: the record formats,
-  reply validation and regularizer encoding, as pure functions.
+  reply validation and plan encoding, as pure functions.
 """
 from pyg_fedgraph.typing import WITH_FLWR, require
 
@@ -19,11 +19,9 @@ require(WITH_FLWR, "flwr", "flower")
 
 from pyg_fedgraph.integrations.flower.client import GraphClient, make_client_app  # noqa: E402 - imported after the flwr availability check
 from pyg_fedgraph.integrations.flower.protocol import (  # noqa: E402 - imported after the flwr availability check
-    RegularizerSpec,
     check_params_record,
     params_to_record,
     record_to_params,
-    register_regularizer,
 )
 from pyg_fedgraph.integrations.flower.server import DroppedReply, GraphStrategy  # noqa: E402 - imported after the flwr availability check
 
@@ -32,8 +30,6 @@ __all__ = [
     "DroppedReply",
     "GraphClient",
     "make_client_app",
-    "RegularizerSpec",
-    "register_regularizer",
     "params_to_record",
     "record_to_params",
     "check_params_record",

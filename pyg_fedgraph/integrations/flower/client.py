@@ -2,7 +2,7 @@ r"""The client side: a torch model and one client's data as a Flower ClientApp."
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import cast
 
 import torch
@@ -10,12 +10,13 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricR
 from flwr.clientapp import ClientApp
 from torch import Tensor, nn
 
+import pyg_fedgraph.integrations.flower.protocol as P
 from pyg_fedgraph.data.federated_dataset import FederatedDataset
 from pyg_fedgraph.data.layout import ParamLayout
-from pyg_fedgraph.integrations.flower import protocol as P
-from pyg_fedgraph.train.engine import ClientTrainer, LocalConfig
+from pyg_fedgraph.data.objective import Objective
+from pyg_fedgraph.train.config import LocalConfig
 from pyg_fedgraph.train.jobs import ClientStart, EvaluatePlan, TrainPlan, evaluate_clients, run_plan
-from pyg_fedgraph.train.objective import Objective
+from pyg_fedgraph.train.trainer import ClientTrainer
 from pyg_fedgraph.utils.device import Precision, resolve_device
 
 __all__ = ["GraphClient", "make_client_app"]
@@ -26,6 +27,8 @@ ClientData = FederatedDataset | Callable[[Context], FederatedDataset]
 
 # Key of this client's own state in Flower's Context.state (never leaves the node).
 _STATE = "pyg-fedgraph"
+#: Prefix of the kept optimizer state's arrays in that record.
+_OPT = "optimizer."
 _ONE = torch.zeros(1, dtype=torch.long)
 
 
@@ -54,8 +57,9 @@ class GraphClient:
     rounding.
 
     State kept on the node between rounds (Flower's ``Context.state``, never
-    uploaded): the latest local model and the floating-point buffers
-    (BatchNorm statistics), which stay local as in the simulator.
+    uploaded): the latest local model, the floating-point buffers (BatchNorm
+    statistics) and, with ``keep_optimizer_state``, the local optimizer's
+    state, which stay local as in the simulator.
 
     Args:
         model (torch.nn.Module): the client architecture; its parameters are
@@ -76,9 +80,6 @@ class GraphClient:
         partition_key (str, optional): key of ``Context.node_config`` holding
             the partition id (default: ``"partition-id"``, as set by Flower's
             simulation and by ``flower-supernode --node-config``).
-        regularizers (dict, optional): extra name -> function for regularizers
-            registered on the server with
-            :func:`~pyg_fedgraph.integrations.flower.register_regularizer`.
         parallel (bool, optional): batched (``vmap``) training path
             (default: ``True``).
         device (str or torch.device, optional): where this node trains:
@@ -92,7 +93,6 @@ class GraphClient:
     def __init__(self, model: nn.Module, data: ClientData, *, local: LocalConfig | None = None,
                  objective: Objective | None = None, seed: int = 0,
                  partition_key: str = "partition-id",
-                 regularizers: Mapping[str, Callable[..., Tensor]] | None = None,
                  parallel: bool = True, device: str | torch.device = "cpu",
                  precision: Precision = "fp32") -> None:
         if not isinstance(model, nn.Module):
@@ -106,7 +106,6 @@ class GraphClient:
         self.objective = objective
         self.seed = seed
         self.partition_key = partition_key
-        self.regularizers = dict(regularizers or {})
         self.parallel = parallel
         self.device = resolve_device(device)
         self.precision: Precision = precision
@@ -137,13 +136,15 @@ class GraphClient:
                 raise ValueError(f"the data of partition {partition_id} holds "
                                  f"{data.num_clients} clients, expected exactly 1")
             self._trainers[key] = ClientTrainer(self.model, data, self.objective, self.local,
-                                                device=self.device, precision=self.precision)
+                                                device=self.device, precision=self.precision,
+                                                parallel=self.parallel)
         return self._trainers[key]
 
     def _prepare(self, context: Context, content: RecordDict
                  ) -> tuple[int, ClientTrainer, ConfigRecord, Tensor, Tensor]:
         r"""Partition id, trainer (with the run's local settings when the
-        server sends them), config, and this client's own model and buffers."""
+        server sends them), config, and this client's own model and buffers
+        (its kept optimizer state: :meth:`_optimizer_state`)."""
         pid = self.partition_id(context)
         trainer = self.trainer(context)
         config = cast(ConfigRecord, content[P.CONFIG])  # the server sends one
@@ -162,9 +163,29 @@ class GraphClient:
         return pid, trainer, config, params, buffers
 
     @staticmethod
-    def _save(context: Context, params: Tensor, buffers: Tensor) -> None:
-        context.state[_STATE] = ArrayRecord({"params": Array(params.detach().numpy()),
-                                             "buffers": Array(buffers.detach().numpy())})
+    def _save(context: Context, params: Tensor, buffers: Tensor,
+              optimizer_state: dict[str, Tensor] | None = None) -> None:
+        old = cast("ArrayRecord | None", context.state.get(_STATE))
+        arrays = {"params": Array(params.detach().numpy()),
+                  "buffers": Array(buffers.detach().numpy())}
+        if optimizer_state is not None:
+            kept = {f"{_OPT}{k}": Array(v.detach().cpu().numpy())
+                    for k, v in optimizer_state.items()}
+        else:  # an evaluation: what the last training kept stays
+            kept = {k: old[k] for k in old.keys() if k.startswith(_OPT)} if old is not None \
+                else {}
+        context.state[_STATE] = ArrayRecord({**arrays, **kept})
+
+    @staticmethod
+    def _optimizer_state(context: Context) -> dict[str, Tensor] | None:
+        r"""The optimizer state this client kept from its previous local
+        run (``keep_optimizer_state``), rows of one client, or ``None``."""
+        state = cast("ArrayRecord | None", context.state.get(_STATE))
+        if state is None:
+            return None
+        kept = {k[len(_OPT):]: torch.from_numpy(state[k].numpy().copy()).unsqueeze(0)
+                for k in state.keys() if k.startswith(_OPT)}
+        return kept or None
 
     @staticmethod
     def _params(layout: ParamLayout, record: object, what: str) -> Tensor:
@@ -176,7 +197,7 @@ class GraphClient:
     def _plan(self, trainer: ClientTrainer, content: RecordDict, config: ConfigRecord
               ) -> TrainPlan | EvaluatePlan:
         try:
-            return P.decode_plan(str(config[P.PLAN]), content, trainer.layout, self.regularizers)
+            return P.decode_plan(str(config[P.PLAN]), content, trainer.layout)
         except ValueError as err:
             raise ValueError(f"the server sent an invalid plan: {err}") from err
 
@@ -200,9 +221,9 @@ class GraphClient:
         start = local if plan.params is None else plan.params[0]
         result = run_plan(trainer, plan,
                           ClientStart(_ONE, torch.tensor([pid]), start.unsqueeze(0),
-                                      buffers.unsqueeze(0), local.unsqueeze(0)),
-                          seed=int(cast(int, config.get(P.SEED, self.seed))), rnd=rnd,
-                          parallel=self.parallel)
+                                      buffers.unsqueeze(0), local.unsqueeze(0),
+                                      self._optimizer_state(context)),
+                          seed=int(cast(int, config.get(P.SEED, self.seed))), rnd=rnd)
         trained = result.params[0]
         layout = trainer.layout
         out = RecordDict({P.PARAMS: P.params_to_record(layout, trained)})
@@ -210,7 +231,8 @@ class GraphClient:
             out[P.DELTA] = P.params_to_record(layout, trained - result.start[0])
         for name, value in result.outputs.items():
             out[P.output_key(name)] = P.tensor_to_record(layout, value[0].detach())
-        self._save(context, trained, result.buffers[0])
+        self._save(context, trained, result.buffers[0],
+                   {k: v[0] for k, v in result.optimizer_state.items()})
         out[P.METRICS] = MetricRecord({
             P.PARTITION_ID: pid,
             P.NUM_EXAMPLES: int(trainer.dataset.num_samples("train")[0]),
@@ -237,7 +259,7 @@ class GraphClient:
                                    finetune=plan.finetune, start_job=plan.start_job,
                                    evaluator=plan.evaluator,
                                    seed=int(cast(int, config.get(P.SEED, self.seed))),
-                                   rnd=int(cast(int, config[P.ROUND])), parallel=self.parallel)
+                                   rnd=int(cast(int, config[P.ROUND])))
         record: dict[str, int | float | list[int] | list[float]] = {
             f"{split}-{name}": float(value[0])
             for split, values in metrics.items() for name, value in values.items()}
@@ -252,7 +274,6 @@ class GraphClient:
 def make_client_app(model: nn.Module, data: ClientData, *, local: LocalConfig | None = None,
                     objective: Objective | None = None, seed: int = 0,
                     partition_key: str = "partition-id",
-                    regularizers: Mapping[str, Callable[..., Tensor]] | None = None,
                     parallel: bool = True, mods: list | None = None,
                     device: str | torch.device = "cpu", precision: Precision = "fp32"
                     ) -> ClientApp:
@@ -268,8 +289,8 @@ def make_client_app(model: nn.Module, data: ClientData, *, local: LocalConfig | 
         app = make_client_app(model, fl60(num_clients=10), local=LocalConfig(lr=0.05))
     """
     client = GraphClient(model, data, local=local, objective=objective, seed=seed,
-                         partition_key=partition_key, regularizers=regularizers,
-                         parallel=parallel, device=device, precision=precision)
+                         partition_key=partition_key, parallel=parallel, device=device,
+                         precision=precision)
     app = ClientApp(mods=mods)
     app.query()(client.query)
     app.train()(client.train)

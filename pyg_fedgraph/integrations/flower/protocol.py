@@ -9,11 +9,10 @@ A round's client work is a :class:`~pyg_fedgraph.train.jobs.TrainPlan` (or an
 :class:`~pyg_fedgraph.train.jobs.EvaluatePlan`): :func:`encode_plan` turns
 one client's row of it into a JSON description (``config[PLAN]``) plus one
 :class:`~flwr.app.ArrayRecord` per tensor, and :func:`decode_plan` rebuilds
-it on the client. Code is never sent: local rules and client jobs are rebuilt
-from their registered names (:data:`~pyg_fedgraph.train.rules.RULES`,
-:data:`~pyg_fedgraph.train.jobs.JOBS`), regularizers from a function name
-(registered, or a top-level function of a trusted module) with JSON-scalar
-keyword arguments.
+it on the client. Code is never sent: local rules, client jobs and
+regularizers are declared data, rebuilt from their registered names
+(:data:`~pyg_fedgraph.train.rules.RULES`, :data:`~pyg_fedgraph.train.jobs.JOBS`,
+:data:`~pyg_fedgraph.train.regularizers.REGULARIZERS`) and their fields.
 
 Train message (server -> client): ``CONFIG`` (round, seed, partition id, the
 run's local settings, ``PLAN``), an ``ArrayRecord`` per tensor of the plan
@@ -25,11 +24,9 @@ the server knows it). Reply: ``METRICS`` (with ``PARTITION_ID``), ``PARAMS``
 """
 from __future__ import annotations
 
-import functools
-import importlib
 import json
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from collections.abc import Mapping, Sequence
+from dataclasses import fields
 from typing import Any
 
 import numpy as np
@@ -38,8 +35,9 @@ from flwr.app import Array, ArrayRecord
 from torch import Tensor
 
 from pyg_fedgraph.data.layout import ParamLayout
-from pyg_fedgraph.train.engine import LOCAL_WHEN_SET, LocalConfig, Regularizer
+from pyg_fedgraph.train.config import LOCAL_WHEN_SET, LocalConfig
 from pyg_fedgraph.train.jobs import JOBS, EvaluatePlan, FineTune, Job, TrainPlan
+from pyg_fedgraph.train.regularizers import REGULARIZERS, Regularizer
 from pyg_fedgraph.train.rules import RULES, LocalRule
 
 __all__ = [
@@ -47,9 +45,8 @@ __all__ = [
     "PLAN", "ROUND", "SEED", "SERVER_ROUND", "RESET_BUFFERS", "QUERY", "OUTPUT_PREFIX",
     "TRAIN_LOSS", "STEPS", "LOCAL_PREFIX",
     "params_to_record", "record_to_params", "check_params_record",
-    "tensors_to_record", "record_to_tensors", "TRUSTED_MODULES",
-    "RegularizerSpec", "register_regularizer", "encode_regularizer", "decode_regularizer",
-    "resolve_regularizer", "encode_plan", "decode_plan", "output_key", "tensor_to_record",
+    "tensors_to_record", "record_to_tensors",
+    "encode_plan", "decode_plan", "output_key", "tensor_to_record",
     "record_to_tensor",
     "local_config_to_dict", "local_config_from_record",
 ]
@@ -76,15 +73,6 @@ PARTITION_ID = "partition-id"
 NUM_EXAMPLES = "num-examples"
 TRAIN_LOSS = "train-loss"
 STEPS = "steps"
-
-#: Modules whose top-level functions a client may import by name to rebuild a
-#: regularizer (where the strategies define theirs); anything else must be
-#: registered with :func:`register_regularizer`. The server can make a client
-#: call nothing outside them and the registry.
-TRUSTED_MODULES: tuple[str, ...] = ("pyg_fedgraph.strategies.",)
-
-_REGISTRY: dict[str, Callable[..., Tensor]] = {}
-
 
 # ------------------------------------------------------------------ params
 def _numpy_dtype(dtype: torch.dtype) -> np.dtype:
@@ -150,146 +138,10 @@ def record_to_tensors(record: ArrayRecord) -> list[Tensor]:
             for k in range(len(record))]
 
 
-# ------------------------------------------------------------- regularizers
-@dataclass(frozen=True)
-class RegularizerSpec:
-    r"""A regularizer as it travels: the name of its function, scalar keyword
-    arguments, and each client's reference rows.
-
-    Args:
-        name (str): a name from :func:`register_regularizer`, or
-            ``"module:qualname"`` of a top-level function in a trusted module.
-        kwargs (dict): JSON scalars bound to the function as keywords.
-    """
-    name: str
-    kwargs: dict[str, Any]
-
-    def to_json(self) -> str:
-        return json.dumps({"name": self.name, "kwargs": self.kwargs}, sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> RegularizerSpec:
-        data = json.loads(text)
-        return cls(str(data["name"]), dict(data["kwargs"]))
-
-
-def register_regularizer(name: str, fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
-    r"""Makes ``fn`` sendable to Flower clients under ``name``. Register it
-    on the server and on the clients (or pass it to
-    :func:`~pyg_fedgraph.integrations.flower.make_client_app` as
-    ``regularizers={name: fn}``); build the strategy's regularizer as ``fn``
-    itself or ``functools.partial(fn, **scalar_kwargs)``."""
-    if ":" in name:
-        raise ValueError(f"regularizer names may not contain ':', got {name!r}")
-    if name in _REGISTRY and _REGISTRY[name] is not fn:
-        raise ValueError(f"regularizer name {name!r} is already taken by {_REGISTRY[name]}")
-    _REGISTRY[name] = fn
-    return fn
-
-
-def _function_name(fn: Callable[..., Tensor]) -> str | None:
-    for name, registered in _REGISTRY.items():
-        if registered is fn:
-            return name
-    module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
-    if (module and any((module + ".").startswith(p) for p in TRUSTED_MODULES)
-            and "<" not in qualname and "." not in qualname):
-        return f"{module}:{qualname}"
-    return None
-
-
-def encode_regularizer(regularizer: Regularizer, num_params: int, strategy: Any = None
-                       ) -> RegularizerSpec:
-    r"""The :class:`RegularizerSpec` of ``regularizer`` (built by ``strategy``).
-
-    Args:
-        regularizer (Regularizer): the strategy's regularizer for :math:`S`
-            clients.
-        num_params (int): :math:`D`, to probe the function with.
-        strategy (Strategy, optional): the strategy that built it.
-
-    Accepted: a registered or trusted top-level function, or a
-    :func:`functools.partial` of one with JSON-scalar keyword arguments (as
-    FedProx and Ditto build their proximal terms). The spec is checked by evaluating
-    the rebuilt function against the original on the first client's
-    references, so a wrong encoding fails here rather than on the clients.
-
-    Raises:
-        ValueError: if the regularizer cannot be described by name.
-    """
-    fn = regularizer.fn
-    spec: RegularizerSpec | None = None
-    if isinstance(fn, functools.partial) and not fn.args:
-        name = _function_name(fn.func)
-        if name is not None and _json_scalars(fn.keywords or {}):
-            spec = RegularizerSpec(name, dict(fn.keywords or {}))
-    elif not isinstance(fn, functools.partial):
-        name = _function_name(fn)
-        if name is not None:
-            spec = RegularizerSpec(name, {})
-    if spec is None:
-        raise ValueError(
-            f"the regularizer {fn!r} of strategy {getattr(strategy, 'name', strategy)!r} "
-            f"cannot be sent to Flower clients: write it as a top-level function of a "
-            f"pyg_fedgraph.strategies module, or register it with "
-            f"register_regularizer(name, fn) on the server and the clients, and build it "
-            f"as fn or functools.partial(fn, **scalar_kwargs)")
-    _verify(spec, regularizer, num_params)
-    return spec
-
-
-def _json_scalars(kwargs: Mapping[str, Any]) -> bool:
-    return all(v is None or isinstance(v, (bool, int, float, str)) for v in kwargs.values())
-
-
-def _verify(spec: RegularizerSpec, regularizer: Regularizer, num_params: int) -> None:
-    if any(r.size(0) == 0 for r in regularizer.refs):
-        return  # no client to probe with
-    rebuilt = resolve_regularizer(spec.name)
-    refs = [r[0] for r in regularizer.refs]
-    gen = torch.Generator().manual_seed(0)
-    theta = torch.randn(num_params, generator=gen)
-    want = regularizer.fn(theta, *refs)
-    got = rebuilt(theta, *refs, **spec.kwargs)
-    if not torch.allclose(want, got, rtol=1e-5, atol=1e-7):
-        raise ValueError(f"the regularizer {regularizer.fn!r} was encoded as {spec}, but the "
-                         f"rebuilt function gives {float(got):.6g} instead of {float(want):.6g}; "
-                         f"register the exact function with register_regularizer")
-
-
-def resolve_regularizer(name: str, extra: Mapping[str, Callable[..., Tensor]] | None = None
-                        ) -> Callable[..., Tensor]:
-    r"""The function called ``name``: from ``extra``, the registry, or a
-    top-level function of a trusted module (:obj:`TRUSTED_MODULES`)."""
-    if extra and name in extra:
-        return extra[name]
-    if name in _REGISTRY:
-        return _REGISTRY[name]
-    module, _, qualname = name.partition(":")
-    if qualname and any((module + ".").startswith(p) for p in TRUSTED_MODULES) \
-            and "." not in qualname:
-        fn = getattr(importlib.import_module(module), qualname, None)
-        if callable(fn):
-            return fn
-    raise ValueError(f"unknown regularizer {name!r}: register it on this client with "
-                     f"register_regularizer or make_client_app(regularizers={{...}})")
-
-
-def decode_regularizer(spec: RegularizerSpec, refs: Sequence[Tensor],
-                       extra: Mapping[str, Callable[..., Tensor]] | None = None
-                       ) -> Regularizer:
-    r"""The :class:`~pyg_fedgraph.train.Regularizer` of one client: ``refs``
-    are its reference rows (without the client dimension)."""
-    fn = resolve_regularizer(spec.name, extra)
-    if spec.kwargs:
-        fn = functools.partial(fn, **spec.kwargs)
-    return Regularizer(fn, *(r.unsqueeze(0) for r in refs))
-
-
 # ------------------------------------------------------------ local config
 def local_config_to_dict(config: LocalConfig, prefix: str = LOCAL_PREFIX) -> dict[str, Any]:
     r"""The fields of ``config`` as ConfigRecord entries (``None`` left out,
-    and those of :data:`~pyg_fedgraph.train.engine.LOCAL_WHEN_SET` while at
+    and those of :data:`~pyg_fedgraph.train.trainer.LOCAL_WHEN_SET` while at
     their defaults, so that clients without them still read the record)."""
     optional = config.optional_set()
     return {prefix + f.name: getattr(config, f.name) for f in fields(LocalConfig)
@@ -341,6 +193,12 @@ def record_to_tensor(layout: ParamLayout, record: object, what: str) -> Tensor:
     return t
 
 
+#: Declared client work sent by name: (message key, base class, registry, how to register).
+_DECLARED: tuple[tuple[str, type, Mapping[str, type], str], ...] = (
+    ("r", LocalRule, RULES, "register_rule"), ("j", Job, JOBS, "register_job"),
+    ("g", Regularizer, REGULARIZERS, "register_regularizer"))
+
+
 class _Encoder:
     def __init__(self, layout: ParamLayout, row: int | None, strategy: Any) -> None:
         self.layout, self.row, self.strategy = layout, row, strategy
@@ -353,20 +211,17 @@ class _Encoder:
             t = value[self.row] if per_client and self.row is not None else value
             self.arrays[path] = tensor_to_record(self.layout, t.detach())
             return {"tensor": path}
-        if isinstance(value, Regularizer):
-            spec = encode_regularizer(value, self.layout.num_params, self.strategy)
-            refs = [r[self.row] for r in value.refs] if self.row is not None else list(value.refs)
-            self.arrays[path] = tensors_to_record(refs)
-            return {"regularizer": {"name": spec.name, "kwargs": spec.kwargs}, "refs": path}
         if isinstance(value, LocalConfig):
             return {"local": local_config_to_dict(value, "")}
-        if isinstance(value, (LocalRule, Job)):
-            is_rule = isinstance(value, LocalRule)
-            registry: Mapping[str, type] = RULES if is_rule else JOBS
-            if registry.get(value.kind) is not type(value):
-                raise ValueError(f"{type(value).__name__} cannot be sent to Flower clients: "
-                                 f"register it with register_{'rule' if is_rule else 'job'}")
-            return {"r" if is_rule else "j": value.kind, "fields": self.fields(value, path)}
+        for key, base, registry, how in _DECLARED:
+            if isinstance(value, base):
+                kind = getattr(value, "kind", "")
+                if registry.get(kind) is not type(value):
+                    raise ValueError(f"{type(value).__name__} of strategy "
+                                     f"{getattr(self.strategy, 'name', self.strategy)!r} cannot "
+                                     f"be sent to Flower clients: register it with {how} on "
+                                     f"the server and the clients")
+                return {key: kind, "fields": self.fields(value, path)}
         if isinstance(value, tuple):
             return [self.value(v, f"{path}.{k}", per_client) for k, v in enumerate(value)]
         if isinstance(value, FineTune):
@@ -390,9 +245,8 @@ def encode_plan(plan: TrainPlan | EvaluatePlan, row: int | None, layout: ParamLa
 
 
 class _Decoder:
-    def __init__(self, layout: ParamLayout, arrays: Mapping[str, Any],
-                 regularizers: Mapping[str, Callable[..., Tensor]] | None) -> None:
-        self.layout, self.arrays, self.regularizers = layout, arrays, regularizers
+    def __init__(self, layout: ParamLayout, arrays: Mapping[str, Any]) -> None:
+        self.layout, self.arrays = layout, arrays
 
     def array(self, path: str) -> Any:
         if path not in self.arrays:
@@ -410,21 +264,17 @@ class _Decoder:
             t = record_to_tensor(self.layout, self.array(spec["tensor"]),
                                   str(spec["tensor"]))
             return t.unsqueeze(0) if per_client else t
-        if "regularizer" in spec:
-            reg = RegularizerSpec(str(spec["regularizer"]["name"]),
-                                  dict(spec["regularizer"]["kwargs"]))
-            refs = record_to_tensors(self.array(spec["refs"]))
-            return decode_regularizer(reg, refs, self.regularizers)
         if "local" in spec:
             return local_config_from_record(spec["local"], "")
         if "finetune" in spec:
             return FineTune(**self.fields(FineTune, spec["finetune"]))
-        for key, registry in (("r", RULES), ("j", JOBS)):
+        for key, _, registry, _ in _DECLARED:
             if key in spec:
                 cls = registry.get(str(spec[key]))
                 if cls is None:
-                    raise ValueError(f"unknown {'rule' if key == 'r' else 'client job'} "
-                                     f"{spec[key]!r}: it is not registered on this client")
+                    what = {"r": "local rule", "j": "client job", "g": "regularizer"}[key]
+                    raise ValueError(f"unknown {what} {spec[key]!r}: it is not registered on "
+                                     f"this client")
                 return cls(**self.fields(cls, spec["fields"]))
         raise ValueError(f"malformed plan entry {spec!r}")
 
@@ -440,8 +290,7 @@ class _Decoder:
 _PLANS: dict[str, type] = {"TrainPlan": TrainPlan, "EvaluatePlan": EvaluatePlan}
 
 
-def decode_plan(text: str, arrays: Mapping[str, Any], layout: ParamLayout,
-                regularizers: Mapping[str, Callable[..., Tensor]] | None = None
+def decode_plan(text: str, arrays: Mapping[str, Any], layout: ParamLayout
                 ) -> TrainPlan | EvaluatePlan:
     r"""The one-client plan described by ``text`` (from :func:`encode_plan`)
     with its records ``arrays``: per-client tensors come back with a leading
@@ -450,5 +299,5 @@ def decode_plan(text: str, arrays: Mapping[str, Any], layout: ParamLayout,
     cls = _PLANS.get(data.get("type"))
     if cls is None:
         raise ValueError(f"unknown plan type {data.get('type')!r}")
-    dec = _Decoder(layout, arrays, regularizers)
+    dec = _Decoder(layout, arrays)
     return cls(**dec.fields(cls, data["fields"]))

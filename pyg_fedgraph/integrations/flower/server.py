@@ -23,13 +23,13 @@ from flwr.serverapp.strategy import Result
 from flwr.serverapp.strategy import Strategy as FlowerStrategy
 from torch import Tensor, nn
 
+import pyg_fedgraph.integrations.flower.protocol as P
 from pyg_fedgraph.data.federated_dataset import FederatedDataset, Task
 from pyg_fedgraph.data.federation import FederationGraph
 from pyg_fedgraph.data.layout import ParamLayout
 from pyg_fedgraph.engine import History, RoundEngine, sample_clients, snapshot
-from pyg_fedgraph.integrations.flower import protocol as P
 from pyg_fedgraph.strategies.base import Strategy
-from pyg_fedgraph.train.engine import LocalConfig
+from pyg_fedgraph.train.config import LocalConfig
 from pyg_fedgraph.utils.seeds import make_generator
 
 __all__ = ["GraphStrategy", "DroppedReply"]

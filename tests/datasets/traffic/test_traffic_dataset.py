@@ -176,7 +176,7 @@ def test_simulator_on_a_traffic_dataset_uses_its_masked_loss():
 
     ds, _, _ = tiny_dataset(num_steps=60, n=3)
     torch.manual_seed(0)
-    sim = Simulator(ds, ConstantForecaster(ds.output_steps), FedAvg(), rounds=1, progress=False,
+    sim = Simulator(ds, ConstantForecaster(ds.output_steps), FedAvg(), rounds=1,
                     local=LocalConfig(lr=0.1, batch_size=4, steps=2))
     # No objective was passed: the dataset declares its own (masked, packed targets).
     assert sim.trainer.objective.primary == "mse_norm"

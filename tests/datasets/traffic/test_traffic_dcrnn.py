@@ -103,7 +103,7 @@ def test_simulation_reports_horizon_metrics(tmp_path):
     cfg = ExperimentConfig(dataset="metr-la", strategy="fedavg", rounds=2, overrides={
         "data.graph_path": str(tmp_path), "data.synthetic_steps": 200,
         "model.hidden_channels": 4, "steps": 2, "batch_size": 8})
-    sim = build_simulator(cfg, progress=False)
+    sim = build_simulator(cfg)
     hist = sim.run()
     assert hist.metric == "mse_norm" and hist.higher_is_better is False
     test = hist.records[-1].test

@@ -4,9 +4,10 @@ All sampled clients train in one batched computation: their flat parameters
 are stacked into an :math:`(S, D)` matrix and the per-client loss gradient is
 evaluated with ``torch.vmap(torch.func.grad(...))`` over
 :func:`torch.func.functional_call`. A plain per-client loop with
-:class:`torch.optim.SGD` is kept as the reference implementation
-(``parallel=False``); both consume the same mini-batch schedule, so they give
-the same parameters up to float rounding.
+:class:`torch.optim.SGD` (or :class:`torch.optim.Adam`) is kept as the
+reference implementation (``ClientTrainer(..., parallel=False)``); both
+consume the same mini-batch schedule, so they give the same parameters up to
+float rounding.
 """
 from __future__ import annotations
 
@@ -14,17 +15,20 @@ import copy
 import functools
 import itertools
 import logging
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any, cast, get_args
+from typing import Any, cast, get_args
 
 import torch
 from torch import Tensor, nn
 from torch.func import functional_call, grad_and_value, vmap
+from torch.utils.hooks import RemovableHandle
 
 from pyg_fedgraph.data.federated_dataset import FederatedDataset
 from pyg_fedgraph.data.layout import ParamLayout
-from pyg_fedgraph.hparams import Range, Search, schema
+from pyg_fedgraph.data.objective import Objective
+from pyg_fedgraph.train.config import LocalConfig
 from pyg_fedgraph.train.execution import (
     CUDA_GRAPH_MODES,
     CompileMode,
@@ -34,12 +38,11 @@ from pyg_fedgraph.train.execution import (
     choose_execution,
     model_family,
 )
-from pyg_fedgraph.train.objective import Objective
-from pyg_fedgraph.train.rules import SGD, LocalProblem, LocalRule, class_counts
+from pyg_fedgraph.train.regularizers import Regularizer
+from pyg_fedgraph.train.rules import SGD, Adam, LocalProblem, LocalRule, class_counts, default_rule
 from pyg_fedgraph.utils.device import Precision, amp_dtype, autocast, resolve_device
 
-__all__ = ["LocalConfig", "LOCAL_SCHEMA", "LOCAL_WHEN_SET", "Regularizer", "TrainResult",
-           "ClientTrainer", "batch_schedule"]
+__all__ = ["TrainResult", "ClientTrainer", "batch_schedule", "StepHook"]
 
 log = logging.getLogger(__name__)
 
@@ -49,139 +52,11 @@ FP16_INIT_SCALE = 2.0 ** 16
 FP16_GROWTH = 2.0 ** (1 / 2000)
 
 
-@dataclass
-class LocalConfig:
-    r"""Local training hyper-parameters (SGD, as in all five papers).
-
-    Args:
-        lr (float): learning rate (default: ``0.01``).
-        momentum (float): SGD momentum (default: ``0.0``).
-        weight_decay (float): L2 penalty added to the gradient (default: ``0.0``).
-        batch_size (int): mini-batch size (default: ``64``).
-        epochs (int, optional): local epochs over each client's data
-            (default: ``5``); ignored when ``steps`` is set.
-        steps (int, optional): a fixed number of local steps per client, each
-            on a fresh random mini-batch (default: ``None``).
-        nesterov (bool): Nesterov momentum, as :class:`torch.optim.SGD`'s
-            ``nesterov=True`` (needs ``momentum > 0``) (default: ``False``).
-        warmup (float): share :math:`w \in [0, 1)` of each local run over
-            which the learning rate rises linearly from 0 (default: ``0.0``).
-        lr_decay_to (float, optional): after the warm-up, the learning rate
-            falls linearly to ``lr_decay_to * lr`` at the run's last step;
-            :obj:`None` keeps it at ``lr`` (default: ``None``).
-
-    **Learning-rate schedule.** With ``warmup`` or ``lr_decay_to`` set, a
-    client's local step :math:`t = 0, \ldots, T_i - 1` of its :math:`T_i`
-    steps in a local run uses :math:`\eta_t = \eta\, m(u_t)` with
-    :math:`u_t = (t + 1) / T_i` and the piecewise-linear factor
-
-    .. math::
-        m(u) = \begin{cases} u / w & u < w \\
-        1 + (d - 1) \frac{u - w}{1 - w} & u \ge w \end{cases}
-
-    (:math:`d` = ``lr_decay_to``, 1 when :obj:`None`): a triangular
-    "one-cycle" schedule that restarts at every local run. The clock is each
-    client's own (its steps, from its own sample count), so a client follows
-    the same rates alone, among other clients and on a Flower node. SFL's
-    released client optimizer (Chen et al., IJCAI 2022,
-    dawenzi098/SFL-Structural-Federated-Learning, ``federated.py``: SGD with
-    Nesterov momentum 0.9 and weight decay 5e-4, the rate rising linearly to
-    0.4 over the first 5 of its :math:`E` local epochs and falling linearly to
-    0.001 at the last) is ``lr=0.4, momentum=0.9, nesterov=True,
-    weight_decay=5e-4, warmup=5/E, lr_decay_to=0.0025, epochs=E`` (its
-    ``5e-4`` times the batch size on a loss summed over the batch, with the
-    rate divided by the batch size, is weight decay 5e-4 on the mean loss).
-    Fine-tuning with a rate of its own (:class:`~pyg_fedgraph.train.FineTune`
-    with ``lr``) runs at that rate, plain.
-    """
-    lr: Annotated[float, Range(gt=0.0),
-                  Search(1e-3, 1e-1, log=True,
-                         note="Panacea's grid {0.001, ..., 0.1} (Sec. IV-A)")] = 0.01
-    momentum: Annotated[float, Range(ge=0.0, lt=1.0)] = 0.0
-    weight_decay: Annotated[float, Range(ge=0.0)] = 0.0
-    batch_size: Annotated[int, Range(ge=1)] = 64
-    epochs: Annotated[int | None, Range(ge=0)] = 5
-    steps: Annotated[int | None, Range(ge=0)] = None
-    nesterov: bool = False
-    warmup: Annotated[float, Range(ge=0.0, lt=1.0)] = 0.0
-    lr_decay_to: Annotated[float | None, Range(ge=0.0, le=1.0)] = None
-
-    def __post_init__(self) -> None:
-        for name, hp in LOCAL_SCHEMA.items():
-            setattr(self, name, hp.check(getattr(self, name)))
-        if self.steps is None and self.epochs is None:
-            raise ValueError("set epochs >= 0 or steps >= 0")
-        if self.nesterov and not self.momentum:
-            raise ValueError("nesterov=True needs momentum > 0 (as torch.optim.SGD)")
-
-    @property
-    def scheduled(self) -> bool:
-        r"""Whether the learning rate changes within a local run."""
-        return bool(self.warmup) or self.lr_decay_to is not None
-
-    def lr_factor(self, step: Tensor, total: Tensor) -> Tensor:
-        r"""The factor :math:`m((t + 1) / T)` of the learning rate at step
-        :math:`t` (``step``) of a local run of :math:`T` steps (``total``),
-        elementwise in float64 (see the schedule above; 1 without one)."""
-        u = (step.to(torch.float64) + 1) / total.to(torch.float64).clamp(min=1)
-        w = self.warmup
-        d = 1.0 if self.lr_decay_to is None else self.lr_decay_to
-        after = 1.0 + (d - 1.0) * (u - w) / (1.0 - w)
-        return torch.where(u < w, u / w, after) if w else after
-
-    def lr_factors(self, num_steps: int) -> list[float]:
-        r"""The factor of the learning rate at each of the ``num_steps`` steps
-        of a local run (all 1.0 without a schedule)."""
-        if not self.scheduled:
-            return [1.0] * num_steps
-        return self.lr_factor(torch.arange(num_steps), torch.tensor(num_steps)).tolist()
-
-    def with_lr(self, lr: float | Tensor) -> LocalConfig:
-        r"""A copy of this configuration with learning rate ``lr``, unchecked:
-        inside a scheduled local run the rules get a per-client rate, an
-        :math:`(S, 1)` tensor that broadcasts over the clients' rows (and may
-        reach 0 at the run's end, which the ``lr > 0`` check refuses)."""
-        out = copy.copy(self)
-        out.lr = lr  # type: ignore[assignment]
-        return out
-
-    def optional_set(self) -> dict[str, Any]:
-        r"""The fields of :data:`LOCAL_WHEN_SET` that differ from their
-        defaults, by name."""
-        return {k: getattr(self, k) for k in LOCAL_WHEN_SET
-                if getattr(self, k) != LOCAL_SCHEMA[k].default}
-
-
-#: The declared hyper-parameters of :class:`LocalConfig`.
-LOCAL_SCHEMA = schema(LocalConfig)
-#: Fields of :class:`LocalConfig` that run files and Flower records carry only
-#: when set (:meth:`LocalConfig.optional_set`), so that those of runs without
-#: them read as before, and older Flower clients still read them.
-LOCAL_WHEN_SET = ("nesterov", "warmup", "lr_decay_to")
-
-
-class Regularizer:
-    r"""An extra term of each client's local objective.
-
-    .. math::
-        \min_{\theta_i}\; F_i(\theta_i) + r(\theta_i, \rho_i^{(1)}, \ldots)
-
-    ``fn`` receives one client's flat parameters :math:`(D,)` and that
-    client's rows of ``refs``; it is vectorized over clients with
-    :func:`torch.vmap`, so write it for a single client. Strategies build
-    these (FedProx's proximal term, pFedGraph's cosine term).
-
-    Args:
-        fn (callable): ``fn(theta, *refs_i) -> scalar``.
-        *refs (torch.Tensor): per-client tensors :math:`(S, \ldots)`.
-    """
-
-    def __init__(self, fn: Callable[..., Tensor], *refs: Tensor) -> None:
-        self.fn = fn
-        self.refs = tuple(r.detach() for r in refs)
-
-    def select(self, rows: Tensor) -> Regularizer:
-        return Regularizer(self.fn, *(r[rows] for r in self.refs))
+#: ``hook(phase, done, total)``: called by a :class:`ClientTrainer` as its
+#: work advances (``phase`` ``"train"``: ``done`` of ``total`` local steps of
+#: the current training; ``"evaluate"``: batches of an evaluation). A hook may
+#: raise to abandon the work (a runner stopping a long round).
+StepHook = Callable[[str, int, int], None]
 
 
 @dataclass
@@ -193,12 +68,18 @@ class TrainResult:
         buffers (torch.Tensor): trained flat buffers :math:`(S, B)`.
         loss (torch.Tensor): mean training loss over each client's steps :math:`(S,)`.
         steps (torch.Tensor): local steps each client took :math:`(S,)`.
+        extra (dict): the rule's extra per-client outputs (e.g. pFedMe's
+            ``personal_x``), :math:`(S, \ldots)` each.
+        state (dict): the rule's persistent optimizer state after the last
+            step, :math:`(S, \ldots)` each (empty unless
+            ``keep_optimizer_state``).
     """
     params: Tensor
     buffers: Tensor
     loss: Tensor
     steps: Tensor
     extra: dict = field(default_factory=dict)
+    state: dict = field(default_factory=dict)
 
 
 #: Where a schedule's random draws come from: one generator for all clients,
@@ -310,16 +191,6 @@ def batch_schedule(counts: Tensor, batch_size: int, *, epochs: int | None = None
     return index, active
 
 
-def _function_key(fn: Callable[..., Any] | None) -> Any:
-    r"""A key equal for equal regularizers: strategies build a fresh
-    :func:`functools.partial` every round (``partial(proximal_term,
-    coefficient=mu)``), which must find the trainer's compiled gradient."""
-    if isinstance(fn, functools.partial):
-        return ("partial", _function_key(fn.func), fn.args,
-                tuple(sorted(fn.keywords.items())))
-    return fn
-
-
 def _compiled(fn: Callable[..., tuple[Tensor, Tensor]], mode: CompileMode
               ) -> Callable[..., tuple[Tensor, Tensor]]:
     r"""``fn`` through :func:`torch.compile` in ``mode``. In the modes that
@@ -396,13 +267,24 @@ class ClientTrainer:
             :func:`torch.compile`: :obj:`True` (mode ``"default"``) or a mode
             of :data:`~pyg_fedgraph.train.execution.CompileMode`; needs the
             ``"vmap"`` execution (default: :obj:`False`).
+        parallel (bool, optional): the batched path (chunks of
+            ``parallel_clients``, ``execution``); :obj:`False` trains one
+            client after the other in the reference loop with
+            :class:`torch.optim.SGD` or :class:`torch.optim.Adam`
+            (default: :obj:`True`).
+
+    Progress: :meth:`register_step_hook` adds a :data:`StepHook` called as
+    the work advances (a runner shows it and may stop a long round there).
     """
 
     def __init__(self, model: nn.Module, dataset: FederatedDataset,
                  objective: Objective | None = None, config: LocalConfig | None = None,
                  eval_batch_size: int = 1024, *, device: str | torch.device | None = None,
                  parallel_clients: int | None = None, execution: ExecutionName = "auto",
-                 precision: Precision = "fp32", compile: bool | CompileMode = False) -> None:
+                 precision: Precision = "fp32", compile: bool | CompileMode = False,
+                 parallel: bool = True) -> None:
+        self.parallel = bool(parallel)
+        self._step_hooks: OrderedDict[int, StepHook] = OrderedDict()
         self.device = dataset.device if device is None else resolve_device(device)
         if parallel_clients is not None and (isinstance(parallel_clients, bool)
                                              or parallel_clients < 1):
@@ -482,6 +364,20 @@ class ClientTrainer:
             self.model.train(was_training)
         return names if same else frozenset()
 
+    # ------------------------------------------------------------- progress
+    def register_step_hook(self, hook: StepHook) -> RemovableHandle:
+        r"""Calls ``hook(phase, done, total)`` as local training (``"train"``,
+        after every local step of every chunk of clients) and evaluation
+        (``"evaluate"``, after every batch) advance; returns a handle whose
+        ``remove()`` removes it, as :meth:`torch.nn.Module.register_forward_hook`."""
+        handle = RemovableHandle(self._step_hooks)
+        self._step_hooks[handle.id] = hook
+        return handle
+
+    def _advance(self, phase: str, done: int, total: int) -> None:
+        for hook in tuple(self._step_hooks.values()):
+            hook(phase, done, total)
+
     # ------------------------------------------------------------- helpers
     def _buffer_dict(self, buffers: Tensor) -> dict[str, Tensor]:
         out = {k: v.clone() for k, v in self.layout.unflatten_buffers(buffers).items()}
@@ -548,7 +444,7 @@ class ClientTrainer:
     def train(self, clients: Tensor, params: Tensor, buffers: Tensor | None = None, *,
               regularizer: Regularizer | None = None, config: LocalConfig | None = None,
               rule: LocalRule | None = None, generator: Generators = None,
-              parallel: bool = True) -> TrainResult:
+              state: dict[str, Tensor] | None = None) -> TrainResult:
         r"""Local training of clients ``clients`` starting from ``params``.
 
         Args:
@@ -557,16 +453,18 @@ class ClientTrainer:
             buffers (torch.Tensor, optional): flat buffers :math:`(S, B)`.
             regularizer (Regularizer, optional): extra loss term per client.
             config (LocalConfig, optional): overrides the trainer's config.
-            rule (LocalRule, optional): the local update rule (default:
-                :class:`~pyg_fedgraph.train.SGD`).
+            rule (LocalRule, optional): the local update rule (default: the
+                config's optimizer, :class:`~pyg_fedgraph.train.SGD` or
+                :class:`~pyg_fedgraph.train.Adam`).
             generator (torch.Generator or list, optional): source of the batch
                 order, one per client or one for all (see :func:`batch_schedule`).
-            parallel (bool, optional): the batched path (default: chunks of
-                :attr:`parallel_clients`, :attr:`execution`) or the per-client
-                reference loop with :class:`torch.optim.SGD`.
+            state (dict, optional): the clients' optimizer state kept from
+                their previous local run (``TrainResult.state`` of that run,
+                rows in the order of ``clients``); used only with
+                ``keep_optimizer_state``.
         """
         cfg = config or self.config
-        rule = (rule or SGD()).to(self.device)
+        rule = (rule or default_rule(cfg)).to(self.device)
         clients = clients.to(torch.long).cpu()
         home = params.device
         buffers = self._check(clients, params, buffers)
@@ -578,25 +476,36 @@ class ClientTrainer:
         theta = params.detach().to(self.device, copy=True)
         buffers = buffers.detach().to(self.device, copy=True)
         if regularizer is not None:
-            regularizer = Regularizer(regularizer.fn, *(r.to(self.device)
-                                                        for r in regularizer.refs))
-        if parallel:
-            parts = [self._train_batched(clients[c], theta[c], buffers[c], index[:, c],
-                                         active[:, c], None if regularizer is None
-                                         else regularizer.select(torch.arange(
-                                             c.start, c.stop, device=self.device)), cfg, rule)
-                     for c in self.chunks(clients.numel())]
-        elif type(rule) is SGD and rule.mask is None:
-            parts = [self._train_loop(clients, theta, buffers, index, active, regularizer, cfg)]
+            regularizer = regularizer.to(self.device)
+        carried = ({k: v.to(self.device) for k, v in state.items()}
+                   if state and cfg.keep_optimizer_state else None)
+
+        def rows(c: slice) -> dict[str, Tensor] | None:
+            return None if carried is None else {k: v[c] for k, v in carried.items()}
+
+        def reg_rows(c: slice) -> Regularizer | None:
+            return None if regularizer is None else regularizer.select(
+                torch.arange(c.start, c.stop, device=self.device))
+
+        chunks = self.chunks(clients.numel())
+        if not self.parallel:
+            # The reference loop: torch's own optimizers where the rule has one; other
+            # rules run the batched code one client at a time.
+            chunks = [slice(i, i + 1) for i in range(clients.numel())]
+        progress = _Progress(self, "train", len(chunks) * (index.size(0) // rule.batches_per_step))
+        if not self.parallel and isinstance(rule, (SGD, Adam)) and type(rule) in (SGD, Adam) \
+                and rule.mask is None:
+            parts = [self._train_loop(clients[c], theta[c], buffers[c], index[:, c], active[:, c],
+                                      reg_rows(c), cfg, rule, rows(c), progress)
+                     for c in chunks]
         else:
-            # Other rules have no torch.optim twin: run the batched code one client at a time.
-            parts = [self._train_batched(clients[i:i + 1], theta[i:i + 1], buffers[i:i + 1],
-                                         index[:, i:i + 1], active[:, i:i + 1],
-                                         None if regularizer is None
-                                         else regularizer.select(torch.tensor(
-                                             [i], device=self.device)), cfg, rule)
-                     for i in range(clients.numel())]
-        return _concat(parts, home)
+            parts = [self._train_batched(clients[c], theta[c], buffers[c], index[:, c],
+                                         active[:, c], reg_rows(c), cfg, rule, rows(c), progress)
+                     for c in chunks]
+        out = _concat(parts, home)
+        if not cfg.keep_optimizer_state:
+            out.state = {}
+        return out
 
     def problem(self, clients: Tensor, bufs: dict[str, Tensor],
                 regularizer: Regularizer | None, split: str = "train",
@@ -606,7 +515,7 @@ class ClientTrainer:
         ``bufs`` are updated in place by every forward in training mode),
         computed as :attr:`execution` says. With a loss ``scale``
         :math:`(S,)` (fp16), gradients are of the scaled loss divided back."""
-        reg_fn = regularizer.fn if regularizer is not None else None
+        reg_fn = regularizer.penalty if regularizer is not None else None
         refs = regularizer.refs if regularizer is not None else ()
         value_and_grad = grad_and_value(self._client_loss)
 
@@ -618,7 +527,7 @@ class ClientTrainer:
 
         if self.execution == "vmap":
             in_dims = (0, 0, 0, 0, None, None if scale is None else 0) + (0,) * len(refs)
-            key = (_function_key(reg_fn), scale is None, len(refs))
+            key = (None if regularizer is None else regularizer.key(), scale is None, len(refs))
             batched_grad = self._compiled.get(key)  # filled only when compiling
             if batched_grad is None:
                 batched_grad = vmap(value_and_grad, in_dims=in_dims, randomness="different")
@@ -675,14 +584,15 @@ class ClientTrainer:
 
     def _train_batched(self, clients: Tensor, theta: Tensor, buffers: Tensor, index: Tensor,
                        active: Tensor, reg: Regularizer | None, cfg: LocalConfig,
-                       rule: LocalRule) -> TrainResult:
+                       rule: LocalRule, carried: dict[str, Tensor] | None,
+                       progress: _Progress) -> TrainResult:
         s = clients.numel()
         self.model.train()
         bufs = self._buffer_dict(buffers)
         scale = (torch.full((s,), FP16_INIT_SCALE, device=self.device)
                  if self.precision == "fp16" else None)
         problem = self.problem(clients, bufs, reg, scale=scale)
-        state = rule.init_state(theta, cfg)
+        state = rule.start_state(theta, cfg, carried)
         loss_sum = theta.new_zeros(s)
         k = rule.batches_per_step
         num_steps = index.size(0) // k
@@ -697,6 +607,7 @@ class ClientTrainer:
         # Each client's own number of steps, the length of its schedule.
         total = step_active.sum(dim=0) if cfg.scheduled else None
         for t in range(num_steps):
+            progress.step()
             if not anyone[t]:
                 continue
             everyone = scale is None and all_active[t]
@@ -730,21 +641,28 @@ class ClientTrainer:
                 bufs[name] = _keep_inactive(act_dev, bufs[name], old[name])
         params, extra = rule.finish(theta, state)
         return TrainResult(params, self._flat_buffers(bufs, s),
-                           loss_sum / steps.to(loss_sum.device).clamp(min=1), steps, extra)
+                           loss_sum / steps.to(loss_sum.device).clamp(min=1), steps, extra,
+                           rule.kept_state(state))
 
     def _train_loop(self, clients: Tensor, theta: Tensor, buffers: Tensor, index: Tensor,
-                    active: Tensor, reg: Regularizer | None, cfg: LocalConfig) -> TrainResult:
+                    active: Tensor, reg: Regularizer | None, cfg: LocalConfig, rule: LocalRule,
+                    carried: dict[str, Tensor] | None, progress: _Progress) -> TrainResult:
         s = clients.numel()
-        out_p, out_b, losses = [], [], []
+        out_p, out_b, losses, kept = [], [], [], []
+        k = rule.batches_per_step
         for i in range(s):  # reference implementation: deliberately one client at a time
             model = copy.deepcopy(self.model)
             self.layout.load_into(model, theta[i], buffers[i])
             model.train()
-            opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum,
-                                  weight_decay=cfg.weight_decay, nesterov=cfg.nesterov)
+            opt = _torch_optimizer(model, cfg)
+            if carried is not None:
+                _load_optimizer_state(opt, model, self.layout, rule,
+                                      {key: v[i] for key, v in carried.items()})
             factors = cfg.lr_factors(int(active[:, i].sum())) if cfg.scheduled else None
             total, taken = 0.0, 0
             for t in range(index.size(0)):
+                if t % k == 0:
+                    progress.step()
                 if not bool(active[t, i]):
                     continue
                 if factors is not None:  # this client's own clock
@@ -757,7 +675,7 @@ class ClientTrainer:
                 loss = self.objective.loss(out.float(), yb[0]).mean()
                 if reg is not None:
                     flat = torch.cat([p.reshape(-1) for p in model.parameters()])
-                    loss = loss + reg.fn(flat, *(r[i] for r in reg.refs))
+                    loss = loss + reg.penalty(flat, *(r[i] for r in reg.refs))
                 loss.backward()
                 opt.step()
                 total += float(loss.detach())
@@ -765,10 +683,12 @@ class ClientTrainer:
             out_b.append(self.layout.flatten_buffers(model) if self.layout.num_buffers
                          else theta.new_zeros(0))
             losses.append(total)
+            kept.append(_optimizer_state(opt, model, self.layout, rule, cfg, theta[i]))
         steps = active.sum(0)
+        state = {key: torch.stack([d[key] for d in kept]) for key in kept[0]} if kept else {}
         return TrainResult(torch.stack(out_p), torch.stack(out_b),
                            torch.tensor(losses, dtype=theta.dtype, device=theta.device)
-                           / steps.to(theta.device).clamp(min=1), steps)
+                           / steps.to(theta.device).clamp(min=1), steps, state=state)
 
     # ------------------------------------------------------------- evaluate
     @torch.no_grad()
@@ -802,6 +722,9 @@ class ClientTrainer:
         weighted = False
         denom = params.new_zeros(clients.numel())
         for start in range(0, n_max, self.eval_batch_size):
+            if self._step_hooks:
+                self._advance("evaluate", start // self.eval_batch_size,
+                              -(-n_max // self.eval_batch_size))
             pos = torch.arange(start, min(start + self.eval_batch_size, n_max))
             valid = pos.unsqueeze(0) < counts.unsqueeze(1)  # (S, b)
             index = torch.where(valid, pos.unsqueeze(0), torch.zeros_like(pos).unsqueeze(0))
@@ -886,7 +809,8 @@ def _concat(parts: list[TrainResult], device: torch.device) -> TrainResult:
     if len(parts) == 1:
         p = parts[0]
         return TrainResult(p.params.to(device), p.buffers.to(device), p.loss.to(device),
-                           p.steps, {k: v.to(device) for k, v in p.extra.items()})
+                           p.steps, {k: v.to(device) for k, v in p.extra.items()},
+                           {k: v.to(device) for k, v in p.state.items()})
     if not parts:
         raise ValueError("no clients to train")
     return TrainResult(torch.cat([p.params for p in parts]).to(device),
@@ -894,7 +818,9 @@ def _concat(parts: list[TrainResult], device: torch.device) -> TrainResult:
                        torch.cat([p.loss for p in parts]).to(device),
                        torch.cat([p.steps for p in parts]),
                        {k: torch.cat([p.extra[k] for p in parts]).to(device)
-                        for k in parts[0].extra})
+                        for k in parts[0].extra},
+                       {k: torch.cat([p.state[k] for p in parts]).to(device)
+                        for k in parts[0].state})
 
 
 def _keep_inactive(active: Tensor, new: Tensor, old: Tensor | None) -> Tensor:
@@ -902,3 +828,72 @@ def _keep_inactive(active: Tensor, new: Tensor, old: Tensor | None) -> Tensor:
     if old is None:
         return new
     return torch.where(active.view((-1,) + (1,) * (new.dim() - 1)), new, old)
+
+
+class _Progress:
+    r"""Counts the local steps of one :meth:`ClientTrainer.train` call for the
+    trainer's step hooks (nothing to do without hooks)."""
+
+    def __init__(self, trainer: ClientTrainer, phase: str, total: int) -> None:
+        self.trainer, self.phase, self.total, self.done = trainer, phase, total, 0
+
+    def step(self) -> None:
+        if self.trainer._step_hooks:
+            self.trainer._advance(self.phase, self.done, self.total)
+        self.done += 1
+
+
+def _torch_optimizer(model: nn.Module, cfg: LocalConfig) -> torch.optim.Optimizer:
+    r"""The reference loop's optimizer: :class:`torch.optim.SGD` or
+    :class:`torch.optim.Adam`, as ``cfg`` says."""
+    if cfg.optimizer == "adam":
+        return torch.optim.Adam(model.parameters(), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
+                                eps=cfg.eps, weight_decay=cfg.weight_decay, foreach=False)
+    return torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum,
+                           weight_decay=cfg.weight_decay, nesterov=cfg.nesterov)
+
+
+#: The torch optimizer's per-parameter state entry of each flat rule's entry.
+_TORCH_STATE = {"momentum": "momentum_buffer", "exp_avg": "exp_avg",
+                "exp_avg_sq": "exp_avg_sq"}
+
+
+def _load_optimizer_state(opt: torch.optim.Optimizer, model: nn.Module, layout: ParamLayout,
+                          rule: LocalRule, carried: dict[str, Tensor]) -> None:
+    r"""One client's kept flat state (``rule``'s entries) into ``opt``."""
+    named = dict(model.named_parameters())
+    if isinstance(rule, SGD) and not bool(carried.get("started", torch.zeros(())).item()):
+        return  # torch's momentum buffer starts empty
+    for key, torch_key in _TORCH_STATE.items():
+        if key not in carried:
+            continue
+        for name, t in layout.unflatten(carried[key]).items():
+            opt.state[named[name]][torch_key] = t.detach().clone()
+    if "step" in carried:
+        for name in layout.param_names:
+            opt.state[named[name]]["step"] = torch.tensor(float(carried["step"]))
+
+
+def _optimizer_state(opt: torch.optim.Optimizer, model: nn.Module, layout: ParamLayout,
+                     rule: LocalRule, cfg: LocalConfig, like: Tensor) -> dict[str, Tensor]:
+    r"""One client's state in ``opt`` as the flat entries ``rule`` keeps
+    under ``cfg`` (zeros where torch holds none yet)."""
+    named = dict(model.named_parameters())
+    out: dict[str, Tensor] = {}
+    for key in rule.kept_state(rule.init_state(like.unsqueeze(0), cfg)):
+        if key == "started":
+            out[key] = torch.tensor(bool(opt.state), device=like.device)
+        elif key == "step":
+            first = opt.state.get(named[layout.param_names[0]], {})
+            out[key] = torch.tensor(float(first.get("step", 0.0)), dtype=torch.float64,
+                                    device=like.device)
+        else:
+            parts = [opt.state.get(named[name], {}).get(_TORCH_STATE[key])
+                     for name in layout.param_names]
+            if all(p is None for p in parts):
+                out[key] = torch.zeros_like(like)
+            else:
+                out[key] = torch.cat([p.reshape(-1) if p is not None
+                                      else torch.zeros(named[name].numel(), device=like.device)
+                                      for p, name in zip(parts, layout.param_names, strict=True)])
+    return out

@@ -1,35 +1,34 @@
-"""Build a full run (data, model, strategy, simulator) from plain settings.
+"""Build a full run (data, model, strategy, simulator) from its settings
+(:class:`~pyg_fedgraph.experiment.ExperimentConfig`).
 
-This is the orchestration layer shared by the CLI, Optuna studies and the
-examples: it only calls the data, model and strategy layers.
+Shared by the command line, the runner, Optuna studies and the examples: it
+only calls the data, model and strategy layers.
 """
 from __future__ import annotations
 
 import inspect
-import json
 import logging
-from dataclasses import dataclass, field, fields
-from typing import Annotated, Any, Literal
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-from pyg_fedgraph.attacks import Attack, AttackName
+from pyg_fedgraph.attacks import Attack
 from pyg_fedgraph.data.federated_dataset import FederatedDataset
 from pyg_fedgraph.datasets import DATASETS, dataset_key, load_dataset
 from pyg_fedgraph.engine.rounds import num_sampled
-from pyg_fedgraph.engine.validation import RejectPolicy
-from pyg_fedgraph.hparams import Range, schema
-from pyg_fedgraph.models import MODEL_NAMES, build_model, model_options
-from pyg_fedgraph.simulation import Simulator
+from pyg_fedgraph.experiment.settings import CONFIG_SCHEMA, ExperimentConfig
+from pyg_fedgraph.hparams import parse_text, schema
+from pyg_fedgraph.models import MODELS, build_model, model_options
+from pyg_fedgraph.simulation.config import SIM_KEYS, SIM_SCHEMA
+from pyg_fedgraph.simulation.simulator import Simulator
 from pyg_fedgraph.strategies import STRATEGIES, Strategy, build_strategy
-from pyg_fedgraph.train import LocalConfig
-from pyg_fedgraph.train.engine import LOCAL_SCHEMA
-from pyg_fedgraph.utils.device import Precision, resolve_device
+from pyg_fedgraph.train.config import LOCAL_SCHEMA, LocalConfig
+from pyg_fedgraph.utils.device import resolve_device
 from pyg_fedgraph.utils.seeds import derive_seed, make_generator
 
-__all__ = ["ExperimentConfig", "CONFIG_SCHEMA", "DATASET_DEFAULTS", "build_dataset",
-           "build_simulator", "resolved_defaults", "resolved_model", "route_overrides",
-           "check_config", "parse_value"]
+__all__ = ["DATASET_DEFAULTS", "build_dataset", "build_simulator", "resolved_defaults",
+           "resolved_model", "route_overrides", "check_config", "parse_value", "dataset_options"]
 
 log = logging.getLogger(__name__)
 
@@ -52,77 +51,8 @@ DATASET_DEFAULTS["topology"] = DATASET_DEFAULTS["digits"]
 _FALLBACK = {"model": "mlp", "model_kwargs": {}, "local": {}, "rounds": 30}
 
 
-def parse_value(text: str) -> Any:
-    r"""``"0.1"`` -> 0.1, ``"true"`` -> True, ``"[1,2]"`` -> [1, 2], else the string."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        low = text.lower()
-        if low in ("true", "false"):
-            return low == "true"
-        if low in ("none", "null"):
-            return None
-        return text
-
-
-PartitionName = Literal["iid", "pathological", "dirichlet", "group"]
-
-
-@dataclass
-class ExperimentConfig:
-    r"""Everything that defines one run, checked on construction against its
-    declared types and ranges (the same schema the command line reads).
-
-    ``overrides`` (the CLI's ``--set key=value``) are routed by key
-    (:func:`route_overrides`): local-training keys (``lr``, ``momentum``,
-    ``weight_decay``, ``batch_size``, ``epochs``, ``steps``), simulator keys
-    (``sample_fraction``, ``eval_every``, ``parallel``), ``model`` and
-    ``model.<arg>``, ``data.<arg>`` for the dataset builder, and anything else
-    goes to the strategy's constructor; each value is checked against the
-    declaration of the option it reaches.
-    """
-    dataset: str = "digits"
-    strategy: str = "fedavg"
-    rounds: Annotated[int | None, Range(ge=1)] = None
-    clients: Annotated[int | None, Range(ge=1)] = None
-    partition: PartitionName | None = None
-    beta: Annotated[float | None, Range(gt=0.0)] = None
-    classes_per_client: Annotated[int | None, Range(ge=1)] = None
-    seed: Annotated[int, Range(ge=0)] = 0
-    novel_clients: Annotated[float, Range(ge=0.0, lt=1.0)] = 0.0
-    overrides: dict[str, Any] = field(default_factory=dict)
-    # Robustness (see pyg_fedgraph.attacks and Simulator): an attack name of
-    # pyg_fedgraph.attacks.ATTACKS and the share of malicious clients, the
-    # per-round dropout probability, and the policy for bad uploads.
-    attack: AttackName | None = None
-    attack_ratio: Annotated[float, Range(gt=0.0, lt=1.0)] = 0.4
-    dropout: Annotated[float, Range(ge=0.0, lt=1.0)] = 0.0
-    reject_policy: RejectPolicy = "drop"
-    # Where and how it computes (see pyg_fedgraph.utils.device): the compute device
-    # ("auto": CUDA when available), torch's intra-op threads (None: torch's choice;
-    # applied by the command line, a process-wide setting) and the autocast precision.
-    device: str = "auto"
-    threads: Annotated[int | None, Range(ge=1)] = None
-    precision: Precision = "fp32"
-
-    def __post_init__(self) -> None:
-        for name, hp in CONFIG_SCHEMA.items():
-            if name != "overrides":
-                setattr(self, name, hp.check(getattr(self, name)))
-        if not isinstance(self.overrides, dict):
-            raise ValueError(f"overrides must be a dict of --set keys, got "
-                             f"{type(self.overrides).__name__}")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
-
-#: The declared fields of :class:`ExperimentConfig`.
-CONFIG_SCHEMA = schema(ExperimentConfig)
-#: ``--set`` keys of the simulator, declared by :class:`Simulator`.
-SIM_SCHEMA = {k: v for k, v in schema(Simulator).items()
-              if k in ("sample_fraction", "eval_every", "parallel", "parallel_clients",
-                       "execution", "state_device", "compile")}
+#: ``--set`` values are read as the command line reads them.
+parse_value = parse_text
 
 
 def route_overrides(cfg: ExperimentConfig, model: str | None = None
@@ -137,19 +67,22 @@ def route_overrides(cfg: ExperimentConfig, model: str | None = None
             does not choose one (the dataset's default), to check
             ``model.<arg>`` keys against; unchecked when unknown.
     """
-    if cfg.strategy not in STRATEGIES:
-        raise ValueError(f"unknown strategy {cfg.strategy!r}; known: "
-                         f"{', '.join(sorted(STRATEGIES))}")
     out: dict[str, dict[str, Any]] = {"local": {}, "sim": {}, "model": {}, "data": {},
                                       "strategy": {}}
     strategy_schema = STRATEGIES[cfg.strategy].hparam_schema()
     # A dataset object built by the caller may carry a name of its own.
     builder = DATASETS.get(dataset_key(cfg.dataset))
     data_schema = schema(builder) if builder is not None else None
-    name = cfg.overrides.get("model", model)
-    if "model" in cfg.overrides:
-        if not isinstance(name, str) or name.lower() not in MODEL_NAMES:
-            raise ValueError(f"--set model: expected one of {', '.join(MODEL_NAMES)}, got {name!r}")
+    chosen = cfg.overrides.get("model")
+    if chosen is not None and cfg.model is not None and str(chosen).lower() != cfg.model.lower():
+        raise ValueError(f"--model {cfg.model} and --set model={chosen} name two models; give "
+                         f"one")
+    chosen = cfg.model if cfg.model is not None else chosen
+    name = chosen if chosen is not None else model
+    if chosen is not None:
+        where = "--model" if cfg.model is not None else "--set model"
+        if not isinstance(name, str) or name not in MODELS:
+            raise ValueError(f"{where}: expected one of {', '.join(MODELS)}, got {name!r}")
         out["model"]["name"] = name.lower()
     model_schema = model_options(name) if isinstance(name, str) else None
     for key, value in cfg.overrides.items():
@@ -158,7 +91,7 @@ def route_overrides(cfg: ExperimentConfig, model: str | None = None
             continue
         if key in LOCAL_SCHEMA:
             out["local"][key] = LOCAL_SCHEMA[key].check(value, where)
-        elif key in SIM_SCHEMA:
+        elif key in SIM_KEYS:
             out["sim"][key] = SIM_SCHEMA[key].check(value, where)
         elif key.startswith("model."):
             arg = key[6:]
@@ -179,10 +112,14 @@ def route_overrides(cfg: ExperimentConfig, model: str | None = None
             out["data"][arg] = data_schema[arg].check(value, where)
         elif key in strategy_schema:
             out["strategy"][key] = strategy_schema[key].check(value, where)
+        elif key in CONFIG_SCHEMA:
+            flag = "--" + key.replace("_", "-")
+            raise ValueError(f"{where}: {key} is a setting of its own, not a --set key: give "
+                             f"{flag} {value}")
         else:
             raise ValueError(
                 f"{where}: not a local-training key ({', '.join(sorted(LOCAL_SCHEMA))}), a "
-                f"simulator key ({', '.join(sorted(SIM_SCHEMA))}), model/model.*/data.*, nor "
+                f"simulator key ({', '.join(sorted(SIM_KEYS))}), model/model.*/data.*, nor "
                 f"an option of strategy {cfg.strategy!r} "
                 f"({', '.join(sorted(strategy_schema)) or 'none'})")
     return out
@@ -293,7 +230,7 @@ def check_config(cfg: ExperimentConfig, dataset: FederatedDataset) -> None:
 
 
 def build_simulator(cfg: ExperimentConfig, *, dataset: FederatedDataset | None = None,
-                    progress: bool = True, callbacks: tuple = ()) -> Simulator:
+                    callbacks: tuple = ()) -> Simulator:
     r"""Data, model, strategy and :class:`Simulator` for ``cfg``.
 
     Model, local training and rounds default to ``dataset.defaults`` (to the
@@ -314,6 +251,6 @@ def build_simulator(cfg: ExperimentConfig, *, dataset: FederatedDataset | None =
     if cfg.attack is not None:
         attack = Attack(cfg.attack, cfg.attack_ratio)
     return Simulator(data, model, plan.strategy, rounds=plan.rounds, local=plan.local,
-                     seed=cfg.seed, held_out=held_out, progress=progress, callbacks=callbacks,
+                     seed=cfg.seed, held_out=held_out, callbacks=callbacks,
                      attack=attack, dropout=cfg.dropout, reject_policy=cfg.reject_policy,
                      device=cfg.device, precision=cfg.precision, **plan.parts["sim"])

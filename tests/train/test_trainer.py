@@ -8,7 +8,9 @@ from torch import nn
 from pyg_fedgraph.data.federated_dataset import ClientSplit, FederatedDataset
 from pyg_fedgraph.data.layout import ParamLayout
 from pyg_fedgraph.models.mlp import MLP
-from pyg_fedgraph.train.engine import ClientTrainer, LocalConfig, Regularizer, batch_schedule
+from pyg_fedgraph.train.config import LocalConfig
+from pyg_fedgraph.train.regularizers import ProximalTerm
+from pyg_fedgraph.train.trainer import ClientTrainer, batch_schedule
 
 # Client 1 has fewer training samples than a batch (B = 4), client 2 has none.
 TRAIN_COUNTS = [10, 3, 0, 7]
@@ -225,14 +227,14 @@ def test_parallel_equals_per_client_loop(model_fn, mode):
     clients = torch.tensor([3, 0, 2, 1])  # any order, a subset of rows of the data
     params, buffers = start_state(trainer, 4)
     refs = torch.randn(4, trainer.layout.num_params, generator=torch.Generator().manual_seed(2))
-    reg = Regularizer(proximal, refs)
+    reg = ProximalTerm(refs, coefficient=0.1)
     params_in, buffers_in = params.clone(), buffers.clone()
 
     out = {}
     for parallel in (True, False):
+        trainer.parallel = parallel
         out[parallel] = trainer.train(clients, params, buffers, regularizer=reg,
-                                      generator=torch.Generator().manual_seed(0),
-                                      parallel=parallel)
+                                      generator=torch.Generator().manual_seed(0))
     par, loop = out[True], out[False]
     assert torch.equal(params, params_in) and torch.equal(buffers, buffers_in)  # no mutation
     assert par.params.shape == (4, trainer.layout.num_params)
@@ -270,9 +272,9 @@ def test_nesterov_and_schedule_parallel_equal_torch_sgd_loop(model_fn):
         trainer = ClientTrainer(model_fn(), data, config=cfg)
         params, buffers = start_state(trainer, 4)
         for parallel in (True, False):
+            trainer.parallel = parallel
             out[name, parallel] = trainer.train(clients, params, buffers,
-                                                generator=torch.Generator().manual_seed(0),
-                                                parallel=parallel)
+                                                generator=torch.Generator().manual_seed(0))
     par, loop = out["nesterov", True], out["nesterov", False]
     assert torch.allclose(par.params, loop.params, atol=1e-5, rtol=0)
     assert torch.allclose(par.buffers, loop.buffers, atol=1e-5, rtol=0)
@@ -289,17 +291,17 @@ def test_schedule_follows_each_clients_own_steps(parallel):
     data = make_dataset()
     cfg = LocalConfig(lr=0.1, momentum=0.9, nesterov=True, batch_size=4, epochs=2,
                       warmup=0.25, lr_decay_to=0.0)
-    trainer = ClientTrainer(make_mlp(), data, config=cfg)
+    trainer = ClientTrainer(make_mlp(), data, config=cfg, parallel=parallel)
     params, buffers = start_state(trainer, 4)
     clients = [3, 0, 2, 1]
 
     def gen(client):  # each client's own batch order, as the rounds draw it
         return torch.Generator().manual_seed(100 + client)
     together = trainer.train(torch.tensor(clients), params, buffers,
-                             generator=[gen(c) for c in clients], parallel=parallel)
+                             generator=[gen(c) for c in clients])
     for row, client in ((0, 3), (3, 1)):  # 7 and 3 samples: 2 and 1 batches, the cohort's 3
         alone = trainer.train(torch.tensor([client]), params[row:row + 1],
-                              buffers[row:row + 1], generator=[gen(client)], parallel=parallel)
+                              buffers[row:row + 1], generator=[gen(client)])
         assert torch.allclose(alone.params[0], together.params[row], atol=1e-6)
 
 
@@ -319,7 +321,7 @@ def test_regularizer_changes_the_result():
     params, _ = start_state(trainer, 4)
     plain = trainer.train(clients, params, generator=torch.Generator().manual_seed(0))
     # A strong pull towards zero shrinks the trained parameters.
-    reg = Regularizer(proximal, torch.zeros_like(params))
+    reg = ProximalTerm(torch.zeros_like(params), coefficient=0.1)
     pulled = trainer.train(clients, params, regularizer=reg,
                            generator=torch.Generator().manual_seed(0))
     for i in (0, 1, 3):
@@ -340,7 +342,7 @@ def test_train_errors():
         trainer.train(clients, torch.zeros(4, d), torch.zeros(4, 3))
     with pytest.raises(ValueError, match="one row per trained client"):
         trainer.train(clients, torch.zeros(4, d),
-                      regularizer=Regularizer(proximal, torch.zeros(3, d)))
+                      regularizer=ProximalTerm(torch.zeros(3, d), coefficient=0.1))
 
 
 # ----------------------------------------------------------------- evaluation
@@ -476,7 +478,7 @@ def test_regularized_training_gradient_is_the_flat_vectors(execution):
     refs = torch.randn(3, trainer.layout.num_params, generator=torch.Generator().manual_seed(6))
     bufs = trainer._buffer_dict(buffers)
     batch = torch.tensor([[0, 1, 2], [1, 0, 0], [2, 2, 1]]).t()  # 3 samples per client
-    problem = trainer.problem(clients, bufs, Regularizer(proximal, refs))
+    problem = trainer.problem(clients, bufs, ProximalTerm(refs, coefficient=0.1))
     g, loss = problem.grad(params, batch)
     x, y = data.batch("train", batch, clients)
     for i in range(3):

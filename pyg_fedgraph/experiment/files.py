@@ -1,6 +1,7 @@
-r"""Config files of the command line: ``pyg-fedgraph run --config exp.yaml``.
+r"""A run's files: config files read, and the run folder written.
 
-A config file holds the options of ``run`` (their long names with
+**Config files** (``pyg-fedgraph run --config exp.yaml``) hold the declared
+settings (:mod:`~pyg_fedgraph.experiment.settings`, their long names with
 underscores) and a ``set`` map of ``--set`` keys::
 
     dataset: fashion-mnist
@@ -17,75 +18,83 @@ underscores) and a ``set`` map of ``--set`` keys::
       alpha: 0.8            # a strategy option
 
 The file is read with OmegaConf (YAML's safe loader: a file never runs code)
-into a typed schema (:class:`RunFile`), so an unknown key or a value of the
-wrong type is one line naming the key and the file; the values then go
-through the same checks as the flags (:class:`~pyg_fedgraph.experiment.
-ExperimentConfig`, :func:`~pyg_fedgraph.experiment.route_overrides`).
-Flags given on the command line win over the file, ``--set`` keys over the
-file's ``set``.
+into a schema generated from the declarations (:func:`file_schema`), so an
+unknown key or a value of the wrong type is one line naming the key and the
+file; the values then go through the same checks as the flags.
 
-Every run writes its *resolved* config as ``config.yaml``: the settings it
-ran with, defaults filled in (rounds, clients, the model and its arguments,
-local training, every strategy option, simulator settings), without an
-output folder, plus a ``provenance`` section (versions, device, git commit,
-data checksum) that is informational and ignored when the file is read back.
-``pyg-fedgraph run --config runs/X/config.yaml --out runs/Y`` reruns run X.
+**The run folder**: :func:`write_results` writes what the runner computed
+(``history.csv``, ``summary.json``, the pictures, ``config.json``, the
+collaboration graph) and the *resolved* config, ``config.yaml``: the
+settings the run ran with, defaults filled in, plus a ``provenance`` section
+(versions, device, git commit, data checksum) that is informational and
+ignored when the file is read back, so that ``pyg-fedgraph run --config
+runs/X/config.yaml`` reruns run X.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import platform
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from collections.abc import Mapping
+from dataclasses import fields, make_dataclass
+from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, get_args, get_origin
+
+from pyg_fedgraph.experiment.settings import (
+    ExperimentConfig,
+    Option,
+    RunOptions,
+    options,
+    type_arms,
+)
 
 if TYPE_CHECKING:
     from pyg_fedgraph.data import FederatedDataset
-    from pyg_fedgraph.experiment import ExperimentConfig
     from pyg_fedgraph.simulation import Simulator
 
-__all__ = ["RunFile", "load_config", "flatten_set", "resolved_config", "provenance",
-           "data_checksum", "dump_yaml", "CONFIG_NAME"]
+__all__ = ["CONFIG_NAME", "file_schema", "load_config", "flatten_set", "dump_yaml",
+           "data_checksum", "provenance", "resolved_config", "run_summary", "write_results",
+           "write_history"]
 
 #: The resolved config a run writes into its folder.
 CONFIG_NAME = "config.yaml"
 
 
-# OmegaConf reads Optional[...] and builtin generics; Literal and Annotated
-# ranges are checked afterwards by ExperimentConfig (one schema for both).
-@dataclass
-class RunFile:
-    r"""The keys of a config file (see the module docstring)."""
-    dataset: str = "digits"
-    strategy: Optional[Any] = None  # noqa: UP045 - OmegaConf reads typing.Optional
-    rounds: Optional[int] = None  # noqa: UP045 - OmegaConf reads typing.Optional
-    clients: Optional[int] = None  # noqa: UP045 - OmegaConf reads typing.Optional
-    partition: Optional[str] = None  # noqa: UP045 - OmegaConf reads typing.Optional
-    beta: Optional[float] = None  # noqa: UP045 - OmegaConf reads typing.Optional
-    classes_per_client: Optional[int] = None  # noqa: UP045 - OmegaConf reads typing.Optional
-    seed: int = 0
-    seeds: Optional[list[int]] = None  # noqa: UP045 - OmegaConf reads typing.Optional
-    novel_clients: float = 0.0
-    attack: Optional[str] = None  # noqa: UP045 - OmegaConf reads typing.Optional
-    attack_ratio: float = 0.4
-    dropout: float = 0.0
-    reject_policy: str = "drop"
-    checkpoint_every: int = 0
-    device: str = "auto"
-    threads: Optional[int] = None  # noqa: UP045 - OmegaConf reads typing.Optional
-    precision: str = "fp32"
-    deterministic: bool = False
-    tracker: list[str] = field(default_factory=list)
-    save_models: bool = False
-    set: dict[str, Any] = field(default_factory=dict)
-    provenance: dict[str, Any] = field(default_factory=dict)
+def _file_type(option: Option) -> Any:
+    r"""The type OmegaConf checks a key of a config file against (it reads
+    ``Optional``, builtin scalars and lists; choices and ranges are checked
+    afterwards by the settings themselves)."""
+    if option.name == "strategy":  # a name, names separated by commas, or a list
+        return Optional[Any]  # noqa: UP045 - OmegaConf reads typing.Optional
+    arms = type_arms(option.annotation)
+    arm = arms[0]
+    if get_origin(arm) is list:
+        inner = get_args(arm)[0] if get_args(arm) else Any
+        return Optional[list[int]] if inner is int else Optional[list[str]]  # noqa: UP045
+    scalar: Any = arm if arm in (int, float, bool, str) else str
+    if len(arms) > 1:  # bool | CompileMode and the like
+        scalar = Any
+    return Optional[scalar]  # noqa: UP045 - OmegaConf reads typing.Optional
 
 
-#: The keys a config file may hold.
-FILE_KEYS = tuple(f.name for f in fields(RunFile))
+@cache
+def file_schema() -> type:
+    r"""The dataclass OmegaConf checks config files against: every declared
+    setting a file may hold (of ``run`` and ``tune``), ``set`` and
+    ``provenance``."""
+    seen: dict[str, Any] = {}
+    for command in ("run", "tune"):
+        for option in options(command):
+            if option.file and option.name not in seen:
+                default = option.default if not isinstance(option.default, list) else None
+                seen[option.name] = (option.name, _file_type(option),
+                                     dataclasses.field(default=default))
+    seen["set"] = ("set", dict[str, Any], dataclasses.field(default_factory=dict))
+    seen["provenance"] = ("provenance", dict[str, Any], dataclasses.field(default_factory=dict))
+    return make_dataclass("RunFile", list(seen.values()))
 
 
 def _one_line(text: str) -> str:
@@ -110,7 +119,7 @@ def flatten_set(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def load_config(path: str | Path) -> dict[str, Any]:
     r"""The settings of the config file ``path``, checked against
-    :class:`RunFile` (``set`` flattened to ``--set`` keys; ``provenance``
+    :func:`file_schema` (``set`` flattened to ``--set`` keys; ``provenance``
     dropped). Only the keys the file holds are returned (and ``set``, empty
     when missing). Raises one-line :class:`ValueError` s naming the key."""
     from omegaconf import OmegaConf
@@ -126,16 +135,17 @@ def load_config(path: str | Path) -> dict[str, Any]:
     if not isinstance(loaded, Mapping) and not OmegaConf.is_dict(loaded):
         raise ValueError(f"--config {path}: expected a map of settings at the top, got "
                          f"{type(OmegaConf.to_container(loaded)).__name__}")
+    schema = file_schema()
+    keys = {f.name: f for f in fields(schema)}
     try:
-        merged = OmegaConf.merge(OmegaConf.structured(RunFile), loaded)
+        merged = OmegaConf.merge(OmegaConf.structured(schema), loaded)
         container = OmegaConf.to_container(merged, resolve=True)
     except OmegaConfBaseException as err:
         key = getattr(err, "full_key", None) or "?"
         message = str(err).splitlines()[0]
         raise ValueError(f"--config {path}: key {key!r}: {message}") from None
     except TypeError:  # a list where the schema has a map, or the reverse
-        wrong = [k for k, v in loaded.items() if k in FILE_KEYS
-                 and OmegaConf.is_list(v) != OmegaConf.is_list(getattr(RunFile(), str(k)))
+        wrong = [k for k, v in loaded.items() if k in keys
                  and (OmegaConf.is_list(v) or OmegaConf.is_dict(v))]
         raise ValueError(f"--config {path}: key {wrong[0] if wrong else '?'!r} has the wrong "
                          f"kind of value (a list where a map belongs, or the reverse)") from None
@@ -256,45 +266,98 @@ def provenance(dataset: FederatedDataset, sim: Simulator | None = None) -> dict[
 
 
 # ------------------------------------------------------------------ resolution
-def resolved_config(sim: Simulator, cfg: ExperimentConfig, *, checkpoint_every: int = 0,
-                    deterministic: bool = False, trackers: Sequence[str] = (),
-                    save_models: bool = False) -> dict[str, Any]:
-    r"""The settings of one finished run with every default filled in, as a
-    config file holds them (no output folder), plus its provenance."""
-    from pyg_fedgraph.experiment import dataset_options, resolved_model
+def resolved_config(sim: Simulator, cfg: ExperimentConfig, run: RunOptions | None = None
+                    ) -> dict[str, Any]:
+    r"""The settings of one finished run as a config file holds them, every
+    default filled in, plus its provenance: every declared setting a config
+    file may hold (the run's value, resolved against the data where the data
+    decided it: rounds, clients, partition), and under ``set`` the local
+    training, the model and its arguments, the simulator's settings and the
+    strategy's options as they were."""
+    from pyg_fedgraph.experiment.build import dataset_options, resolved_model
+    from pyg_fedgraph.simulation.config import SIM_KEYS
+    from pyg_fedgraph.train.config import LOCAL_SCHEMA, LOCAL_WHEN_SET
 
+    run = run or RunOptions()
     data = sim.dataset
     model_name, model_kwargs = resolved_model(cfg, data)
     overrides = dict(cfg.overrides)
-    resolved: dict[str, Any] = {k: v for k, v in overrides.items()
-                                if k.startswith("data.")}
+    resolved: dict[str, Any] = {k: v for k, v in overrides.items() if k.startswith("data.")}
     local = sim.trainer.config
-    resolved.update({"lr": local.lr, "momentum": local.momentum,
-                     "weight_decay": local.weight_decay, "batch_size": local.batch_size,
-                     "epochs": local.epochs, "steps": local.steps,
-                     "model": model_name})
+    resolved.update({k: getattr(local, k) for k in LOCAL_SCHEMA if k not in LOCAL_WHEN_SET})
+    resolved["model"] = model_name
     resolved.update(local.optional_set())
     resolved.update({f"model.{k}": v for k, v in model_kwargs.items()})
-    resolved.update({"sample_fraction": sim.sample_fraction, "eval_every": sim.eval_every,
-                     "parallel": sim.parallel, "execution": sim.execution,
-                     "parallel_clients": sim.parallel_clients})
-    for key in ("state_device", "compile"):
-        if key in overrides:
-            resolved[key] = overrides[key]
+    for key in SIM_KEYS:
+        if key in ("state_device", "compile"):
+            if key in overrides:
+                resolved[key] = overrides[key]
+        else:
+            resolved[key] = getattr(sim, key)
     resolved.update(sim.strategy.hparams())
-    # The dataset's own defaults, pinned where its builder takes them.
+    # What the data decided, pinned where its builder takes it.
     takes = dataset_options(cfg.dataset)
     partition = data.info.get("partition")
-    return {
-        "dataset": cfg.dataset, "strategy": cfg.strategy, "rounds": sim.rounds,
-        "clients": data.num_clients if "num_clients" in takes else cfg.clients,
-        "partition": partition if "partition" in takes and isinstance(partition, str)
-        else cfg.partition,
-        "beta": cfg.beta, "classes_per_client": cfg.classes_per_client, "seed": cfg.seed,
-        "novel_clients": cfg.novel_clients, "attack": cfg.attack,
-        "attack_ratio": cfg.attack_ratio, "dropout": cfg.dropout,
-        "reject_policy": cfg.reject_policy, "checkpoint_every": checkpoint_every,
-        "device": cfg.device, "threads": cfg.threads, "precision": cfg.precision,
-        "deterministic": deterministic, "tracker": list(trackers), "save_models": save_models,
-        "set": resolved, "provenance": provenance(data, sim),
-    }
+    decided = {"rounds": sim.rounds,
+               "clients": data.num_clients if "num_clients" in takes else cfg.clients,
+               "partition": partition if "partition" in takes and isinstance(partition, str)
+               else cfg.partition}
+    out: dict[str, Any] = {}
+    for option in options("run"):
+        if not option.file:
+            continue
+        source = cfg if option.owner is ExperimentConfig else run
+        value = decided.get(option.name, getattr(source, option.name))
+        out[option.name] = value
+    out["set"] = resolved
+    out["provenance"] = provenance(data, sim)
+    return out
+
+
+# ------------------------------------------------------------------ run folder
+def run_summary(sim: Simulator, cfg: ExperimentConfig, seconds: float) -> dict[str, Any]:
+    r"""``summary.json`` of a run: the engine's summary (the papers'
+    protocol) with the run's name, timing and data."""
+    dataset = sim.dataset
+    return {"strategy": cfg.strategy, "dataset": cfg.dataset, **sim.summary(),
+            "seconds": seconds, "seconds_per_round": seconds / max(sim.round, 1),
+            "num_clients": dataset.num_clients, "seed": cfg.seed,
+            "synthetic_data": bool(dataset.info.get("synthetic"))}
+
+
+def write_results(folder: Path, sim: Simulator, cfg: ExperimentConfig,
+                  summary: Mapping[str, Any], run: RunOptions | None = None) -> None:
+    r"""Writes a run's files into ``folder``: history, summary, per-client
+    metrics, pictures, the collaboration graph, ``config.json`` (the settings
+    and what they resolved to), ``config.yaml`` (:func:`resolved_config`) and,
+    with ``run.save_models``, every client's personalized model."""
+    import torch
+
+    from pyg_fedgraph.simulation.report import write_models, write_run
+
+    run = run or RunOptions()
+    config = {**cfg.to_dict(), "resolved": {
+        "rounds": sim.rounds, "local": vars(sim.trainer.config),
+        "model": repr(sim.trainer.model), "strategy": sim.strategy.hparams(),
+        "num_params": sim.layout.num_params, "device": str(sim.device),
+        "state_device": str(sim.state_device), "execution": sim.execution,
+        "parallel_clients": sim.parallel_clients, "precision": sim.trainer.precision,
+        "compile": sim.trainer.compile,
+        "threads": torch.get_num_threads(),
+        "deterministic": torch.are_deterministic_algorithms_enabled()}}
+    write_run(folder, sim.history, config, summary,
+              collaboration=sim.strategy.collaboration_graph(),
+              groups=sim.dataset.client_labels, prior_edge_index=sim.dataset.edge_index)
+    (folder / CONFIG_NAME).write_text(dump_yaml(resolved_config(sim, cfg, run)))
+    if run.save_models:
+        params, buffers = sim.personalized_models()
+        write_models(folder, sim.layout, params, buffers, repr(sim.trainer.model))
+
+
+def write_history(folder: Path, sim: Simulator) -> None:
+    r"""Writes the history of the finished rounds of a run that was stopped
+    (``history.csv``), so that its rounds are on disk before it resumes."""
+    from pyg_fedgraph.simulation.report import write_csv
+
+    if len(sim.history):
+        write_csv(folder / "history.csv", sim.history.round_rows())

@@ -1,0 +1,138 @@
+"""The record cache: interrupted runs resume to the uninterrupted record; records and
+checkpoints written before the runner keep their keys and resume; a checkpoint of
+``pyg-fedgraph run`` resumes under the cache and the other way round."""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from pyg_fedgraph.cli import main
+from pyg_fedgraph.experiment import ExperimentConfig, RecordCache
+from pyg_fedgraph.experiment.records import config_key
+from pyg_fedgraph.simulation import simulator as simulator_module
+from pyg_fedgraph.simulation.checkpoint import load_checkpoint
+
+BEFORE = Path(__file__).resolve().parents[1] / "fixtures" / "before_runner"
+OVERRIDES = {"steps": 3, "model.hidden_channels": 8}
+
+
+def configs(seed: int = 0, strategy: str = "fedavg"):
+    cfg = ExperimentConfig(dataset="digits", strategy=strategy, clients=3, rounds=4,
+                           partition="pathological", seed=seed, overrides=dict(OVERRIDES))
+    twin = dataclasses.replace(cfg, strategy="fedavg-ft",
+                               overrides={**cfg.overrides, "finetune_from": "local"})
+    return cfg, twin
+
+
+def cli_args(cfg: ExperimentConfig, out: Path) -> list[str]:
+    return ["run", "--dataset", cfg.dataset, "--strategy", cfg.strategy, "--clients",
+            str(cfg.clients), "--rounds", str(cfg.rounds), "--partition", str(cfg.partition),
+            "--seed", str(cfg.seed), *(a for k, v in OVERRIDES.items()
+                                       for a in ("--set", f"{k}={v}")),
+            "--out", str(out), "--quiet"]
+
+
+def same(a: dict, b: dict) -> None:
+    assert a["val"] == b["val"] and a["test"] == b["test"]
+    assert a["summary"] == b["summary"] and a["test_clients"] == b["test_clients"]
+
+
+class Crash(KeyboardInterrupt):
+    r"""Stands for a kill in round 3 (a KeyboardInterrupt: what a second Ctrl-C raises)."""
+
+
+@pytest.fixture
+def crash_in_round_3(monkeypatch):
+    step = simulator_module.Simulator.step
+
+    def crashing(self):
+        if self.round == 2:
+            raise Crash
+        return step(self)
+    monkeypatch.setattr(simulator_module.Simulator, "step", crashing)
+    return lambda: monkeypatch.setattr(simulator_module.Simulator, "step", step)
+
+
+def history_of(folder: Path) -> list[tuple[str, str]]:
+    with open(folder / "history.csv") as f:
+        rows = list(csv.DictReader(f))
+    return [(r["round"], r["test_accuracy"]) for r in rows]
+
+
+def test_an_interrupted_run_resumes_to_the_uninterrupted_records(tmp_path, crash_in_round_3):
+    cfg, twin = configs()
+    cache = RecordCache(tmp_path / "records", tmp_path / "ckpt")
+    with pytest.raises(Crash):
+        cache.run(cfg, local_models_as=twin)
+    assert cache.checkpoint_round(cfg) == 2 and cache.load(cfg) is None
+    crash_in_round_3()  # the machine is back
+    entry = cache.run(cfg, local_models_as=twin)
+    assert not cache.checkpoint_path(cfg).exists()  # removed once the record is stored
+    fresh = RecordCache(tmp_path / "fresh", tmp_path / "fresh-ckpt")
+    same(entry, fresh.run(cfg, local_models_as=twin))
+    same(cache.load(twin), fresh.load(twin))
+    assert entry["config"] == json.loads(json.dumps(cfg.to_dict()))
+    assert entry["device"] == "cpu" and entry["torch"]
+    assert cache.run(cfg) is not None  # read back at once
+
+
+def test_records_and_checkpoints_written_before_the_runner_keep_their_keys(tmp_path):
+    keys = json.loads((BEFORE / "keys.json").read_text())
+    cfg, twin = configs()
+    # Keys did not move (settings added since are left out of to_dict at their defaults).
+    assert config_key(cfg) == keys["record"] and config_key(twin) == keys["twin"]
+    cache = RecordCache(BEFORE / "records", tmp_path / "unused")
+    old = json.loads((BEFORE / "records" / f"{keys['record']}.json").read_text())
+    assert cache.load(cfg) == old and cache.load(twin) is not None
+    # The in-flight checkpoint of the benchmarks (format 1) resumes at round 2 and ends
+    # with the records an uninterrupted run gives, the FedAvg-FT twin included.
+    cfg2, twin2 = configs(seed=1)
+    assert config_key(cfg2) == keys["inflight"]
+    cache = RecordCache(tmp_path / "records", tmp_path / "ckpt")
+    cache.checkpoints.mkdir()
+    shutil.copy(BEFORE / "inflight" / f"{keys['inflight']}.ckpt.pt", cache.checkpoint_path(cfg2))
+    assert cache.checkpoint_round(cfg2) == 2
+    resumed = cache.run(cfg2, local_models_as=twin2)
+    fresh = RecordCache(tmp_path / "fresh", tmp_path / "fresh-ckpt")
+    same(resumed, fresh.run(cfg2, local_models_as=twin2))
+    same(cache.load(twin2), fresh.load(twin2))
+
+
+def test_a_cli_checkpoint_written_before_the_runner_resumes(tmp_path):
+    keys = json.loads((BEFORE / "keys.json").read_text())
+    cfg = ExperimentConfig(**keys["cli_config"])
+    out = tmp_path / "old"
+    out.mkdir()
+    shutil.copy(BEFORE / "cli" / "checkpoint.pt", out / "checkpoint.pt")
+    assert main(["run", "--resume", str(out), "--quiet"]) == 0
+    assert main(cli_args(cfg, tmp_path / "fresh")) == 0
+    assert history_of(out) == history_of(tmp_path / "fresh") and len(history_of(out)) == 4
+
+
+def test_checkpoints_move_between_the_cli_and_the_record_cache(tmp_path, crash_in_round_3):
+    cfg, _ = configs(strategy="pfedgraph")
+    cache = RecordCache(tmp_path / "records", tmp_path / "ckpt")
+    # 1. pyg-fedgraph run, killed in round 3 after checkpointing round 2 ...
+    out = tmp_path / "cli"
+    assert main([*cli_args(cfg, out), "--checkpoint-every", "1"]) == 130
+    assert int(load_checkpoint(out)["round"]) == 2
+    # 2. ... while the record cache's run of the same settings crashes there too.
+    with pytest.raises(Crash):
+        cache.run(cfg)
+    crash_in_round_3()
+    # Swap the two checkpoints: each resumes from the other's.
+    cli_ckpt, cache_ckpt = out / "checkpoint.pt", cache.checkpoint_path(cfg)
+    shutil.copy(cli_ckpt, tmp_path / "from-cli.pt")
+    shutil.copy(cache_ckpt, cli_ckpt)
+    shutil.copy(tmp_path / "from-cli.pt", cache_ckpt)
+    assert cache.checkpoint_round(cfg) == 2
+    entry = cache.run(cfg)
+    assert main(["run", "--resume", str(out), "--quiet"]) == 0
+    fresh = RecordCache(tmp_path / "fresh", tmp_path / "fresh-ckpt").run(cfg)
+    same(entry, fresh)
+    assert [float(t) for _, t in history_of(out)] == pytest.approx(fresh["test"], abs=0)
