@@ -8,6 +8,7 @@ WITH_PANDAS: bool = importlib.util.find_spec("pandas") is not None
 WITH_H5PY: bool = importlib.util.find_spec("h5py") is not None
 WITH_TENSORBOARD: bool = importlib.util.find_spec("tensorboard") is not None
 WITH_MLFLOW: bool = importlib.util.find_spec("mlflow") is not None
+WITH_PYMETIS: bool = importlib.util.find_spec("pymetis") is not None
 
 
 def require(flag: bool, package: str, extra: str) -> None:
