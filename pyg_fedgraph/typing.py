@@ -12,6 +12,7 @@ WITH_PANDAS: bool = importlib.util.find_spec("pandas") is not None
 WITH_H5PY: bool = importlib.util.find_spec("h5py") is not None
 WITH_TENSORBOARD: bool = importlib.util.find_spec("tensorboard") is not None
 WITH_MLFLOW: bool = importlib.util.find_spec("mlflow") is not None
+WITH_PYMETIS: bool = importlib.util.find_spec("pymetis") is not None
 
 #: How labels are split over clients (:mod:`pyg_fedgraph.data.partition`).
 PartitionName = Literal["iid", "pathological", "dirichlet", "group"]

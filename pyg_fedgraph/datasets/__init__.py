@@ -1,10 +1,13 @@
 r"""Federated data sets: builders returning a
-:class:`~pyg_fedgraph.data.FederatedDataset`, registered by name."""
+:class:`~pyg_fedgraph.data.FederatedDataset`, registered by name; readers of
+graphs to partition into clients (:mod:`pyg_fedgraph.transforms`)."""
 from pyg_fedgraph.datasets.digits import digits
 from pyg_fedgraph.datasets.fl60 import angle_knn_graph, fl60, read_grda_toy
 from pyg_fedgraph.datasets.idx import download_idx, read_idx
 from pyg_fedgraph.datasets.mnist import fashion_mnist, mnist, read_mnist
+from pyg_fedgraph.datasets.planetoid import download_planetoid, read_planetoid
 from pyg_fedgraph.datasets.registry import DATASETS, dataset_key, load_dataset, register_dataset
+from pyg_fedgraph.datasets.synthetic_graphs import contextual_sbm, planted_graph_federation
 from pyg_fedgraph.datasets.topology import rand_index_callback, topology
 from pyg_fedgraph.datasets.traffic import METRLA, PEMSBAY, TrafficDataset, synthetic_traffic
 from pyg_fedgraph.datasets.vision import cifar10, cifar100
@@ -31,4 +34,8 @@ __all__ = [
     "PEMSBAY",
     "TrafficDataset",
     "synthetic_traffic",
+    "read_planetoid",
+    "download_planetoid",
+    "contextual_sbm",
+    "planted_graph_federation",
 ]

@@ -56,6 +56,11 @@ PURPOSES: dict[str, str] = {
     "head": "batch order of FedRep's head training before the main one (keys: round, client)",
     "ala": "FedALA's share of a client's data for its aggregation weights (keys: round, client)",
     "pfedla-init": "the initial weights of pFedLA's hypernetworks (no keys)",
+    "graph-partition": "random node partitions and METIS seeds of a graph (no keys)",
+    "overlapping-sample": "the nodes an overlapping client samples from its METIS part "
+                          "(keys: part, client of the part)",
+    "node-split": "a graph's random train / validation / test node split (no keys)",
+    "synthetic-graph": "the draws of a synthetic graph with planted communities (keys: step)",
 }
 
 _MASK = (1 << 63) - 1
