@@ -7,6 +7,16 @@ from pyg_fedgraph.datasets.mnist import fashion_mnist, mnist, read_mnist
 from pyg_fedgraph.datasets.registry import DATASETS, dataset_key, load_dataset, register_dataset
 from pyg_fedgraph.datasets.topology import rand_index_callback, topology
 from pyg_fedgraph.datasets.traffic import METRLA, PEMSBAY, TrafficDataset, synthetic_traffic
+from pyg_fedgraph.datasets.tu import (
+    GCFL_GROUPS,
+    TU_SHA256,
+    TU_URL,
+    TUGraphs,
+    check_tu_names,
+    download_tu,
+    known_tu_names,
+    read_tu,
+)
 from pyg_fedgraph.datasets.vision import cifar10, cifar100
 
 __all__ = [
@@ -31,4 +41,12 @@ __all__ = [
     "PEMSBAY",
     "TrafficDataset",
     "synthetic_traffic",
+    "TUGraphs",
+    "read_tu",
+    "download_tu",
+    "check_tu_names",
+    "known_tu_names",
+    "TU_URL",
+    "TU_SHA256",
+    "GCFL_GROUPS",
 ]
