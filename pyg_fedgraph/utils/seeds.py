@@ -56,6 +56,8 @@ PURPOSES: dict[str, str] = {
     "head": "batch order of FedRep's head training before the main one (keys: round, client)",
     "ala": "FedALA's share of a client's data for its aggregation weights (keys: round, client)",
     "pfedla-init": "the initial weights of pFedLA's hypernetworks (no keys)",
+    "graph-federation": "which graphs each client of a graph-level federation holds, and their "
+                        "train / val / test split (keys: CRC-32 of the dataset's name)",
 }
 
 _MASK = (1 << 63) - 1
