@@ -3,6 +3,18 @@ r"""Federated data sets: builders returning a
 graphs to partition into clients (:mod:`pyg_fedgraph.transforms`)."""
 from pyg_fedgraph.datasets.digits import digits
 from pyg_fedgraph.datasets.fl60 import angle_knn_graph, fl60, read_grda_toy
+from pyg_fedgraph.datasets.graph_federation import (
+    GCFL_FRACTIONS,
+    GRAPH_PARTITIONS,
+    GraphClient,
+    GraphFederation,
+    GraphSplitName,
+    cross_dataset_federation,
+    gcfl_chunks,
+    one_dataset_federation,
+    pad_node_features,
+    stratified_split,
+)
 from pyg_fedgraph.datasets.idx import download_idx, read_idx
 from pyg_fedgraph.datasets.mnist import fashion_mnist, mnist, read_mnist
 from pyg_fedgraph.datasets.planetoid import download_planetoid, read_planetoid
@@ -10,6 +22,16 @@ from pyg_fedgraph.datasets.registry import DATASETS, dataset_key, load_dataset, 
 from pyg_fedgraph.datasets.synthetic_graphs import contextual_sbm, planted_graph_federation
 from pyg_fedgraph.datasets.topology import rand_index_callback, topology
 from pyg_fedgraph.datasets.traffic import METRLA, PEMSBAY, TrafficDataset, synthetic_traffic
+from pyg_fedgraph.datasets.tu import (
+    GCFL_GROUPS,
+    TU_SHA256,
+    TU_URL,
+    TUGraphs,
+    check_tu_names,
+    download_tu,
+    known_tu_names,
+    read_tu,
+)
 from pyg_fedgraph.datasets.vision import cifar10, cifar100
 
 __all__ = [
@@ -38,4 +60,22 @@ __all__ = [
     "download_planetoid",
     "contextual_sbm",
     "planted_graph_federation",
+    "TUGraphs",
+    "read_tu",
+    "download_tu",
+    "check_tu_names",
+    "known_tu_names",
+    "TU_URL",
+    "TU_SHA256",
+    "GCFL_GROUPS",
+    "GCFL_FRACTIONS",
+    "GRAPH_PARTITIONS",
+    "GraphClient",
+    "GraphFederation",
+    "GraphSplitName",
+    "cross_dataset_federation",
+    "gcfl_chunks",
+    "one_dataset_federation",
+    "pad_node_features",
+    "stratified_split",
 ]

@@ -16,7 +16,13 @@ from pyg_fedgraph.nn.collaboration_qp import (
     project_simplex,
     update_similarity,
 )
-from pyg_fedgraph.nn.functional import cluster_mean, pairwise_cosine, sample_shares
+from pyg_fedgraph.nn.functional import (
+    cluster_mean,
+    dtw_distance,
+    pairwise_cosine,
+    pairwise_dtw,
+    sample_shares,
+)
 from pyg_fedgraph.nn.hypernetwork import GCNHypernetwork, hypernetwork_grads, hypernetwork_update
 from pyg_fedgraph.nn.khop import KHopPropagation
 from pyg_fedgraph.nn.knn import knn_vote
@@ -46,6 +52,8 @@ __all__ = [
     "pairwise_cosine",
     "sample_shares",
     "cluster_mean",
+    "dtw_distance",
+    "pairwise_dtw",
     "knn_vote",
     "LayerAggregationHypernetwork",
     "layerwise_aggregate",

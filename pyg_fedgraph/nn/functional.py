@@ -4,7 +4,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["COSINE_EPS", "pairwise_cosine", "sample_shares", "cluster_mean"]
+__all__ = ["COSINE_EPS", "pairwise_cosine", "sample_shares", "cluster_mean", "dtw_distance",
+           "pairwise_dtw"]
 
 #: Norms below this count as zero in :func:`pairwise_cosine`.
 COSINE_EPS = 1e-12
@@ -86,3 +87,115 @@ def cluster_mean(x: Tensor, cluster: Tensor, num_clusters: int,
     total = w.new_zeros(num_clusters).index_add_(0, cluster, w)
     sums = x.new_zeros(num_clusters, x.size(1)).index_add_(0, cluster, w.unsqueeze(1) * x)
     return sums / total.clamp(min=torch.finfo(x.dtype).tiny).unsqueeze(1), total
+
+
+def _accumulated_cost(cost: Tensor, window: int | None) -> Tensor:
+    r"""The dynamic program of DTW for a stack of cost matrices
+    :math:`(P, T_1, T_2)`, returning :math:`A_{T_1 T_2}` of each :math:`(P,)`.
+    It sweeps the :math:`T_1 + T_2 - 1` anti-diagonals, each at once for all
+    cells and all pairs: a loop over time steps, never over sequences."""
+    pairs, r, c = cost.shape
+    acc = cost.new_full((pairs, r + 1, c + 1), float("inf"))
+    acc[:, 0, 0] = 0.0
+    for k in range(2, r + c + 1):
+        i = torch.arange(max(1, k - c), min(r, k - 1) + 1, device=cost.device)
+        j = k - i
+        best = torch.minimum(torch.minimum(acc[:, i - 1, j - 1], acc[:, i - 1, j]),
+                             acc[:, i, j - 1])
+        value = cost[:, i - 1, j - 1] + best
+        if window is not None:
+            shift = j - i
+            inside = (shift >= -(window + max(0, r - c))) & (shift <= window + max(0, c - r))
+            value = torch.where(inside, value, torch.full_like(value, float("inf")))
+        acc[:, i, j] = value
+    return acc[:, r, c]
+
+
+def _check_window(window: int | None) -> None:
+    if window is not None and window < 0:
+        raise ValueError(f"window must be a non-negative number of steps or None, got {window}")
+
+
+def dtw_distance(a: Tensor, b: Tensor, window: int | None = None) -> Tensor:
+    r"""Dynamic time warping distance of two sequences (the criterion of
+    GCFL+, Xie et al., "Federated Graph Classification over Non-IID Graphs",
+    NeurIPS 2021, Sec. 5.2; see :func:`pairwise_dtw`).
+
+    .. math::
+        \mathrm{DTW}(a, b) = \Big( \min_{\pi} \sum_{(i, j) \in \pi}
+        (a_i - b_j)^2 \Big)^{1/2},
+
+    the minimum over warping paths :math:`\pi` from :math:`(1, 1)` to
+    :math:`(T_1, T_2)` with steps :math:`(1, 0)`, :math:`(0, 1)`,
+    :math:`(1, 1)`, computed by
+
+    .. math::
+        A_{ij} = (a_i - b_j)^2 + \min(A_{i-1, j-1}, A_{i-1, j}, A_{i, j-1}),
+        \qquad \mathrm{DTW} = \sqrt{A_{T_1 T_2}}:
+
+    squared differences summed, then the square root, as ``dtaidistance``'s
+    ``dtw.distance`` (which GCFL+'s code calls) defines it.
+
+    Args:
+        a (torch.Tensor): :math:`(T_1,)`.
+        b (torch.Tensor): :math:`(T_2,)`.
+        window (int, optional): Sakoe-Chiba band: only cells with
+            :math:`-w - \max(0, T_1 - T_2) \le j - i \le w + \max(0, T_2 - T_1)`
+            (for equal lengths :math:`|i - j| \le w`; ``dtaidistance``'s
+            ``window`` is :math:`w + 1`); :obj:`None` for no band, as GCFL+.
+            (default: :obj:`None`)
+
+    Shapes:
+        - **output:** :math:`()`.
+    """
+    if a.dim() != 1 or b.dim() != 1 or a.numel() == 0 or b.numel() == 0:
+        raise ValueError(f"dtw_distance needs two non-empty 1-D sequences, got shapes "
+                         f"{tuple(a.shape)} and {tuple(b.shape)}")
+    _check_window(window)
+    cost = (a.unsqueeze(1) - b.to(a.dtype).unsqueeze(0)).pow(2).unsqueeze(0)
+    return _accumulated_cost(cost, window)[0].sqrt()
+
+
+def pairwise_dtw(x: Tensor, window: int | None = None) -> Tensor:
+    r"""Dynamic time warping distances between all rows of ``x``, GCFL+'s
+    distance matrix (Xie et al., NeurIPS 2021, Sec. 5.2, Eq. 8):
+
+    .. math::
+        \beta(p, q) = \mathrm{DTW}\big(Q_{p,:},\ Q_{q,:}\big),
+
+    with :func:`dtw_distance` on each pair: symmetric, zero on the diagonal.
+    In GCFL+ row :math:`p` of :math:`Q` is client :math:`p`'s sequence of
+    its last :math:`d` gradient norms (:math:`\lVert \Delta\theta_p^t \rVert`
+    in the paper; in the authors' code, Oxfordblue7/GCFL, the norm of the
+    gradient of the shared GIN layers after the client's last local step, or
+    of their update in the variant ``run_gcflplus_dWs``), :math:`d` = 5 for
+    one dataset and 10 across datasets (their defaults), with no window and
+    no normalization unless ``--standardize`` divides each row by its
+    standard deviation first; a cluster meeting GCFL's criteria is then cut in
+    two by a minimum cut of the similarity :math:`\max \beta - \beta`.
+
+    The :math:`N(N-1)/2` pairs go through one dynamic program, vectorized over
+    pairs (a loop over the :math:`2T - 1` anti-diagonals only).
+
+    Args:
+        x (torch.Tensor): :math:`N` sequences of length :math:`T`.
+        window (int, optional): the band of :func:`dtw_distance`.
+            (default: :obj:`None`)
+
+    Shapes:
+        - **input:** :math:`(N, T)`.
+        - **output:** :math:`(N, N)`.
+    """
+    if x.dim() != 2 or x.size(1) == 0:
+        raise ValueError(f"pairwise_dtw needs (N, T) sequences with T >= 1, got shape "
+                         f"{tuple(x.shape)}")
+    _check_window(window)
+    n = x.size(0)
+    row, col = torch.triu_indices(n, n, offset=1, device=x.device)
+    cost = (x[row].unsqueeze(2) - x[col].unsqueeze(1)).pow(2)
+    out = x.new_zeros(n, n)
+    if row.numel():
+        dist = _accumulated_cost(cost, window).sqrt()
+        out[row, col] = dist
+        out[col, row] = dist
+    return out

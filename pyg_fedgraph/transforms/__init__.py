@@ -31,4 +31,5 @@ __all__ = [
     "partition_report",
     "cut_edge_graph",
     "client_membership",
+
 ]

@@ -61,6 +61,8 @@ PURPOSES: dict[str, str] = {
                           "(keys: part, client of the part)",
     "node-split": "a graph's random train / validation / test node split (no keys)",
     "synthetic-graph": "the draws of a synthetic graph with planted communities (keys: step)",
+    "graph-federation": "which graphs each client of a graph-level federation holds, and their "
+                        "train / val / test split (keys: CRC-32 of the dataset's name)",
 }
 
 _MASK = (1 << 63) - 1
