@@ -3,6 +3,7 @@ from pyg_fedgraph.models.cnn import CNNBN, SimpleCNN
 from pyg_fedgraph.models.gru import GRUCell, GRUForecaster
 from pyg_fedgraph.models.mlp import MLP
 from pyg_fedgraph.models.registry import MODEL_NAMES, build_model, model_options
+from pyg_fedgraph.models.seq2seq import GRUSeq2Seq
 
 __all__ = [
     "MLP",
@@ -10,6 +11,7 @@ __all__ = [
     "CNNBN",
     "GRUCell",
     "GRUForecaster",
+    "GRUSeq2Seq",
     "MODEL_NAMES",
     "build_model",
     "model_options",

@@ -11,12 +11,13 @@ from pyg_fedgraph.hparams import HParam, schema
 from pyg_fedgraph.models.cnn import CNNBN, SimpleCNN
 from pyg_fedgraph.models.gru import GRUForecaster
 from pyg_fedgraph.models.mlp import MLP
+from pyg_fedgraph.models.seq2seq import GRUSeq2Seq
 
 __all__ = ["MODEL_NAMES", "build_model", "model_options"]
 
 
 def _build_mlp(shape: tuple[int, ...], num_outputs: int, **kwargs: Any) -> nn.Module:
-    # Panacea's client MLP has hidden width 16 (Sec. V-A).
+    # Panacea's client MLP has hidden width 16 (Sec. IV-A).
     kwargs.setdefault("hidden_channels", 16)
     return MLP(math.prod(shape), out_channels=num_outputs, **kwargs)
 
@@ -64,18 +65,26 @@ def _build_gru(shape: tuple[int, ...], num_outputs: int, **kwargs: Any) -> nn.Mo
     return GRUForecaster(in_channels=shape[1], out_steps=num_outputs, **kwargs)
 
 
+def _build_gru_seq2seq(shape: tuple[int, ...], num_outputs: int, **kwargs: Any) -> nn.Module:
+    if len(shape) != 2:
+        raise ValueError(f"the 'gru-seq2seq' model needs sequences of shape (T, C) per "
+                         f"sample, got {shape}")
+    return GRUSeq2Seq(in_channels=shape[1], out_steps=num_outputs, **kwargs)
+
+
 _BUILDERS: dict[str, Callable[..., nn.Module]] = {
     "mlp": _build_mlp,
     "cnn": _build_cnn,
     "cnn-bn": _build_cnn_bn,
     "gru": _build_gru,
+    "gru-seq2seq": _build_gru_seq2seq,
 }
 
 #: Names accepted by :func:`build_model`.
 MODEL_NAMES: tuple[str, ...] = tuple(_BUILDERS)
 
 _CLASSES: dict[str, type[nn.Module]] = {"mlp": MLP, "cnn": SimpleCNN, "cnn-bn": CNNBN,
-                                        "gru": GRUForecaster}
+                                        "gru": GRUForecaster, "gru-seq2seq": GRUSeq2Seq}
 # Arguments build_model derives from the dataset (shapes, outputs): not options.
 _DERIVED = {"in_channels", "out_channels", "num_classes", "out_steps"}
 
@@ -105,6 +114,8 @@ def build_model(name: str, dataset_input_shape: Sequence[int], num_outputs: int,
                                      or pass ``image_size=``)
     cnn-bn   :class:`CNNBN`          as for ``cnn``
     gru      :class:`GRUForecaster`  :math:`(T, C)`
+    gru-     :class:`GRUSeq2Seq`     :math:`(T, C)` (Panacea's and CNFGNN's
+    seq2seq                          traffic model)
     ======== ======================= ===========================================
 
     Args:

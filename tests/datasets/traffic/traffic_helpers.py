@@ -68,11 +68,12 @@ def one_line_error(call):
     return message
 
 
-def run_cli(root, out, capfd, setting="root"):
-    r"""``pyg-fedgraph run --dataset metr-la --set data.<setting>=ROOT``, expected to fail
-    with exit code 2 and one line on stderr (returned)."""
+def run_cli(root, out, capfd, setting="root", extra=()):
+    r"""``pyg-fedgraph run --dataset metr-la --set data.<setting>=ROOT`` (and ``--set`` each
+    of ``extra``), expected to fail with exit code 2 and one line on stderr (returned)."""
+    sets = [a for e in extra for a in ("--set", e)]
     code = cli_main(["run", "--dataset", "metr-la", "--strategy", "fedavg", "--rounds", "1",
-                     "--set", f"data.{setting}={root}", "--out", str(out), "--quiet"])
+                     "--set", f"data.{setting}={root}", *sets, "--out", str(out), "--quiet"])
     captured = capfd.readouterr()
     lines = captured.err.strip().splitlines()
     assert code == 2 and len(lines) == 1, captured.err
