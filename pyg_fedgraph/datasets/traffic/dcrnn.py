@@ -203,17 +203,18 @@ class _DCRNNDataset(TrafficDataset):
         raise KeyError(name)
 
     @classmethod
-    def verify_speed_file(cls, path: PathLike) -> None:
+    def verify_speed_file(cls, path: PathLike,
+                          skip: str = "pass verify=False (command line: --set data.verify=false)"
+                          ) -> None:
         r"""Checks that ``path`` is the published :attr:`SPEED_FILE` (its
         size, then its sha256, both known to pyg_fedgraph); raises a
-        one-line :class:`ValueError` that says how to use a file of one's
-        own otherwise."""
+        one-line :class:`ValueError` otherwise, ending with ``skip``: how
+        to use a file of one's own."""
         path = Path(path)
         res = cls.resource(cls.SPEED_FILE)
         if res.sha256 is None:
             return
-        own = ("; for a file of your own in DCRNN's format, pass verify=False (command line: "
-               "--set data.verify=false)")
+        own = f"; for a file of your own in DCRNN's format, {skip}"
         size = path.stat().st_size
         if res.size is not None and size != res.size:
             raise ValueError(f"{path} has {size:,} bytes, the published {res.name} "

@@ -163,15 +163,29 @@ def _offsets(path: Path, arrays: dict[str, np.ndarray]) -> tuple[int, int]:
     return t_in, t_out
 
 
-def _describe(ids: Sequence[str], index: tuple[int, ...]) -> str:
-    window, step, sensor, channel = index
-    what = {0: "speed", 1: "time of day"}.get(channel, f"channel {channel}")
-    return f"window {window}, step {step}, sensor {ids[sensor]}, {what}"
+def _what(channel: int) -> str:
+    return {0: "speed", 1: "time of day"}.get(channel, f"channel {channel}")
+
+
+def _source(t: int, counts: Sequence[int], t_in: int) -> str:
+    r"""Where the rebuilt series' step ``t`` was read: the first input step
+    of window ``t``, or a step of the very last window."""
+    total = sum(counts)
+    if t < total:
+        for name, count in zip(SPLIT_FILES, counts, strict=True):
+            if t < count:
+                return f"{name} x of window {t}, step 0"
+            t -= count
+    last = t - (total - 1)
+    where = f"x of window {counts[-1] - 1}, step {last}" if last < t_in else \
+        f"y of window {counts[-1] - 1}, step {last - t_in}"
+    return f"{SPLIT_FILES[-1]} {where}"
 
 
 def _check_windows(path: Path, name: str, given: np.ndarray, series: np.ndarray, first: int,
-                   ids: Sequence[str]) -> None:
-    r"""``given[k]`` must equal ``series[first + k : first + k + steps]``."""
+                   ids: Sequence[str], counts: Sequence[int], t_in: int) -> None:
+    r"""``given[k]`` must equal ``series[first + k : first + k + steps]``;
+    the first difference names both windows that disagree."""
     count, steps = given.shape[:2]
     view = np.lib.stride_tricks.as_strided(
         series[first:], shape=(count, steps) + series.shape[1:],
@@ -181,12 +195,14 @@ def _check_windows(path: Path, name: str, given: np.ndarray, series: np.ndarray,
         if np.array_equal(a, b, equal_nan=True):
             continue
         bad = np.argwhere(~((a == b) | (np.isnan(a) & np.isnan(b))))[0]
-        index = (start + int(bad[0]),) + tuple(int(i) for i in bad[1:])
+        window, step, sensor, channel = (start + int(bad[0]),) + tuple(int(i) for i in bad[1:])
+        t = first + window + step
         raise ValueError(
-            f"{path}: {name} of {_describe(ids, index)} is "
-            f"{given[index]:g} but the series the files hold elsewhere has "
-            f"{view[index]:g} there: the windows are not slices of one series (a corrupted "
-            f"or edited file, or splits that are not consecutive)")
+            f"{path}: the windows are not slices of one series: {name} of window {window}, "
+            f"step {step} has {given[window, step, sensor, channel]:g} as the "
+            f"{_what(channel)} of sensor {ids[sensor]} at series step {t}, "
+            f"{_source(t, counts, t_in)} has {series[t, sensor, channel]:g}; one of them was "
+            f"changed (a corrupted or edited file), or the splits are not consecutive")
 
 
 def _timestamps(folder: Path, tod: np.ndarray | None, num_steps: int, start: Any,
@@ -355,8 +371,8 @@ def read_dcrnn_npz(folder: PathLike, start: Any, *, sensor_ids: Sequence[str] | 
     for name, count in zip(SPLIT_FILES, counts, strict=True):
         path = folder / name
         arrays = _load(path, ("x", "y"))
-        _check_windows(path, "x", arrays["x"], series, offset, ids)
-        _check_windows(path, "y", arrays["y"], series, offset + t_in, ids)
+        _check_windows(path, "x", arrays["x"], series, offset, ids, counts, t_in)
+        _check_windows(path, "y", arrays["y"], series, offset + t_in, ids, counts, t_in)
         offset += count
         del arrays
 
