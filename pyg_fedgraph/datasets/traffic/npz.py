@@ -114,10 +114,9 @@ def find_npz_folders(root: PathLike, name: str) -> list[Path]:
         if len(named) > 1:
             raise ValueError(f"several folders named {name} under {root}: "
                              f"{', '.join(str(p) for p in named)}; give one of them as root")
-        if named:
-            found = find_npz_folders(named[0], name) if named[0] != root else []
-            if found:
-                return found
+        found = find_npz_folders(named[0], name) if named else []
+        if found:
+            return found
     return [p for p in subdirs if _has_splits(p)]
 
 
