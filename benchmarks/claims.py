@@ -136,7 +136,7 @@ PANACEA_T3 = {"fedavg": 99.2, "fedavg-ft": 100.0, "per-fedavg": 80.8, "pfedme": 
               "ditto": 95.0, "sfl": 62.5, "pfedhn": 80.0, "panacea": 100.0}
 
 
-#: Panacea's protocol (Sec. V-A): 800 rounds, 5 clients sampled per round,
+#: Panacea's protocol (Sec. IV-A): 800 rounds, 5 clients sampled per round,
 #: K_c = 50 local SGD steps with batch 64 (K_s = 10 server steps is Panacea's
 #: default), FL-60's 100 samples per client split 80/20 (our validation split is
 #: carved from the 80: 64 / 16 / 20). Evaluated every 10 rounds.
@@ -163,7 +163,7 @@ def panacea_config(name: str, novel: bool, protocol: dict) -> ExperimentConfig:
                             novel_clients=0.2 if novel else 0.0, overrides=over)
 
 
-#: The paper's grid of client (target-network) learning rates (Sec. V-A, "Hyperparameters";
+#: The paper's grid of client (target-network) learning rates (Sec. IV-A, "Hyperparameters";
 #: plain SGD: "We used the SGD optimizer for all client local updates").
 PANACEA_LR_GRID = (0.001, 0.003, 0.01, 0.03, 0.1)
 #: The strategies of issue 18's goal for Table II, tuned on that grid.
@@ -205,7 +205,7 @@ def panacea_lr_config(name: str, lr: float, extra: dict[str, Any] | None = None
 
 
 #: Seeds of the FL-60 study's repeated runs: Panacea reports mean and spread
-#: "calculated over five independent runs" (Sec. V-A).
+#: "calculated over five independent runs" (Sec. IV-A).
 PANACEA_SEEDS = (0, 1, 2, 3, 4)
 #: The FL-60 data of the study: our generator (each seed a new draw) and GRDA's
 #: published DG-60 draw (``fl60_protocol.py --grda-file``; each seed new splits
@@ -289,7 +289,7 @@ def panacea_section(rounds: int, quick: bool, run_missing: bool = True,
                     f"{PANACEA_T3[name]:.1f} | {ours3} |")
     return ["## A. Panacea Tables II and III on FL-60 (the paper's protocol)", "",
             f"Setting: FL-60 (60 clients x 100 samples, `recipe=grda`), the paper's protocol "
-            f"(Sec. V-A): {protocol['rounds']} rounds, 5 clients sampled per round, "
+            f"(Sec. IV-A): {protocol['rounds']} rounds, 5 clients sampled per round, "
             f"{protocol['steps']} local SGD steps of batch {protocol['batch_size']} (the "
             "dataset's lr 0.05, momentum 0.9), 3-layer MLP with hidden 16, each strategy's "
             "defaults (Panacea: K_s = 10 server steps), seed 0, evaluated every "

@@ -4,7 +4,7 @@ Runs FedAvg, pFedHN, SFL and Panacea on FL-60 under
 
 * ``ours-30``: what ``claims.md`` section A used before (30 rounds, all 60
   clients every round, 2 local epochs of batch 16: the dataset's defaults);
-* ``paper``: Panacea's protocol (Sec. V-A: 800 rounds, 5 clients per round,
+* ``paper``: Panacea's protocol (Sec. IV-A: 800 rounds, 5 clients per round,
   50 local steps of batch 64), the same runs as section A of ``claims.py``;
 * ``paper``, with the inputs of Panacea's text (``recipe="paper"``) instead of
   GRDA's generator;
@@ -720,7 +720,7 @@ class SeedRow:
         return [m for m, _ in self.runs]
 
 #: Seeds of the seed study (seed 0 is the run of the tables above). Panacea
-#: reports mean and spread "calculated over five independent runs" (Sec. V-A).
+#: reports mean and spread "calculated over five independent runs" (Sec. IV-A).
 SEEDS = PANACEA_SEEDS
 
 
@@ -1490,7 +1490,7 @@ def main(argv: list[str] | None = None) -> str:
            "on the clients, pFedHN's hypernetwork optimizer; test accuracy at the best mean "
            "validation round):", "", *hn_grid_table(grid_rows), ""] if grid_rows else []),
         "## SFL: our server and the authors' code", "",
-        "Table II's SFL ran the authors' released code (Panacea Sec. V-A: \"We use the "
+        "Table II's SFL ran the authors' released code (Panacea Sec. IV-A: \"We use the "
         "original implementation\"). Paper protocol, plain SGD on the clients at each client "
         "learning rate of the paper's grid; cells: test accuracy (%) at the best mean "
         "validation round (best mean validation accuracy in parentheses); \"chosen by "
@@ -1549,7 +1549,7 @@ def main(argv: list[str] | None = None) -> str:
           if grda else []),
         *(["## Five independent runs", "",
            "Panacea computes its reported mean and standard deviation \"over five "
-           "independent runs\" (Sec. V-A). Each row again with seeds 0-4: each seed draws "
+           "independent runs\" (Sec. IV-A). Each row again with seeds 0-4: each seed draws "
            "FL-60 anew (angles, inputs, graph, splits) and the training's random streams "
            "(initial model, sampled clients, batches). Cells: mean ± standard deviation "
            "across clients of the test accuracy at the best mean-validation round; pooled: "

@@ -1,6 +1,6 @@
 r"""Traffic forecasting on METR-LA with every road sensor as a client.
 
-The Panacea paper's setting (Chen et al., Sec. V): 207 loop detectors of Los
+The Panacea paper's setting (Lin, Lan, He and Li, Sec. IV): 207 loop detectors of Los
 Angeles, one client each, the road graph as the prior client graph, a GRU
 forecaster reading 12 steps (speed, time of day) and predicting the next 12.
 This script trains Local, FedAvg, FedAvg-FT, pFedGraph and Panacea (``--all``
@@ -9,12 +9,18 @@ MAE / RMSE / MAPE in mph at horizons 3, 6 and 12 (15, 30, 60 minutes) and
 the MSE on normalized speeds (x 1e-3, Panacea's measure), all averaged over
 clients at the round of best validation MSE.
 
-Speeds: the real ``metr-la.h5`` with ``--h5 PATH``; otherwise **synthetic**
-speeds (:func:`pyg_fedgraph.datasets.traffic.synthetic_traffic`) on the real
-METR-LA road graph, the one bundled with pyg_fedgraph unless ``--graph``
-names DCRNN's ``adj_mx.pkl`` (or its folder). Every printed table and saved
-picture says which; pictures go to ``runs/metr_la_traffic/`` in the
-repository unless ``--out`` says otherwise.
+Speeds: the real ``metr-la.h5`` with ``--h5 PATH`` (checked against the
+published file's sha256 unless ``--no-verify``); DCRNN's processed windows
+``train.npz``, ``val.npz``, ``test.npz`` with ``--npz DIR`` (a folder holding
+them or their ``METR-LA`` folder, with a ``sensor_ids.txt`` naming the
+sensors unless they are all 207: the series is rebuilt from them and
+windowed 12 in / 12 out, one client per sensor of the files); otherwise
+**synthetic** speeds (:func:`pyg_fedgraph.datasets.traffic.synthetic_traffic`)
+on the real METR-LA road graph. The road graph is the one bundled with
+pyg_fedgraph unless ``--graph`` names DCRNN's ``adj_mx.pkl`` (or its folder),
+restricted to the sensors of the files. Every printed table and saved
+picture says which speeds it shows; pictures go to ``runs/metr_la_traffic/``
+in the repository unless ``--out`` says otherwise.
 
 It also saves, for the strategies that have one, the collaboration graph
 drawn over the road graph (grey), without a map
@@ -36,6 +42,7 @@ Usage::
 
     python examples/metr_la_traffic.py --quick            # < 3 min on 2 CPU cores
     python examples/metr_la_traffic.py --h5 data/metr-la.h5
+    python examples/metr_la_traffic.py --npz data/METR-LA      # DCRNN's npz windows
 """
 from __future__ import annotations
 
@@ -53,13 +60,14 @@ from pyg_fedgraph.experiment.files import load_config
 from pyg_fedgraph.simulation.report import format_table
 from pyg_fedgraph.strategies import STRATEGIES
 from pyg_fedgraph.train.traffic_metrics import add_rmse
+from pyg_fedgraph.utils.errors import one_line
 
 REPO = Path(__file__).resolve().parents[1]
 MAIN = ("local", "fedavg", "fedavg-ft", "pfedgraph", "panacea")
 HORIZONS = (3, 6, 12)
 
 #: Run settings, the same for every strategy. Clients are sampled each round
-#: (Panacea samples 5 of the 207 sensors per round, Sec. V-A): quick runs
+#: (Panacea samples 5 of the 207 sensors per round, Sec. IV-A): quick runs
 #: sample 25% so that every sensor trains a few times in 16 rounds. quick:
 #: one week of synthetic speeds and a small GRU; full: four weeks and the
 #: paper's GRU (hidden 100), batch 64 and K_c = 50 local steps.
@@ -88,7 +96,13 @@ STRATEGY_OPTIONS = {"panacea": {"hn_lr": 0.01}, "pfedhn": {"hn_lr": 0.01},
 
 
 def load_data(args: argparse.Namespace, steps: int) -> TrafficDataset:
+    if args.h5 and args.npz:
+        raise ValueError("give --h5 or --npz, not both")
+    if args.npz:
+        return METRLA(args.npz, graph_path=args.graph)
     if args.h5:
+        if Path(args.h5).is_file() and not args.no_verify:
+            METRLA.verify_speed_file(args.h5, skip="pass --no-verify")
         ids, adj, graph = METRLA.road_graph(args.graph)   # None: the bundled graph
         return TrafficDataset.from_table(read_speed_h5(args.h5), "metr-la", adj=adj,
                                          sensor_ids=ids, info={"graph": graph})
@@ -136,10 +150,19 @@ def road_share(weight: torch.Tensor, edge_index: torch.Tensor, top_k: int = 2
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--h5", help="the real metr-la.h5 (default: synthetic speeds)")
+    parser.add_argument("--npz", metavar="DIR",
+                        help="a folder of DCRNN's train/val/test.npz windows (or holding "
+                             "their METR-LA folder), instead of --h5")
+    parser.add_argument("--no-verify", action="store_true",
+                        help="read an --h5 file that is not the published metr-la.h5")
     parser.add_argument("--graph", default=None,
                         help="DCRNN's adj_mx.pkl or its folder (default: the road graph "
                              "bundled with pyg_fedgraph)")
     parser.add_argument("--quick", action="store_true", help="short run (< 3 min, 2 cores)")
+    parser.add_argument("--model", choices=("gru", "gru-seq2seq"), default="gru",
+                        help="client model: a GRU with a 12-step linear head (default), or "
+                             "the GRU encoder-decoder of CNFGNN that Panacea uses (62,501 "
+                             "parameters at hidden 100)")
     parser.add_argument("--all", action="store_true", help="every registered strategy")
     parser.add_argument("--strategies", help="comma list of strategies to run instead")
     parser.add_argument("--rounds", type=int, help="override the number of rounds")
@@ -165,11 +188,11 @@ def main() -> None:
     t0 = time.perf_counter()
     try:
         data = load_data(args, cfg["synthetic_steps"])
-    except (OSError, ValueError) as err:  # a missing or unreadable file: say which, no trace
-        raise SystemExit(f"metr_la_traffic.py: error: {err}") from None
+    except (OSError, ValueError, ImportError) as err:  # a missing file or package: one line
+        raise SystemExit(f"metr_la_traffic.py: error: {one_line(err)}") from None
     synthetic = bool(data.info.get("synthetic"))
     speeds = "SYNTHETIC speeds on the real METR-LA road graph" if synthetic else \
-        f"recorded speeds from {args.h5}"
+        f"recorded speeds from {args.h5 or args.npz}"
     print(f"{data}\n{speeds}; prior graph: {data.edge_index.size(1)} directed road edges")
     print("settings: " + ", ".join(f"{k}={v}" for k, v in cfg.items()) + "\n")
 
@@ -187,7 +210,7 @@ def main() -> None:
 
     rows, graphs = [], {}
     for name in names:
-        overrides = {"model": "gru", "model.hidden_channels": cfg["hidden"],
+        overrides = {"model": args.model, "model.hidden_channels": cfg["hidden"],
                      "steps": cfg["steps"], "batch_size": cfg["batch_size"], "lr": cfg["lr"],
                      "eval_every": cfg["eval_every"], "sample_fraction": cfg["sample_fraction"],
                      **STRATEGY_OPTIONS.get(name, {})}

@@ -6,7 +6,7 @@ federations in two ways:
 * **model poisoning**, where a malicious client uploads arbitrary parameters
   instead of its trained model: pFedGraph (Ye et al., ICML 2023, Sec. 4.1 and
   Tables 3/4) shuffles the parameters, sets them all to one value (1.0), flips
-  their sign, or draws them from :math:`\mathcal{N}(0, 1)`; Panacea (Chen et
+  their sign, or draws them from :math:`\mathcal{N}(0, 1)`; Panacea (Lin et
   al., Sec. IV-D) uploads the scaled negative update :math:`-\lambda g`
   (:math:`\lambda = 0.5`) of Fang et al.'s local model poisoning;
 * **data poisoning**, where a malicious client trains honestly on corrupted

@@ -24,4 +24,4 @@ DATASET_NAMES: tuple[str, ...] = (
     "topology",
 )
 #: Every registered client model.
-MODEL_NAMES: tuple[str, ...] = ("mlp", "cnn", "cnn-bn", "gru")
+MODEL_NAMES: tuple[str, ...] = ("mlp", "cnn", "cnn-bn", "gru", "gru-seq2seq")

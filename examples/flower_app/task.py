@@ -19,7 +19,7 @@ from pyg_fedgraph.models import build_model  # noqa: E402
 from pyg_fedgraph.train import LocalConfig  # noqa: E402
 
 # FL-60 inputs are 2-D points with 2 classes; Panacea's client model is a
-# 3-layer MLP with 16 hidden units (Sec. V-A).
+# 3-layer MLP with 16 hidden units (Sec. IV-A).
 INPUT_SHAPE = (2,)
 NUM_CLASSES = 2
 

@@ -36,7 +36,7 @@ def fl60(num_clients: int = 60, samples_per_client: int = 100, seed: int = 0,
          graph_k: int = 10, path: str | Path | None = None) -> FederatedDataset:
     r"""The FL-60 synthetic federation of Panacea, from the `"Graph-Relational
     Federated Learning: Enhanced Personalization and Robustness"` paper (Lin
-    et al., Sec. V-A), whose distribution is borrowed from GRDA (Xu et al., "Graph-
+    et al., Sec. IV-A), whose distribution is borrowed from GRDA (Xu et al., "Graph-
     Relational Domain Adaptation", ICLR 2022).
 
     Client :math:`t` draws a random 2-D unit vector :math:`(a_t, b_t)` (angle

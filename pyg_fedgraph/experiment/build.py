@@ -41,7 +41,7 @@ DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
     "fl60": {"model": "mlp", "model_kwargs": {"hidden_channels": 16, "num_layers": 3},
              "local": {"lr": 0.05, "momentum": 0.9, "batch_size": 16, "epochs": 2},
              "rounds": 60},
-    # Panacea (Sec. V-A): GRU hidden 100, batch 64, K_c = 50 local SGD steps,
+    # Panacea (Sec. IV-A): GRU hidden 100, batch 64, K_c = 50 local SGD steps,
     # lr from the top of its grid {0.001, ..., 0.1}.
     "metr-la": {"model": "gru", "model_kwargs": {"hidden_channels": 100},
                 "local": {"lr": 0.1, "batch_size": 64, "steps": 50}, "rounds": 100},

@@ -9,6 +9,7 @@ from pyg_fedgraph.models.registry import (
     model_options,
     register_model,
 )
+from pyg_fedgraph.models.seq2seq import GRUSeq2Seq
 
 __all__ = [
     "MLP",
@@ -16,6 +17,7 @@ __all__ = [
     "CNNBN",
     "GRUCell",
     "GRUForecaster",
+    "GRUSeq2Seq",
     "MODELS",
     "ModelSpec",
     "register_model",

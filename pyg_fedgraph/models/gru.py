@@ -78,9 +78,10 @@ class GRUCell(nn.Module):
 
 
 class GRUForecaster(nn.Module):
-    r"""The GRU traffic-speed forecaster used as client model by Panacea, from
-    the "Graph-Relational Federated Learning: Enhanced Personalization and
-    Robustness" paper (Lin et al.).
+    r"""A GRU traffic-speed forecaster with a linear multi-step head, a
+    lighter stand-in for the client model of the "Graph-Relational Federated
+    Learning: Enhanced Personalization and Robustness" paper (Panacea; Lin,
+    Lan, He and Li), which is :class:`~pyg_fedgraph.models.GRUSeq2Seq`.
 
     A stack of :class:`GRUCell` layers reads the :math:`T` input steps
     (speed and time of day on METR-LA / PEMS-BAY) starting from a zero hidden
@@ -94,12 +95,13 @@ class GRUForecaster(nn.Module):
         \hat{\mathbf{y}} &= \mathbf{W} \mathbf{h}^{(L)}_T + \mathbf{b}
             \in \mathbb{R}^{\text{out\_steps}}
 
-    Panacea (Sec. V-A) uses "a 1-layer GRU with hidden dimension 100", input
+    Panacea (Sec. IV-A) uses "a 1-layer GRU with hidden dimension 100", input
     12 steps, predicting the next 12. It reuses the model of Meng et al.
-    (CNFGNN, KDD 2021), stated to have 63K parameters; that count matches a
-    GRU encoder-decoder, whereas this one-GRU-plus-linear-head form has
+    (CNFGNN, KDD 2021), stated to have 63K parameters: CNFGNN's GRU
+    encoder-decoder (:class:`~pyg_fedgraph.models.GRUSeq2Seq`, 62,501),
+    whereas this one-GRU-plus-linear-head form has
     :math:`3(2 \cdot 100 + 100^2 + 2 \cdot 100) + 100 \cdot 12 + 12 = 32{,}412`
-    parameters with the defaults.
+    parameters with the defaults and forecasts all steps at once.
 
     The recurrence is a Python loop over time steps with plain linear gates
     (not :class:`torch.nn.GRU`) because the fused GRU kernel has no

@@ -24,7 +24,7 @@ class MLP(nn.Module):
             \quad k = 1, \ldots, K - 1 \\
         \mathbf{y} &= \mathbf{W}^{(K)} \mathbf{h}^{(K-1)} + \mathbf{b}^{(K)}
 
-    Panacea (Sec. V-A) realizes the client model of its binary classification
+    Panacea (Sec. IV-A) realizes the client model of its binary classification
     and regression tasks (FL-60, TPT-48) with "a 3-layer MLP [...] where the
     model's hidden dimension is 16", i.e. ``MLP(2, 16, 2)`` on FL-60.
 

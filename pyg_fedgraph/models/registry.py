@@ -12,6 +12,7 @@ from pyg_fedgraph.hparams import HParam, schema
 from pyg_fedgraph.models.cnn import CNNBN, SimpleCNN
 from pyg_fedgraph.models.gru import GRUForecaster
 from pyg_fedgraph.models.mlp import MLP
+from pyg_fedgraph.models.seq2seq import GRUSeq2Seq
 from pyg_fedgraph.utils.registry import Registry
 
 __all__ = ["MODELS", "ModelSpec", "register_model", "build_model",
@@ -51,7 +52,7 @@ def register_model(name: str, cls: type[nn.Module]
 
 @register_model("mlp", MLP)
 def _build_mlp(shape: tuple[int, ...], num_outputs: int, **kwargs: Any) -> nn.Module:
-    # Panacea's client MLP has hidden width 16 (Sec. V-A).
+    # Panacea's client MLP has hidden width 16 (Sec. IV-A).
     kwargs.setdefault("hidden_channels", 16)
     return MLP(math.prod(shape), out_channels=num_outputs, **kwargs)
 
@@ -102,6 +103,14 @@ def _build_gru(shape: tuple[int, ...], num_outputs: int, **kwargs: Any) -> nn.Mo
     return GRUForecaster(in_channels=shape[1], out_steps=num_outputs, **kwargs)
 
 
+@register_model("gru-seq2seq", GRUSeq2Seq)
+def _build_gru_seq2seq(shape: tuple[int, ...], num_outputs: int, **kwargs: Any) -> nn.Module:
+    if len(shape) != 2:
+        raise ValueError(f"the 'gru-seq2seq' model needs sequences of shape (T, C) per "
+                         f"sample, got {shape}")
+    return GRUSeq2Seq(in_channels=shape[1], out_steps=num_outputs, **kwargs)
+
+
 def model_options(name: str) -> dict[str, HParam]:
     r"""The options a user may pass to model ``name`` (``--set model.<arg>``):
     its constructor's declared parameters, less those :func:`build_model`
@@ -126,6 +135,8 @@ def build_model(name: str, dataset_input_shape: Sequence[int], num_outputs: int,
                                      or pass ``image_size=``)
     cnn-bn   :class:`CNNBN`          as for ``cnn``
     gru      :class:`GRUForecaster`  :math:`(T, C)`
+    gru-     :class:`GRUSeq2Seq`     :math:`(T, C)` (Panacea's and CNFGNN's
+    seq2seq                          traffic model)
     ======== ======================= ===========================================
 
     Args:

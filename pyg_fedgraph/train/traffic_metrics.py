@@ -115,7 +115,7 @@ def traffic_objective(horizons: Sequence[int] = (3, 6, 12),
                       loss: Literal["mse", "mae"] = "mse") -> Objective:
     r"""Masked traffic-forecasting objective on packed targets (see the
     module docstring), as used on METR-LA and PEMS-BAY by DCRNN (Li et al.,
-    ICLR 2018) and by Panacea (Chen et al., Sec. V, which reports the MSE on
+    ICLR 2018) and by Panacea (Lin et al., Sec. IV-A, which reports the MSE on
     normalized targets, :math:`\times 10^{-3}`).
 
     .. math::

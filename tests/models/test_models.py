@@ -12,6 +12,7 @@ from pyg_fedgraph.models.cnn import CNNBN, SimpleCNN
 from pyg_fedgraph.models.gru import GRUCell, GRUForecaster
 from pyg_fedgraph.models.mlp import MLP
 from pyg_fedgraph.models.registry import MODELS, build_model
+from pyg_fedgraph.models.seq2seq import GRUSeq2Seq
 
 IMAGE_SHAPES = [(1, 8, 8), (1, 28, 28), (3, 32, 32)]
 
@@ -171,6 +172,86 @@ def test_gru_forecaster_matches_torch_gru(num_layers):
     torch.testing.assert_close(model(x), model.head(seq[:, -1]), atol=1e-5, rtol=1e-5)
 
 
+# ------------------------------------------------------------ GRU seq2seq
+def _torch_gru_seq2seq(model: GRUSeq2Seq, x: torch.Tensor) -> torch.Tensor:
+    r"""CNFGNN's encoder-decoder decoding, written with two torch.nn.GRU (time-major, as
+    its code) carrying ``model``'s weights: the last observed step starts the decoder,
+    then each forecast goes back in with the time of day of the step it forecasts."""
+    c, h, layers = model.in_channels, model.hidden_channels, model.num_layers
+    encoder, decoder = nn.GRU(c, h, num_layers=layers), nn.GRU(c, h, num_layers=layers)
+    with torch.no_grad():
+        for gru, cells in ((encoder, model.encoder), (decoder, model.decoder)):
+            for layer, cell in enumerate(cells):
+                getattr(gru, f"weight_ih_l{layer}").copy_(cell.input_gates.weight)
+                getattr(gru, f"bias_ih_l{layer}").copy_(cell.input_gates.bias)
+                getattr(gru, f"weight_hh_l{layer}").copy_(cell.hidden_gates.weight)
+                getattr(gru, f"bias_hh_l{layer}").copy_(cell.hidden_gates.bias)
+    seq = x.transpose(0, 1)                                  # (T, B, C)
+    _, hidden = encoder(seq)
+    step, outs = seq[-1:], []
+    for k in range(1, model.out_steps + 1):
+        out, hidden = decoder(step, hidden)
+        speed = model.head(out)                              # (1, B, 1)
+        outs.append(speed[0, :, 0])
+        if c > 1:
+            time = (seq[-1:, :, 1:2] + k / model.steps_per_day) % 1.0
+            step = torch.cat([speed, time, seq[-1:, :, 2:]], dim=-1)
+        else:
+            step = speed
+    return torch.stack(outs, dim=1)
+
+
+@pytest.mark.parametrize("in_channels, num_layers", [(2, 1), (2, 2), (1, 1), (3, 2)])
+def test_gru_seq2seq_matches_torch_gru_encoder_decoder(in_channels, num_layers):
+    torch.manual_seed(0)
+    model = GRUSeq2Seq(in_channels, 16, out_steps=7, num_layers=num_layers)
+    x = torch.randn(5, 12, in_channels)
+    if in_channels > 1:  # times of day near midnight: the decoder's time wraps to 0
+        x[:, :, 1] = torch.tensor([280, 284, 286, 287, 100]).view(5, 1) / 288.0
+    out = model(x)
+    assert out.shape == (5, 7)
+    torch.testing.assert_close(out, _torch_gru_seq2seq(model, x), atol=1e-5, rtol=1e-5)
+
+
+def test_gru_seq2seq_parameter_counts():
+    count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731 - a one-line local helper
+    # Encoder and decoder: 3H(C + H + 2) per first layer, 3H(2H + 2) per further layer;
+    # head H + 1. Panacea / CNFGNN's 63K model and CNFGNN's 727K one.
+    assert count(GRUSeq2Seq()) == 2 * 3 * 100 * (2 + 100 + 2) + 100 + 1 == 62_501
+    two = 2 * (3 * 200 * (2 + 200 + 2) + 3 * 200 * (200 + 200 + 2)) + 200 + 1
+    assert count(GRUSeq2Seq(hidden_channels=200, num_layers=2)) == two == 727_401
+
+
+def test_vmap_grad_gru_seq2seq():
+    torch.manual_seed(0)
+    x, y = torch.randn(3, 4, 12, 2), torch.randn(3, 4, 6)
+    _vmap_matches_loop(GRUSeq2Seq(2, 8, out_steps=6, num_layers=2), x, y, F.mse_loss)
+
+
+def test_gru_seq2seq_trains_the_same_batched_and_client_by_client():
+    from pyg_fedgraph.data.layout import ParamLayout
+    from pyg_fedgraph.datasets.traffic import TrafficDataset, synthetic_traffic
+    from pyg_fedgraph.train.config import LocalConfig
+    from pyg_fedgraph.train.trainer import ClientTrainer
+
+    adj = torch.eye(4) + torch.diag(torch.full((3,), 0.8), 1)
+    data = TrafficDataset.from_table(synthetic_traffic(adj.numpy(), num_steps=400, seed=1),
+                                     adj=adj.numpy())
+    torch.manual_seed(0)
+    model = GRUSeq2Seq(2, 8, out_steps=12)
+    cfg = LocalConfig(lr=0.05, batch_size=16, steps=3, momentum=0.9)
+    start = ParamLayout.from_module(model).flatten(model).repeat(4, 1)
+    start = start + 0.01 * torch.randn(start.shape, generator=torch.Generator().manual_seed(2))
+    trainer = ClientTrainer(model, data, config=cfg, execution="vmap")
+    runs = []
+    for parallel in (True, False):
+        trainer.parallel = parallel
+        runs.append(trainer.train(torch.arange(4), start,
+                                  generator=[torch.Generator().manual_seed(i) for i in range(4)]))
+    torch.testing.assert_close(runs[0].params, runs[1].params, rtol=0, atol=1e-5)
+    assert not torch.allclose(runs[0].params, start, atol=1e-3)   # it did train
+
+
 def test_gru_cell_matches_torch_gru_cell():
     torch.manual_seed(0)
     cell, ref = GRUCell(3, 4), nn.GRUCell(3, 4)
@@ -266,7 +347,7 @@ def test_build_image_models(shape):
 
 
 def test_build_model_details():
-    assert MODEL_NAMES == tuple(MODELS) == ("mlp", "cnn", "cnn-bn", "gru")
+    assert MODEL_NAMES == tuple(MODELS) == ("mlp", "cnn", "cnn-bn", "gru", "gru-seq2seq")
     mlp = build_model("mlp", (2,), 2)
     assert mlp.hidden_channels == 16 and mlp.num_layers == 3  # Panacea FL-60
     assert build_model("MLP", (2,), 2, hidden_channels=5).hidden_channels == 5
@@ -280,10 +361,14 @@ def test_build_model_details():
     gru = build_model("gru", (12, 2), 12, hidden_channels=16)
     assert isinstance(gru, GRUForecaster)
     assert (gru.in_channels, gru.hidden_channels, gru.out_steps) == (2, 16, 12)
+    seq2seq = build_model("gru-seq2seq", (12, 2), 6, num_layers=2)
+    assert isinstance(seq2seq, GRUSeq2Seq)
+    assert (seq2seq.in_channels, seq2seq.out_steps, seq2seq.num_layers) == (2, 6, 2)
 
 
 def test_build_model_errors():
-    with pytest.raises(ValueError, match=r"unknown model 'resnet'; known: cnn, cnn-bn, gru, mlp"):
+    with pytest.raises(ValueError, match=r"unknown model 'resnet'; known: cnn, cnn-bn, gru, "
+                                         r"gru-seq2seq, mlp"):
         build_model("resnet", (3, 32, 32), 10)
     with pytest.raises(ValueError, match="pass image_size"):
         build_model("cnn", (3072,), 10)
@@ -293,6 +378,8 @@ def test_build_model_errors():
         build_model("cnn", (1, 8, 8), 10, image_size=8)
     with pytest.raises(ValueError, match=r"\(T, C\)"):
         build_model("gru", (12,), 12)
+    with pytest.raises(ValueError, match=r"'gru-seq2seq' model needs sequences of shape \(T, C\)"):
+        build_model("gru-seq2seq", (12,), 12)
     with pytest.raises(ValueError, match="num_outputs"):
         build_model("mlp", (4,), 0)
 
@@ -309,6 +396,10 @@ def test_model_errors():
         MLP(64, 8, 2)(torch.randn(2, 65))
     with pytest.raises(ValueError, match=r"\(B, T, 2\)"):
         GRUForecaster()(torch.randn(2, 12, 3))
+    with pytest.raises(ValueError, match=r"GRUSeq2Seq expects sequences of shape \(B, T, 2\)"):
+        GRUSeq2Seq()(torch.randn(2, 12, 3))
+    with pytest.raises(ValueError, match="out_steps must be a positive integer"):
+        GRUSeq2Seq(out_steps=0)
     with pytest.raises(ValueError, match="num_layers"):
         MLP(4, 4, 2, num_layers=0)
     with pytest.raises(ValueError, match="momentum"):
@@ -321,3 +412,4 @@ def test_repr():
     assert str(CNNBN(3, 10, 32)) == "CNNBN(3, 10, image_size=(32, 32), channels=(32, 64, 128))"
     assert str(GRUForecaster()) == "GRUForecaster(2, 100, out_steps=12, num_layers=1)"
     assert str(GRUCell(2, 100)) == "GRUCell(2, 100)"
+    assert str(GRUSeq2Seq()) == "GRUSeq2Seq(2, 100, out_steps=12, num_layers=1)"

@@ -45,7 +45,7 @@ def dcrnn_split_sizes(num_windows: int, fractions: Sequence[float] = (0.7, 0.1, 
 
 class TrafficDataset(FederatedDataset):
     r"""Traffic-speed forecasting with one client per road sensor (Panacea,
-    Chen et al., Sec. V; windows and splits as in DCRNN, Li et al. 2018).
+    Lin, Lan, He and Li, Sec. IV; windows and splits as in DCRNN, Li et al. 2018).
 
     From a speed series :math:`\mathbf{V} \in \mathbb{R}^{T \times N}` (mph,
     0 = missing) the :math:`W = T - T_{in} - T_{out} + 1` windows

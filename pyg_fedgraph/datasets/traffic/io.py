@@ -37,6 +37,7 @@ __all__ = [
     "adjacency_to_edges",
     "SensorGraph",
     "bundled_sensor_graph",
+    "restrict_adjacency",
     "SpeedTable",
     "read_speed_h5",
 ]
@@ -49,11 +50,12 @@ Fetch = Callable[[str, Path], None]
 
 @dataclass(frozen=True)
 class RemoteFile:
-    r"""A published file: its name in ``root``, a direct URL and its sha256
-    (:obj:`None` when no stable URL / checksum is known to this package)."""
+    r"""A published file: its name in ``root``, a direct URL, its sha256 and
+    its size in bytes (:obj:`None` when not known to this package)."""
     name: str
     url: str | None
     sha256: str | None
+    size: int | None = None
 
 
 def verify_sha256(path: PathLike, expected: str) -> str:
@@ -173,6 +175,34 @@ def adjacency_to_edges(adj: np.ndarray | Tensor, self_loops: bool = False
     return edge_index.contiguous(), edge_weight
 
 
+def restrict_adjacency(graph_ids: Sequence[str], adj: np.ndarray, sensor_ids: Sequence[str],
+                       graph: str = "road graph") -> np.ndarray:
+    r"""The rows and columns of ``adj`` (ordered as ``graph_ids``) for
+    ``sensor_ids``, in that order: the road graph of a subset of its sensors.
+
+    Args:
+        graph_ids (list of str): the graph's sensor ids, in matrix order.
+        adj (numpy.ndarray): its adjacency :math:`(N, N)`.
+        sensor_ids (list of str): the sensors to keep, distinct.
+        graph (str, optional): the graph's name in messages.
+
+    Raises:
+        ValueError: naming the ids that the graph lacks.
+    """
+    position = {str(s): i for i, s in enumerate(graph_ids)}
+    ids = [str(s) for s in sensor_ids]
+    missing = [s for s in ids if s not in position]
+    if missing:
+        shown = ", ".join(missing[:10]) + (f" and {len(missing) - 10} more" if len(missing) > 10
+                                           else "")
+        raise ValueError(f"{len(missing)} of the {len(ids)} sensors are not in the {graph}: "
+                         f"{shown}; check that the speed files belong to this dataset")
+    if len(set(ids)) != len(ids):
+        raise ValueError("the sensor ids to keep contain duplicates")
+    index = np.array([position[s] for s in ids], dtype=np.int64)
+    return np.asarray(adj)[np.ix_(index, index)]
+
+
 # ------------------------------------------------------------- bundled graphs
 
 #: Road graphs shipped in ``data/`` (see ``data/NOTICE``): file and sha256,
@@ -228,6 +258,23 @@ class SensorGraph:
         src, dst = self.edge_index.numpy()
         adj[src, dst] = self.edge_weight.numpy()
         return adj
+
+    def subgraph(self, sensor_ids: Sequence[str]) -> SensorGraph:
+        r"""The graph of the sensors ``sensor_ids``, in that order: the rows
+        and columns of :meth:`to_dense` for them (see
+        :func:`restrict_adjacency`), with their locations.
+
+        Raises:
+            ValueError: naming the ids that the graph lacks.
+        """
+        ids = [str(s) for s in sensor_ids]
+        adj = restrict_adjacency(self.sensor_ids, self.to_dense(), ids,
+                                 f"{self.name} road graph")
+        position = {s: i for i, s in enumerate(self.sensor_ids)}
+        index = torch.tensor([position[s] for s in ids], dtype=torch.long)
+        edge_index, edge_weight = adjacency_to_edges(adj, self_loops=True)
+        return SensorGraph(name=self.name, sensor_ids=ids, location=self.location[index],
+                           edge_index=edge_index, edge_weight=edge_weight)
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}({self.name}, num_nodes={self.num_nodes}, "

@@ -152,8 +152,9 @@ def test_object_column_is_refused_and_runs_nothing(tmp_path, capfd):
     message = one_line_error(lambda: read_speed_h5(path))
     assert message.startswith(f"{path}: columns ['0', '1'] hold variable-length data")
     assert "expected DCRNN's speed file" in message
-    assert one_line_error(lambda: METRLA(root)) == message
-    assert run_cli(root, tmp_path / "out", capfd) == f"pyg-fedgraph: error: {message}"
+    assert one_line_error(lambda: METRLA(root, verify=False)) == message
+    assert run_cli(root, tmp_path / "out", capfd,
+                   extra=["data.verify=false"]) == f"pyg-fedgraph: error: {message}"
     bare = write_h5(pd.DataFrame({"x": [Exploit(marker)]}), tmp_path / "bare.h5")
     assert "columns ['x'] hold variable-length data" in one_line_error(lambda: read_speed_h5(bare))
     assert not marker.exists()
@@ -226,13 +227,14 @@ def test_garbage_graph_and_speed_files_through_the_cli(tmp_path, capfd):
     good.mkdir()
     write_graph(good / "adj_mx.pkl", ids, chain_adjacency(2))
     write_h5(speed_frame(40, ids), good / "metr-la.h5")
-    assert METRLA(good).num_clients == 2
+    assert METRLA(good, verify=False).num_clients == 2
     for broken, content in (("adj_mx.pkl", os.urandom(2048)), ("adj_mx.pkl", b""),
                             ("metr-la.h5", os.urandom(2048)), ("metr-la.h5", b"")):
         root = tmp_path / f"{broken}-{len(content)}"
         shutil.copytree(good, root)
         (root / broken).write_bytes(content)
-        message = one_line_error(lambda r=root: METRLA(r))
+        message = one_line_error(lambda r=root: METRLA(r, verify=False))
         expected = "a pickle of [sensor_ids" if broken == "adj_mx.pkl" else "speed file"
         assert message.startswith(f"{root / broken} is not ") and expected in message
-        assert run_cli(root, tmp_path / "out", capfd) == f"pyg-fedgraph: error: {message}"
+        assert run_cli(root, tmp_path / "out", capfd,
+                       extra=["data.verify=false"]) == f"pyg-fedgraph: error: {message}"

@@ -12,7 +12,7 @@ def test_package_re_exports_every_public_name_from_its_modules():
     assert NAMES_OF_THE_MODULE <= set(traffic.__all__)
     homes = {name: getattr(traffic, name).__module__ for name in traffic.__all__}
     assert set(homes.values()) == {f"pyg_fedgraph.datasets.traffic.{m}"
-                                   for m in ("io", "dataset", "dcrnn", "synthetic")}
+                                   for m in ("io", "npz", "dataset", "dcrnn", "synthetic")}
     assert homes["TrafficDataset"].endswith(".dataset") and homes["METRLA"].endswith(".dcrnn")
     assert homes["read_speed_h5"].endswith(".io")
     assert homes["synthetic_traffic"].endswith(".synthetic")
