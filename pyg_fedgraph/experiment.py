@@ -6,7 +6,6 @@ examples: it only calls the data, model and strategy layers.
 from __future__ import annotations
 
 import inspect
-import json
 import logging
 from dataclasses import dataclass, field, fields
 from typing import Annotated, Any, Literal
@@ -18,7 +17,7 @@ from pyg_fedgraph.data.federated_dataset import FederatedDataset
 from pyg_fedgraph.datasets import DATASETS, dataset_key, load_dataset
 from pyg_fedgraph.engine.rounds import num_sampled
 from pyg_fedgraph.engine.validation import RejectPolicy
-from pyg_fedgraph.hparams import Range, schema
+from pyg_fedgraph.hparams import Range, parse_text, schema
 from pyg_fedgraph.models import MODEL_NAMES, build_model, model_options
 from pyg_fedgraph.simulation import Simulator
 from pyg_fedgraph.strategies import STRATEGIES, Strategy, build_strategy
@@ -53,16 +52,9 @@ _FALLBACK = {"model": "mlp", "model_kwargs": {}, "local": {}, "rounds": 30}
 
 
 def parse_value(text: str) -> Any:
-    r"""``"0.1"`` -> 0.1, ``"true"`` -> True, ``"[1,2]"`` -> [1, 2], else the string."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        low = text.lower()
-        if low in ("true", "false"):
-            return low == "true"
-        if low in ("none", "null"):
-            return None
-        return text
+    r"""``"0.1"`` -> 0.1, ``"true"`` -> True, ``"[1,2]"`` -> [1, 2], else the string
+    (:func:`pyg_fedgraph.hparams.parse_text`, which ``--set`` uses too)."""
+    return parse_text(text)
 
 
 PartitionName = Literal["iid", "pathological", "dirichlet", "group"]
