@@ -373,6 +373,10 @@ class ClientTrainer:
     most ``torch._dynamo.config.cache_size_limit`` compiled variants (all
     vmapped functions share one cache); beyond that torch runs them eagerly.
 
+    For classification, the trainer runs the model once when it is built, on
+    two training samples, and raises a :class:`ValueError` naming both sizes
+    when its output is not one score per class, :math:`(B, C)`.
+
     Args:
         model (torch.nn.Module): the client architecture (its values are not
             used: parameters come from the flat matrices passed in).
