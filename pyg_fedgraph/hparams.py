@@ -222,9 +222,17 @@ class HParam:
         return self.check(parse_text(text), where)
 
 
+#: Spellings of the non-finite floats, in lower case. JSON's reader takes only ``NaN``,
+#: ``Infinity`` and ``-Infinity``; the others would stay strings and get a different error
+#: than those three ("expected a float" against "expected a finite number").
+_NON_FINITE = frozenset(f"{sign}{word}" for sign in ("", "+", "-")
+                        for word in ("nan", "inf", "infinity"))
+
+
 def parse_text(text: str) -> Any:
     r"""``"0.1"`` -> 0.1, ``"true"`` -> True, ``"[1,2]"`` -> [1, 2], ``"none"``
-    -> None, anything else the string itself."""
+    -> None, ``"nan"`` / ``"NaN"`` / ``"inf"`` / ``"-Infinity"`` (any case) -> the
+    float, anything else the string itself."""
     try:
         return json.loads(text)
     except json.JSONDecodeError:
@@ -233,6 +241,8 @@ def parse_text(text: str) -> Any:
             return low == "true"
         if low in ("none", "null"):
             return None
+        if low in _NON_FINITE:
+            return float(low)
         return text
 
 

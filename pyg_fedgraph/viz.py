@@ -15,15 +15,13 @@ from __future__ import annotations
 
 import math
 import textwrap
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
-if TYPE_CHECKING:
-    from pyg_fedgraph.engine.history import History
+from pyg_fedgraph.engine.history import History
 
 __all__ = ["ClientOrder", "client_order", "block_weights", "plot_learning_curves",
            "plot_collaboration_matrix", "plot_collaboration_network", "plot_layer_graphs"]
@@ -40,6 +38,11 @@ MAX_BLOCKS = 100
 _MAX_HIERARCHICAL = 2000
 # Columns of the random projection that sketches the rows before clustering.
 _SKETCH_DIM = 64
+# The network shows blocks instead of clients when the top-k weights of a client carry on
+# average less than this share of the weight it gives the others (flat, dense rows: its
+# top k are picked among near-equal weights) and there are more clients than this.
+FLAT_TOP_SHARE = 0.5
+FLAT_MIN_CLIENTS = 30
 
 
 def _plt():
@@ -228,26 +231,83 @@ def block_weights(weight: Tensor, blocks: Tensor, num_blocks: int | None = None
     return sums, torch.bincount(blocks, minlength=b)
 
 
-def plot_learning_curves(histories: Mapping[str, History], title: str | None = None):
-    r"""Mean validation and test metric per round, one line per run."""
-    plt = _plt()
+def _band(runs: Sequence[History], split: str) -> tuple[list[int], Tensor]:
+    r"""The rounds that all of ``runs`` evaluated and their mean ``split``
+    metric there :math:`(K, R)`, one row per run."""
+    common = sorted(set(runs[0].rounds).intersection(*(h.rounds for h in runs[1:])))
+    rows = []
+    for h in runs:
+        at = dict(zip(h.rounds, h.mean(split), strict=True))
+        rows.append([at[r] for r in common])
+    return common, torch.tensor(rows, dtype=torch.double).reshape(len(runs), len(common))
+
+
+def _integer_ticks(ax, values: Sequence[int]) -> None:
+    r"""Integer x ticks (rounds, trials); a few values get a tick each (a
+    single round would otherwise get ticks such as 0.95, 1.00, 1.05)."""
     from matplotlib.ticker import MaxNLocator
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
+    values = sorted(set(values))
+    if 0 < len(values) <= 8:
+        ax.set_xticks(values)
+        lo, hi = values[0], values[-1]
+        pad = max(0.5, 0.05 * (hi - lo))
+        ax.set_xlim(lo - pad, hi + pad)
+    else:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def plot_learning_curves(histories: Mapping[str, History | Sequence[History]],
+                         title: str | None = None):
+    r"""Mean validation and test metric per round, one line per run.
+
+    A value that is a sequence of histories (one run per seed) is drawn as
+    one line, the mean over its runs, with a band from their minimum to their
+    maximum at every round that all of them evaluated; the legend says so.
+    The legend sits below the two panels, outside the curves.
+
+    Args:
+        histories (dict): label -> :class:`~pyg_fedgraph.engine.History`, or
+            label -> sequence of histories of the same strategy (seeds).
+        title (str, optional): figure title.
+    """
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.2), sharey=True)
     metric = None
-    for name, h in histories.items():
-        metric = h.metric
+    seen: set[int] = set()
+    seeds = set()
+    for name, value in histories.items():
+        runs = [value] if isinstance(value, History) else list(value)
+        if not runs:
+            raise ValueError(f"no history given for {name!r}")
+        metric = runs[0].metric
         for ax, split in zip(axes, ("val", "test"), strict=True):
-            ax.plot(h.rounds, h.mean(split), label=name, marker="." if len(h) < 40 else None)
+            rounds, values = _band(runs, split)
+            seen.update(rounds)
+            label = name if len(runs) == 1 else f"{name} (mean of {len(runs)} runs)"
+            line, = ax.plot(rounds, values.mean(0).tolist(), label=label,
+                            marker="." if len(rounds) < 40 else None)
+            if len(runs) > 1:
+                seeds.add(len(runs))
+                ax.fill_between(rounds, values.min(0).values.tolist(),
+                                values.max(0).values.tolist(), color=line.get_color(),
+                                alpha=0.2, linewidth=0)
     for ax, split in zip(axes, ("validation", "test"), strict=True):
         ax.set_xlabel("round")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        _integer_ticks(ax, sorted(seen))
         ax.set_title(f"{split} {metric} (mean over clients)")
         ax.grid(alpha=0.3)
     axes[0].set_ylabel(metric or "")
-    axes[1].legend(loc="best", fontsize=8)
+    handles, labels = axes[0].get_legend_handles_labels()
+    if seeds:
+        from matplotlib.patches import Patch
+        handles.append(Patch(color="grey", alpha=0.2))
+        labels.append("band: minimum to maximum over the runs")
+    ncol = min(len(labels), 3)
+    fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=8, frameon=False)
+    rows = math.ceil(len(labels) / ncol)
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.045 * rows + 0.01, 1, 1))
     return fig
 
 
@@ -307,8 +367,11 @@ def plot_collaboration_matrix(weight: Tensor, groups: Tensor | None = None,
     fig.colorbar(im, ax=ax, fraction=0.046, pad=0.03).set_label(cbar)
     ticks = list(_thinned(size, 30 if not aggregate else 25))
     font = 7 if len(ticks) <= 20 else 6
+    # Upright labels fit about 60 characters across the axis (e.g. 30 labels of two
+    # digits); longer ones (207 METR-LA sensors: 3 digits) are turned.
+    upright = not aggregate and len(ticks) * max(len(labels[t]) for t in ticks) <= 60
     ax.set_xticks(ticks, [labels[t] for t in ticks], fontsize=font,
-                  rotation=90 if aggregate else 0)
+                  rotation=0 if upright else 90)
     ax.set_yticks(ticks, [labels[t] for t in ticks], fontsize=font)
     if not aggregate and co.kind == "group" and 1 < co.num_blocks < size:
         # Lines between groups, group names along the top.
@@ -356,6 +419,21 @@ def _undirected_top_k(weight: Tensor, top_k: int, floor: Tensor) -> tuple[Tensor
     return torch.stack([uniq // n, uniq % n]), best
 
 
+def _top_k_share(weight: Tensor, top_k: int) -> float:
+    r"""Mean over clients of the share of the weight a client gives the
+    others that its ``top_k`` largest off-diagonal weights carry (clients
+    that give the others nothing are left out)."""
+    w = weight.double().clone()
+    w.fill_diagonal_(0.0)
+    total = w.sum(dim=1)
+    k = min(top_k, max(w.size(0) - 1, 0))
+    if k == 0:
+        return 1.0
+    top = w.topk(k, dim=1).values.sum(dim=1)
+    gives = total > 0
+    return float((top[gives] / total[gives]).mean()) if bool(gives.any()) else 1.0
+
+
 def _palette(num: int):
     import matplotlib
     name = "tab10" if num <= 10 else "tab20" if num <= 20 else "turbo"
@@ -386,6 +464,12 @@ def plot_collaboration_network(weight: Tensor, prior_edge_index: Tensor | None =
     weight a client of :math:`g` gives to :math:`h` (top ``top_k`` per block,
     above the uniform share :math:`n_h / N`), and a prior edge's opacity is the
     density of prior edges between the two blocks. The title says so.
+    Blocks are drawn as well, about :math:`\sqrt{N}` of them, when the
+    matrix is too flat for client edges: above 30 clients, when a client's
+    ``top_k`` weights carry on average less than half of the weight it gives
+    the others (Panacea's normalized prior graph on FL-60: 12%), since its
+    top ``top_k`` are then picked among near-equal weights and the picture
+    is a tangle of arbitrary edges.
 
     Args:
         weight (torch.Tensor): :math:`(N, N)`, row :math:`i` = weights client
@@ -418,8 +502,20 @@ def plot_collaboration_network(weight: Tensor, prior_edge_index: Tensor | None =
                            + torch.maximum(prior[0], prior[1]))
         prior = torch.stack([key // n, key % n])
     aggregate = n > max_nodes
+    flat_note = ""
+    if not aggregate and n > FLAT_MIN_CLIENTS:
+        top_share = _top_k_share(w, top_k)
+        if top_share < FLAT_TOP_SHARE:
+            aggregate = True
+            flat_note = (f": too flat for client edges (a client's top {top_k} weights carry "
+                         f"{100 * top_share:.0f}% of what it gives the others)")
     if aggregate:
-        co = order if order is not None else client_order(w, groups)
+        if flat_note:  # a few blocks, not max_blocks: most clients would stay alone
+            most = max(2, round(math.sqrt(n)))
+            co = (order if order is not None and order.num_blocks <= most
+                  else client_order(w, groups, max_blocks=most))
+        else:
+            co = order if order is not None else client_order(w, groups)
         sums, counts = block_weights(w, co.blocks, co.num_blocks)
         share = sums / counts.unsqueeze(1).clamp_min(1)
         edge_index, edge_weight = _undirected_top_k(share, top_k, counts.double() / n)
@@ -441,8 +537,8 @@ def plot_collaboration_network(weight: Tensor, prior_edge_index: Tensor | None =
         node_text = "node: a block of clients, size by number of clients"
         edge_text = (f"edge: block's top-{top_k} average shares of weight above uniform, "
                      "width by share")
-        title = (_with_round(title, after_round)
-                 + f"\n{n} clients shown as {num} {co.unit}")
+        title = (_with_round(title, after_round) + "\n"
+                 + textwrap.fill(f"{n} clients shown as {num} {co.unit}{flat_note}", 90))
     else:
         num = n
         edge_index, edge_weight = _undirected_top_k(w.double(), top_k,

@@ -1,8 +1,9 @@
 r"""The pieces of the API reference that are code: the generated strategy
 table and the check of the built inventory (the build itself runs in CI:
 ``sphinx-build -W`` then ``docs/check_reference.py``)."""
+import importlib
 import importlib.util
-import sys
+import tomllib
 import zlib
 from pathlib import Path
 
@@ -43,6 +44,7 @@ def _inventory(path, names):
 
 def test_check_reference_reports_names_missing_from_the_inventory(tmp_path, capsys):
     pytest.importorskip("sphinx.util")
+    pytest.importorskip("flwr")  # the Flower adapter is one of the checked packages
     check = _load("check_reference")
     documented = [f"pyg_fedgraph.nn.{n}" for n in nn_names if n != "ClientGAT"]
     _inventory(tmp_path / "html", documented)
@@ -50,9 +52,25 @@ def test_check_reference_reports_names_missing_from_the_inventory(tmp_path, caps
     assert check.main([str(tmp_path / "html")]) == 1
     assert "pyg_fedgraph.nn.ClientGAT" in capsys.readouterr().err
 
-    _inventory(tmp_path / "full", [*documented, "pyg_fedgraph.nn.ClientGAT"]
-               + [f"pyg_fedgraph.strategies.{n}" for n in sys.modules[
-                   "pyg_fedgraph.strategies"].__all__])
+    others = [f"{package}.{n}" for package in check.PACKAGES if package != "pyg_fedgraph.nn"
+              for n in importlib.import_module(package).__all__]
+    assert "pyg_fedgraph.integrations.flower.GraphStrategy" in others
+    _inventory(tmp_path / "full", [*documented, "pyg_fedgraph.nn.ClientGAT", *others])
     assert check.main([str(tmp_path / "full")]) == 0
     assert check.main([str(tmp_path / "nothing")]) == 1
     assert "build the docs first" in capsys.readouterr().err
+
+
+def _requirements(extra: str) -> dict[str, str]:
+    pyproject = tomllib.loads((DOCS.parent / "pyproject.toml").read_text())
+    out = {}
+    for req in pyproject["project"]["optional-dependencies"][extra]:
+        name = req.split(">")[0].split("<")[0].split("=")[0].split("[")[0].strip()
+        out[name] = req[req.index(">") if ">" in req else len(req):]
+    return out
+
+
+def test_the_docs_extra_brings_flwr_at_the_flower_extra_version():
+    # autodoc imports pyg_fedgraph.integrations.flower: with the docs extra alone (the README's
+    # docs command) flwr must be there, at the version the adapter is written for.
+    assert _requirements("docs")["flwr"] == _requirements("flower")["flwr"]

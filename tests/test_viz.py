@@ -259,3 +259,89 @@ def test_cli_comparison_title_names_dataset_partition_and_strategies(tmp_path, m
     assert titles[-1] == "digits, group partition, 5 clients: local vs fedavg"
     assert (tmp_path / "learning_curves.png").is_file()
     assert (tmp_path / "comparison.json").is_file()
+
+
+def _seeded(values) -> History:
+    r"""A history whose mean metric is ``values[r - 1]`` at round ``r``."""
+    h = History("accuracy", True)
+    for r, v in enumerate(values, start=1):
+        vals = {"accuracy": torch.full((2,), float(v))}
+        h.append(RoundRecord(r, 0.0, vals, vals, 0.1, 2))
+    return h
+
+
+def test_learning_curves_of_seeds_are_a_mean_with_a_min_max_band_and_an_outer_legend():
+    from pyg_fedgraph.viz import plot_learning_curves
+    runs = [_seeded([0.2, 0.5, 0.6]), _seeded([0.4, 0.5, 0.9]), _seeded([0.3, 0.8, 0.9])]
+    fig = plot_learning_curves({"fedavg": runs, "local": _seeded([0.1, 0.1, 0.1])})
+    for ax in fig.axes:
+        (mean, single) = ax.get_lines()
+        np.testing.assert_allclose(mean.get_ydata(), [0.3, 0.6, 0.8], atol=1e-6)
+        np.testing.assert_allclose(single.get_ydata(), [0.1, 0.1, 0.1], atol=1e-6)
+        (band,) = ax.collections  # one band: the single run has none
+        ys = band.get_paths()[0].vertices[:, 1]
+        np.testing.assert_allclose([ys.min(), ys.max()], [0.2, 0.9], atol=1e-6)
+        assert ax.get_legend() is None
+    labels = _legend_labels(fig)
+    assert labels == ["fedavg (mean of 3 runs)", "local",
+                      "band: minimum to maximum over the runs"]
+    # The legend lies below both panels, over no curve.
+    fig.canvas.draw()
+    legend = fig.legends[0].get_window_extent()
+    assert all(legend.y1 <= ax.get_window_extent().y0 for ax in fig.axes)
+
+
+def test_learning_curves_of_seeds_keep_the_rounds_all_runs_evaluated():
+    from pyg_fedgraph.viz import plot_learning_curves
+    short = _seeded([0.2, 0.4])
+    fig = plot_learning_curves({"s": [short, _seeded([0.4, 0.6, 0.8])]})
+    np.testing.assert_array_equal(fig.axes[0].get_lines()[0].get_xdata(), [1, 2])
+    with pytest.raises(ValueError, match="no history given for 'x'"):
+        plot_learning_curves({"x": []})
+
+
+def test_one_round_gets_one_integer_tick():
+    from pyg_fedgraph.viz import plot_learning_curves
+    fig = plot_learning_curves({"a": _seeded([0.5]), "b": _seeded([0.25])})
+    for ax in fig.axes:
+        np.testing.assert_array_equal(ax.get_xticks(), [1])
+        lo, hi = ax.get_xlim()
+        assert lo < 1 < hi
+
+
+@pytest.mark.parametrize("n,rotation", [(20, 0.0), (207, 90.0)])
+def test_matrix_column_labels_turn_when_they_would_overlap(n, rotation):
+    # 30 labels of 3 digits (207 METR-LA sensors) overlapped when upright.
+    fig = plot_collaboration_matrix(torch.full((n, n), 1.0 / n), groups=torch.zeros(n))
+    labels = [t for t in fig.axes[0].get_xticklabels() if t.get_text()]
+    assert labels and {t.get_rotation() for t in labels} == {rotation}
+
+
+def _ring(n: int, width: int) -> torch.Tensor:
+    r"""Each client gives equal weight to its ``width`` nearest neighbours on a
+    ring on each side, and as much to itself."""
+    i = torch.arange(n)
+    d = (i.unsqueeze(0) - i.unsqueeze(1)).abs()
+    d = torch.minimum(d, n - d)
+    w = (d <= width).double()
+    return w / w.sum(1, keepdim=True)
+
+
+def test_a_flat_dense_matrix_is_drawn_as_a_few_blocks():
+    # 60 clients with 20 equal partners each (as Panacea's normalized prior graph on FL-60):
+    # a client's top 3 carry 3 / 20 of what it gives the others.
+    fig = plot_collaboration_network(_ring(60, 10), top_k=3)
+    ax = fig.axes[0]
+    nodes = [c for c in ax.collections if not hasattr(c, "get_segments")][0]
+    assert len(nodes.get_offsets()) <= 8  # about sqrt(60) clusters
+    assert "60 clients shown as" in ax.get_title()
+    assert "top 3 weights carry 15% of what it gives the others" in " ".join(
+        ax.get_title().split())
+    # Two partners per side: the top 3 carry 3 / 4 of it, clients are drawn one by one.
+    fig = plot_collaboration_network(_ring(60, 2), top_k=3)
+    nodes = [c for c in fig.axes[0].collections if not hasattr(c, "get_segments")][0]
+    assert len(nodes.get_offsets()) == 60
+    # Up to 30 clients the picture stays per client, flat or not.
+    fig = plot_collaboration_network(_ring(30, 10), top_k=3)
+    nodes = [c for c in fig.axes[0].collections if not hasattr(c, "get_segments")][0]
+    assert len(nodes.get_offsets()) == 30

@@ -1,6 +1,14 @@
 r"""The round engine: the server side of federated rounds, shared by the
 in-process simulator and the Flower integration."""
-from pyg_fedgraph.engine.history import PROTOCOLS, History, Protocol, RoundRecord
+from pyg_fedgraph.engine.history import (
+    PROTOCOLS,
+    TIE_WARNING_SHARE,
+    TIES,
+    History,
+    Protocol,
+    RoundRecord,
+    Ties,
+)
 from pyg_fedgraph.engine.rounds import (
     STATE_FORMAT,
     RoundEngine,
@@ -26,6 +34,9 @@ __all__ = [
     "RoundRecord",
     "Protocol",
     "PROTOCOLS",
+    "Ties",
+    "TIES",
+    "TIE_WARNING_SHARE",
     "DEFAULT_MAX_NORM",
     "UpdateCheck",
     "UpdateValidator",

@@ -1,6 +1,7 @@
 """What a simulated federation recorded, round by round and client by client."""
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -8,11 +9,20 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-__all__ = ["History", "RoundRecord", "Protocol", "PROTOCOLS"]
+__all__ = ["History", "RoundRecord", "Protocol", "PROTOCOLS", "Ties", "TIES",
+           "TIE_WARNING_SHARE"]
+
+log = logging.getLogger(__name__)
 
 #: How the reported test metric is chosen from the evaluated rounds (see :class:`History`).
 Protocol = Literal["best-round", "per-client-best"]
 PROTOCOLS: tuple[str, ...] = ("best-round", "per-client-best")
+#: Which of the rounds tied at a client's best validation value ``"per-client-best"`` takes.
+Ties = Literal["earliest", "latest"]
+TIES: tuple[str, ...] = ("earliest", "latest")
+#: ``"per-client-best"`` logs a warning when at least this share of the reported clients
+#: (and at least one) has its best validation value in rounds whose test values differ.
+TIE_WARNING_SHARE = 0.1
 
 
 @dataclass
@@ -66,6 +76,23 @@ class History:
     both rules; under ``"per-client-best"`` a client without any validation
     value is left out of the mean.
 
+    **Ties under "per-client-best".** A client's validation metric on
+    :math:`n` samples moves in steps of :math:`1/n`, so with a small
+    validation split it reaches its best value in many rounds. The earliest
+    of them is kept (``ties="earliest"``), as pFedGraph's ``test.py`` does
+    (a client's kept test accuracy is replaced only when its validation
+    accuracy is strictly higher than its best so far) and as checkpointing on
+    improvement does; ``ties="latest"`` keeps the last one. Neither chooses
+    anything when the validation split is this small: with 2 validation
+    samples per client (FedCEDAR's case study, 60 clients, 50 rounds) the
+    earliest tied rounds are the first few (test 0.651) and the latest are
+    the last ones, which merely repeats the last round (0.946, as
+    ``test_final``). When at least :data:`TIE_WARNING_SHARE` (10%) of the
+    reported clients, and at least one, have tied rounds with different test
+    values, the choice is the tie rule's, not the validation's: a warning is
+    logged with both values (use ``"best-round"``, whose mean over clients
+    rarely ties, or larger validation splits).
+
     Args:
         metric (str): the primary metric name (``accuracy``, ``mse`` ...).
         higher_is_better (bool): its direction.
@@ -79,6 +106,8 @@ class History:
         self.higher_is_better = higher_is_better
         self.eval_clients = eval_clients
         self.records: list[RoundRecord] = []
+        # Number of records when the tie warning was last logged (logged once per state).
+        self._tie_warning_at = -1
 
     def append(self, record: RoundRecord) -> None:
         self.records.append(record)
@@ -116,44 +145,85 @@ class History:
     def best_round(self) -> int:
         return self.records[self.best_index].round
 
-    def per_client_best_index(self) -> Tensor:
+    def per_client_best_index(self, ties: Ties = "earliest") -> Tensor:
         r"""For every client, the index of the record with its own best
-        validation metric :math:`(N,)` (the earliest one on ties; NaN never
-        wins; :obj:`-1` for a client without any validation value)."""
+        validation metric :math:`(N,)` (on ties the earliest such record, or
+        the latest with ``ties="latest"``; NaN never wins; :obj:`-1` for a
+        client without any validation value)."""
         if not self.records:
             raise ValueError("the history is empty")
+        if ties not in TIES:
+            raise ValueError(f"unknown ties {ties!r}; choose one of {TIES}")
         val = torch.stack([r.val[self.metric].double() for r in self.records])  # (R, N)
         sign = 1.0 if self.higher_is_better else -1.0
         score = (sign * val).nan_to_num(nan=-math.inf, posinf=math.inf, neginf=-math.inf)
-        # argmax returns the first maximum, i.e. the earliest round on ties.
-        best = score.argmax(dim=0)
+        # argmax returns the first maximum: the earliest round, or the latest one when
+        # the rounds are read backwards.
+        best = (score.argmax(dim=0) if ties == "earliest"
+                else score.size(0) - 1 - score.flip(0).argmax(dim=0))
         return torch.where(torch.isnan(val).all(dim=0), -1, best)
 
-    def _per_client_best(self, split: str, metric: str | None = None) -> Tensor:
+    def _per_client_best(self, split: str, metric: str | None = None,
+                         ties: Ties = "earliest") -> Tensor:
         r"""Each client's ``metric`` on ``split`` at its own best validation
         round :math:`(N,)`, NaN where it has none."""
-        index = self.per_client_best_index()
+        index = self.per_client_best_index(ties)
         values = torch.stack([getattr(r, split)[metric or self.metric].double()
                               for r in self.records])  # (R, N)
         picked = values.gather(0, index.clamp(min=0).unsqueeze(0)).squeeze(0)
         return torch.where(index >= 0, picked, math.nan)
 
+    def _warn_on_ties(self) -> None:
+        r"""Logs (once per state of the history) when the tie rule, not the
+        validation metric, chooses the round of many clients (see the class
+        docstring)."""
+        if self._tie_warning_at == len(self.records):
+            return
+        first = self.per_client_best_index("earliest")
+        last = self.per_client_best_index("latest")
+        test_first = self._per_client_best("test", ties="earliest")
+        test_last = self._per_client_best("test", ties="latest")
+        decided = (first != last) & (test_first != test_last) & ~torch.isnan(test_first)
+        reported = torch.ones_like(decided) if self.eval_clients is None else \
+            torch.zeros_like(decided).index_fill_(0, self.eval_clients.cpu(), True)
+        decided &= reported
+        num, of = int(decided.sum()), int((reported & (first >= 0)).sum())
+        if num == 0 or num < TIE_WARNING_SHARE * of:
+            return
+        self._tie_warning_at = len(self.records)
+        val = torch.stack([r.val[self.metric].double() for r in self.records])
+        best = val.gather(0, first.clamp(min=0).unsqueeze(0))
+        tied_rounds = (val == best).sum(dim=0)[decided]
+        log.warning(
+            "per-client-best: %d of %d clients reach their best validation %s in several "
+            "rounds (a median of %d of %d evaluated rounds) with different test values, as a "
+            "small validation split does; each keeps its earliest such round (pFedGraph's "
+            "rule): test %.4f; the latest would give %.4f. The validation does not choose "
+            "here: prefer protocol 'best-round' or larger validation splits",
+            num, of, self.metric, int(tied_rounds.median()), len(self.records),
+            self._mean(test_first), self._mean(test_last))
+
     def test_at_best(self, metric: str | None = None,
-                     protocol: Protocol = "best-round") -> float:
+                     protocol: Protocol = "best-round", ties: Ties = "earliest") -> float:
         r"""The reported test value of ``metric`` (default: the primary one)
-        under ``protocol`` (see the class docstring)."""
+        under ``protocol`` (see the class docstring); ``ties`` is the tie rule
+        of ``"per-client-best"``, which logs a warning when ties decide it."""
         if protocol == "best-round":
             return self.mean("test", metric)[self.best_index]
         if protocol == "per-client-best":
-            return self._mean(self._per_client_best("test", metric))
+            value = self._mean(self._per_client_best("test", metric, ties))
+            self._warn_on_ties()
+            return value
         raise ValueError(f"unknown protocol {protocol!r}; choose one of {PROTOCOLS}")
 
-    def summary(self, protocol: Protocol = "best-round") -> dict[str, Any]:
+    def summary(self, protocol: Protocol = "best-round",
+                ties: Ties = "earliest") -> dict[str, Any]:
         r"""Key numbers under ``protocol``: ``metric``, ``test`` (the reported
         test value), ``test_final`` (last round), ``val_best`` (the
         validation value that chose it), ``best_round`` (``None`` for
         ``"per-client-best"``, where every client has its own) and
-        ``rounds``. ``"per-client-best"`` also gives ``protocol``."""
+        ``rounds``. ``"per-client-best"`` also gives ``protocol`` and
+        ``ties`` (its tie rule, see the class docstring)."""
         if protocol not in PROTOCOLS:
             raise ValueError(f"unknown protocol {protocol!r}; choose one of {PROTOCOLS}")
         if not self.records:
@@ -164,10 +234,10 @@ class History:
             out.update(test=self.mean("test")[b], test_final=self.mean("test")[-1],
                        val_best=self.mean("val")[b], best_round=self.records[b].round)
         else:
-            out.update(test=self.test_at_best(protocol=protocol),
+            out.update(test=self.test_at_best(protocol=protocol, ties=ties),
                        test_final=self.mean("test")[-1],
-                       val_best=self._mean(self._per_client_best("val")), best_round=None,
-                       protocol=protocol)
+                       val_best=self._mean(self._per_client_best("val", ties=ties)),
+                       best_round=None, protocol=protocol, ties=ties)
         out["rounds"] = self.records[-1].round
         return out
 
@@ -209,6 +279,7 @@ class History:
         self.metric = state["metric"]
         self.higher_is_better = state["higher_is_better"]
         self.records = [RoundRecord(**r) for r in state["records"]]
+        self._tie_warning_at = -1
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, History) or len(self) != len(other):

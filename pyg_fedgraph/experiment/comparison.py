@@ -416,8 +416,14 @@ class Comparison:
             partition = dataset.info.get("partition") if dataset is not None else None
             clients = f", {dataset.num_clients} clients" if dataset is not None else ""
             seeds = f", seeds {','.join(map(str, self.seeds))}" if several_seeds else ""
+            synthetic = (" (synthetic data)" if dataset is not None
+                         and dataset.info.get("synthetic") else "")
+            # Several seeds: each strategy's runs together (its mean with a band).
+            curves: dict[str, Any] = (
+                {n: [outcome.histories[self.label(RunKey(n, s))] for s in self.seeds]
+                 for n in self.strategies} if several_seeds else dict(outcome.histories))
             fig = plot_learning_curves(
-                outcome.histories, title=f"{self.base.dataset}"
+                curves, title=f"{self.base.dataset}{synthetic}"
                 + (f", {partition} partition" if partition else "") + clients + seeds + ": "
                 + " vs ".join(self.strategies))
             fig.savefig(self.root / "learning_curves.png", dpi=120)

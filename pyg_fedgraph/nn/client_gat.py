@@ -31,6 +31,16 @@ def _client_params(graph_or_x: Any) -> Tensor:
                          f"got shape {tuple(x.shape)}")
     if x.size(0) == 0:
         raise ValueError("got zero clients: pass at least one parameter vector")
+    if not (x.is_floating_point() or x.is_complex()):
+        raise ValueError(f"client parameters are {x.dtype}: pass floating-point parameters "
+                         f"(e.g. x.float())")
+    bad = ~torch.isfinite(x).all(dim=1)
+    if bool(bad.any()):
+        rows = bad.nonzero().view(-1).tolist()
+        shown = ", ".join(map(str, rows[:10])) + (", ..." if len(rows) > 10 else "")
+        raise ValueError(f"client parameters hold NaN or inf in {len(rows)} of {x.size(0)} "
+                         f"clients (rows {shown}): one such client would make every client's "
+                         f"weights NaN; drop or repair those clients first")
     return x
 
 
@@ -301,6 +311,12 @@ class ClientGAT(torch.nn.Module):
             (torch.Tensor, torch.Tensor): :math:`\tilde{\Theta} = A\Theta`
             :math:`(N, D)` and :math:`A` :math:`(N, N)`; both keep the graph
             back to the GAT's weights.
+
+        Raises:
+            ValueError: if the parameters are not floating point, not of the
+                GAT's dtype, or hold NaN or inf (one such client would give
+                every row of :math:`A` NaN, since the softmax runs over all
+                clients).
         """
         x = _client_params(graph_or_x)
         allocation = self.allocation(x)
@@ -313,7 +329,8 @@ class ClientGAT(torch.nn.Module):
         dtype = self.conv.lin.weight.dtype
         if x.dtype != dtype:
             raise ValueError(f"client parameters are {x.dtype}, the GAT's weights are "
-                             f"{dtype}: convert one of them (e.g. module.to({x.dtype}))")
+                             f"{dtype}: convert one of them (x.to({dtype}) or "
+                             f"module.to({x.dtype}))")
         return x
 
     def __repr__(self) -> str:

@@ -116,19 +116,24 @@ def write_run(out: Path, history: History, config: Mapping[str, Any],
     and ``collaboration_graph.png`` (see :mod:`pyg_fedgraph.viz`: clients
     ordered by ``groups`` or by a clustering of the matrix, aggregated into
     blocks for large :math:`N`). ``collaboration_round`` (default:
-    ``summary["rounds"]``) is the round the pictures say the matrix is from."""
+    ``summary["rounds"]``) is the round the pictures say the matrix is from;
+    with ``summary["synthetic_data"]`` true, their titles say "(synthetic
+    data)"."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(dict(config), indent=2, default=str))
     write_csv(out / "history.csv", history.round_rows())
     write_csv(out / "clients.csv", history.client_rows())
     (out / "summary.json").write_text(
         json.dumps({k: _clean(v) for k, v in summary.items()}, indent=2, default=str))
+    # Pictures of synthetic data say so in their titles (the summary of `run` tells).
+    synthetic = " (synthetic data)" if summary.get("synthetic_data") else ""
     if plots and len(history):
         import matplotlib.pyplot as plt
 
         from pyg_fedgraph.viz import plot_learning_curves
         fig = plot_learning_curves({summary.get("strategy", "run"): history},
-                                   title=f"{summary.get('strategy')} on {summary.get('dataset')}")
+                                   title=f"{summary.get('strategy')} on {summary.get('dataset')}"
+                                   + synthetic)
         fig.savefig(out / "learning_curve.png", dpi=120)
         plt.close(fig)
     if collaboration is not None:
@@ -146,12 +151,13 @@ def write_run(out: Path, history: History, config: Mapping[str, Any],
             after = collaboration_round if collaboration_round is not None else summary.get(
                 "rounds")
             order = client_order(w, groups)  # one clustering for both pictures
-            fig = plot_collaboration_matrix(w, groups, title=f"{name}: collaboration matrix",
+            fig = plot_collaboration_matrix(w, groups,
+                                            title=f"{name}: collaboration matrix{synthetic}",
                                             after_round=after, order=order)
             fig.savefig(out / "collaboration_matrix.png", dpi=120)
             plt.close(fig)
             fig = plot_collaboration_network(w, prior_edge_index, groups,
-                                             title=f"{name}: collaboration graph",
+                                             title=f"{name}: collaboration graph{synthetic}",
                                              after_round=after, order=order)
             fig.savefig(out / "collaboration_graph.png", dpi=120)
             plt.close(fig)

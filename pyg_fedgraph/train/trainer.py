@@ -244,6 +244,10 @@ class ClientTrainer:
     most ``torch._dynamo.config.cache_size_limit`` compiled variants (all
     vmapped functions share one cache); beyond that torch runs them eagerly.
 
+    For classification, the trainer runs the model once when it is built, on
+    two training samples, and raises a :class:`ValueError` naming both sizes
+    when its output is not one score per class, :math:`(B, C)`.
+
     Args:
         model (torch.nn.Module): the client architecture (its values are not
             used: parameters come from the flat matrices passed in).
@@ -322,7 +326,39 @@ class ClientTrainer:
         # federated state: fresh zeros are passed so functional_call can mutate them.
         self._int_buffers = {n: b for n, b in self.model.named_buffers()
                              if not b.is_floating_point()}
+        self._check_output_size()
         self._channels_last = self._channels_last_weights()
+
+    def _check_output_size(self) -> None:
+        r"""For classification, a probe forward on two training samples: the
+        model must output one score per class, :math:`(B, C)`. Otherwise
+        training would stop at its first step with an indexing error of the
+        loss that names neither size."""
+        if self.dataset.task != "classification" or self.dataset.num_classes is None:
+            return
+        counts = self.dataset.num_samples("train")
+        have = (counts > 0).nonzero().view(-1)
+        if not have.numel():
+            return
+        client = have[:1]
+        index = torch.tensor([[0, min(1, int(counts[client]) - 1)]])
+        xb, _ = self.dataset.batch("train", index.to(self.device), client.to(self.device))
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            # Under the trainer's autocast, as training runs it (forward hooks see the same).
+            with torch.no_grad(), autocast(self.device, self.precision):
+                out = self.model(xb[0])
+        finally:
+            self.model.train(was_training)
+        c = self.dataset.num_classes
+        if not isinstance(out, Tensor) or out.dim() != 2 or out.size(1) != c:
+            got = (f"output of type {type(out).__name__}" if not isinstance(out, Tensor)
+                   else f"{out.size(1)} outputs per sample" if out.dim() == 2
+                   else f"outputs of shape {tuple(out.shape)} for 2 samples")
+            raise ValueError(f"the model gives {got}, but dataset {self.dataset.name!r} has "
+                             f"{c} classes: a classification model must output one score per "
+                             f"class, shape (batch, {c}); build its last layer with {c} outputs")
 
     def _channels_last_weights(self) -> frozenset[str]:
         r"""The 2-D convolution weights that the ``"loop"`` execution passes

@@ -72,8 +72,9 @@ def write_study(study: optuna.Study, out: str | Path, command: RunCommand | None
                 ) -> dict[str, Path]:
     r"""Writes ``best.json`` (:func:`study_summary`), ``trials.csv`` and the
     optimization-history, intermediate-values and parameter-importance
-    plots (Optuna's matplotlib visualization) to ``out``; returns the paths
-    written by name. A plot that Optuna cannot draw yet (no finished trial,
+    plots (Optuna's matplotlib visualization, with integer trial and round
+    ticks and the trials' metric named on the axes) to ``out``; returns the
+    paths written by name. A plot that Optuna cannot draw yet (no finished trial,
     a single trial for the importances) is skipped with a logged warning.
     Each file is written under a temporary name and then renamed, so workers
     of one study that finish together never leave a half-written file."""
@@ -81,7 +82,7 @@ def write_study(study: optuna.Study, out: str | Path, command: RunCommand | None
     import optuna.visualization.matplotlib as ovm
 
     from pyg_fedgraph.simulation.report import write_csv
-    from pyg_fedgraph.viz import _plt
+    from pyg_fedgraph.viz import _integer_ticks, _plt
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -102,11 +103,24 @@ def write_study(study: optuna.Study, out: str | Path, command: RunCommand | None
             for t in study.get_trials(deepcopy=False)]
     commit("trials", "trials.csv", lambda p: write_csv(p, rows))
     plt = _plt()
-    plots = {"optimization_history": ovm.plot_optimization_history,
-             "intermediate_values": ovm.plot_intermediate_values,
-             "param_importances": ovm.plot_param_importances}
     finished = [t for t in study.get_trials(deepcopy=False)
                 if t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)]
+    # The objective is the best mean validation metric of a trial's rounds (TuneObjective);
+    # the axes say so instead of Optuna's "Objective Value", "Intermediate Value", "Step".
+    metric = next((t.user_attrs["metric"] for t in finished if "metric" in t.user_attrs),
+                  None)
+    value = "objective" if metric is None else f"validation {metric}"  # legends: short
+    plots: dict[str, Callable[[optuna.Study], Any]] = {
+        "optimization_history": lambda st: ovm.plot_optimization_history(st, target_name=value),
+        "intermediate_values": ovm.plot_intermediate_values,
+        "param_importances": lambda st: ovm.plot_param_importances(st, target_name=value)}
+    steps = sorted({step for t in finished for step in t.intermediate_values})
+    best = ("objective" if metric is None
+            else f"best validation {metric}\n(mean over clients, best round)")
+    labels = {"optimization_history": ("trial", best, [t.number for t in finished]),
+              "intermediate_values": ("round", "validation "
+                                      + (f"{metric} (mean over clients)" if metric else "value"),
+                                      steps)}
     for name, plot in plots.items():
         # Optuna's plots switch matplotlib to its "ggplot" style: keep that local.
         with plt.rc_context():
@@ -121,6 +135,11 @@ def write_study(study: optuna.Study, out: str | Path, command: RunCommand | None
                 log.warning("%s plot skipped: %s", name, err)
                 continue
             fig = ax.figure if hasattr(ax, "figure") else ax.flat[0].figure
+            if name in labels:  # trials and rounds are whole numbers
+                xlabel, ylabel, ticks = labels[name]
+                ax.set_xlabel(xlabel)
+                ax.set_ylabel(ylabel)
+                _integer_ticks(ax, ticks)
             fig.tight_layout()
 
             def save(p: Path, fig: Any = fig) -> None:

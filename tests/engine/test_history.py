@@ -94,7 +94,11 @@ def test_history_per_client_best_by_hand():
     s = h.summary("per-client-best")
     assert s == {"metric": "accuracy", "higher_is_better": True, "test": pytest.approx(1 / 3),
                  "test_final": 0.625, "val_best": 0.75, "best_round": None,
-                 "protocol": "per-client-best", "rounds": 5}
+                 "protocol": "per-client-best", "ties": "earliest", "rounds": 5}
+    # The latest tie: clients 0 and 1 take round 4 (test 0.5), client 2 too.
+    assert h.per_client_best_index("latest").tolist() == [3, 3, 3]
+    assert h.test_at_best(protocol="per-client-best", ties="latest") == 0.5
+    assert h.summary("per-client-best", ties="latest")["test"] == 0.5
     assert h.summary() == h.summary("best-round")
     low = History("accuracy", higher_is_better=False)
     for r in RECORDS:

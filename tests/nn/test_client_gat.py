@@ -227,14 +227,36 @@ def test_client_gat_input_errors():
         gat(torch.randn(6))
     with pytest.raises(TypeError, match="tensor attribute 'x'"):
         gat([[0.0] * 6])
-    with pytest.raises(ValueError, match="torch.float64"):
+    with pytest.raises(ValueError, match=r"x\.to\(torch\.float32\) or "
+                       r"module\.to\(torch\.float64\)"):
         gat(torch.randn(3, 6, dtype=torch.float64))
+    # Integer parameters: the hint converts the input (module.to(torch.int64) would raise).
+    with pytest.raises(ValueError, match=r"^client parameters are torch\.int64: pass "
+                       r"floating-point parameters \(e\.g\. x\.float\(\)\)$"):
+        gat(torch.ones(3, 6, dtype=torch.int64))
     with pytest.raises(ValueError, match="hidden_channels must be a positive int"):
         ClientGAT(6, hidden_channels=0)
     with pytest.raises(ValueError, match="similarity_scale must be positive"):
         ClientGAT(6, similarity_scale=0.0)
     with pytest.raises(TypeError, match="similarity must be a bool"):
         ClientGAT(6, similarity="cosine")
+
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+@pytest.mark.parametrize("module", ["gat", "logits"])
+def test_non_finite_client_parameters_are_refused(bad, module):
+    x = torch.randn(4, 6)
+    poisoned = x.clone()
+    poisoned[1, 3] = bad
+    poisoned[3, 0] = bad
+    gat = ClientGAT(6, hidden_channels=2, heads=2)
+    op = gat if module == "gat" else AllocationLogits(4)
+    with pytest.raises(ValueError, match=r"^client parameters hold NaN or inf in 2 of 4 "
+                       r"clients \(rows 1, 3\)"):
+        op(poisoned)
+    theta, alloc = op(x)  # the same clients, finite: accepted
+    assert torch.isfinite(theta).all() and torch.isfinite(alloc).all()
 
 
 def test_gradient_feedback_equals_end_to_end_autograd():

@@ -100,3 +100,29 @@ def test_write_run_writes_every_file(tmp_path):
                      "collaboration.csv", "collaboration_matrix.png", "collaboration_graph.png"}
     assert json.loads((tmp_path / "summary.json").read_text())["test"] is None
     assert len(_read_csv(tmp_path / "clients.csv")) == n
+
+
+def test_pictures_of_synthetic_data_say_so_in_their_titles(tmp_path, monkeypatch):
+    import pyg_fedgraph.viz as viz
+    titles = {}
+    for name in ("plot_learning_curves", "plot_collaboration_matrix",
+                 "plot_collaboration_network"):
+        original = getattr(viz, name)
+
+        def spy(*args, _original=original, _name=name, **kwargs):
+            fig = _original(*args, **kwargs)
+            titles.setdefault(_name, []).append(
+                fig.texts[0].get_text() if fig.texts and _name == "plot_learning_curves"
+                else fig.axes[0].get_title())
+            return fig
+        monkeypatch.setattr(viz, name, spy)
+    n = 4
+    w = torch.full((n, n), 1.0 / n)
+    for synthetic in (True, False):
+        summary = {"strategy": "s", "dataset": "metr-la", "rounds": 2,
+                   "synthetic_data": synthetic}
+        write_run(tmp_path / str(synthetic), _history(n), {}, summary, collaboration=w)
+    for name, (with_flag, without) in titles.items():
+        assert "(synthetic data)" in with_flag, name
+        assert "synthetic" not in without, name
+    assert titles["plot_learning_curves"][0] == "s on metr-la (synthetic data)"

@@ -515,3 +515,35 @@ def test_dropout_model_trains_on_the_parallel_path():
     a = trainer.evaluate(torch.arange(4), out.params)["loss"]
     b = trainer.evaluate(torch.arange(4), out.params)["loss"]
     assert torch.equal(a.nan_to_num(), b.nan_to_num())
+
+
+# ------------------------------------------------------------ output size
+@pytest.mark.parametrize("outputs", [2, 5])
+def test_a_model_with_the_wrong_output_size_is_refused_naming_both_sizes(outputs):
+    # Before the check, training stopped inside the loss with "index 4 is out of
+    # bounds for dimension 2 with size 3", which names neither size.
+    torch.manual_seed(0)
+    model = MLP(2, 8, outputs)
+    message = (f"the model gives {outputs} outputs per sample, but dataset 'toy' has 3 classes: "
+               r"a classification model must output one score per class, shape \(batch, 3\)")
+    with pytest.raises(ValueError, match=message):
+        ClientTrainer(model, make_dataset())
+    from pyg_fedgraph.simulation import Simulator
+    from pyg_fedgraph.strategies import FedAvg
+    with pytest.raises(ValueError, match=message):
+        Simulator(make_dataset(), model, FedAvg(), rounds=1)
+    # Three outputs: accepted, and the probe (in eval mode) leaves the trainer's model training.
+    assert ClientTrainer(make_mlp(), make_dataset()).model.training
+
+
+def test_the_output_check_names_a_shape_that_is_not_batch_by_classes():
+    model = nn.Sequential(nn.Linear(2, 3), nn.Flatten(0))  # (B, 3) -> (3B,)
+    with pytest.raises(ValueError, match=r"outputs of shape \(6,\) for 2 samples"):
+        ClientTrainer(model, make_dataset())
+
+
+def test_regression_models_are_not_probed():
+    data = make_dataset()
+    data = FederatedDataset("toy", "regression", {s: ClientSplit(sp.x, sp.y.float(), sp.counts)
+                                                   for s, sp in data.splits.items()})
+    ClientTrainer(MLP(2, 8, 1), data)  # any output size: the loss decides
