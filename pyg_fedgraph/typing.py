@@ -14,8 +14,11 @@ WITH_TENSORBOARD: bool = importlib.util.find_spec("tensorboard") is not None
 WITH_MLFLOW: bool = importlib.util.find_spec("mlflow") is not None
 WITH_PYMETIS: bool = importlib.util.find_spec("pymetis") is not None
 
-#: How labels are split over clients (:mod:`pyg_fedgraph.data.partition`).
-PartitionName = Literal["iid", "pathological", "dirichlet", "group"]
+#: How data are split over clients: samples by label (:mod:`pyg_fedgraph.data.partition`:
+#: iid, pathological, dirichlet, group) or one graph by its nodes
+#: (:mod:`pyg_fedgraph.datasets.subgraphs`: metis, overlapping, louvain, random-nodes).
+PartitionName = Literal["iid", "pathological", "dirichlet", "group", "metis", "overlapping",
+                        "louvain", "random-nodes"]
 #: Poisoning attacks (:class:`~pyg_fedgraph.attacks.Attack`).
 AttackName = Literal["shuffle", "same-value", "sign-flip", "gaussian", "scaled-negative",
                      "label-flip", "backdoor"]

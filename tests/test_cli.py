@@ -81,7 +81,7 @@ def test_unknown_dataset_exits_2(tmp_path, capsys):
     assert code == 2
     err = capsys.readouterr().err
     # The names as the strategies' error and --help list them, not a Python list.
-    assert "unknown dataset 'nope'; known: cifar10, cifar100, digits, " in err
+    assert "unknown dataset 'nope'; known: cifar10, cifar100, citeseer, cora, digits, " in err
 
 
 def test_progress_bar_only_on_a_terminal_with_a_width(monkeypatch):

@@ -1,6 +1,7 @@
 r"""Federation graph, parameter layout, per-client data, objectives and partitioners."""
 from pyg_fedgraph.data.federated_dataset import ClientSplit, DatasetDefaults, FederatedDataset
 from pyg_fedgraph.data.federation import FederationGraph
+from pyg_fedgraph.data.graph_dataset import ClientGraphs, GraphFederatedDataset, gcn_edge_weight
 from pyg_fedgraph.data.layout import ParamLayout
 from pyg_fedgraph.data.objective import (
     Objective,
@@ -15,6 +16,9 @@ __all__ = [
     "ClientSplit",
     "FederatedDataset",
     "DatasetDefaults",
+    "ClientGraphs",
+    "GraphFederatedDataset",
+    "gcn_edge_weight",
     "Objective",
     "classification_objective",
     "regression_objective",

@@ -197,6 +197,13 @@ class FederatedDataset:
         return tuple(self.splits["train"].x.shape[2:])
 
     @property
+    def input_kind(self) -> str:
+        r"""What a client model takes: ``"tensor"`` (a batch of samples) or
+        ``"graph"`` (a client's graph and the nodes to predict,
+        :class:`~pyg_fedgraph.data.GraphFederatedDataset`)."""
+        return "tensor"
+
+    @property
     def objective(self) -> Objective:
         r"""The loss and metrics of this dataset's task, the one place every
         entry point (simulator, Flower client, tuning) takes them from.

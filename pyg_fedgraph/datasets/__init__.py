@@ -19,6 +19,14 @@ from pyg_fedgraph.datasets.idx import download_idx, read_idx
 from pyg_fedgraph.datasets.mnist import fashion_mnist, mnist, read_mnist
 from pyg_fedgraph.datasets.planetoid import download_planetoid, read_planetoid
 from pyg_fedgraph.datasets.registry import DATASETS, dataset_key, load_dataset, register_dataset
+from pyg_fedgraph.datasets.subgraphs import (
+    GRAPH_SPLITS,
+    citeseer,
+    cora,
+    federate_graph,
+    planted_graphs,
+    pubmed,
+)
 from pyg_fedgraph.datasets.synthetic_graphs import contextual_sbm, planted_graph_federation
 from pyg_fedgraph.datasets.topology import rand_index_callback, topology
 from pyg_fedgraph.datasets.traffic import METRLA, PEMSBAY, TrafficDataset, synthetic_traffic
@@ -35,6 +43,12 @@ from pyg_fedgraph.datasets.tu import (
 from pyg_fedgraph.datasets.vision import cifar10, cifar100
 
 __all__ = [
+    "cora",
+    "citeseer",
+    "pubmed",
+    "planted_graphs",
+    "federate_graph",
+    "GRAPH_SPLITS",
     "DATASETS",
     "dataset_key",
     "load_dataset",

@@ -225,6 +225,13 @@ def check_config(cfg: ExperimentConfig, dataset: FederatedDataset) -> None:
         plan.strategy.default_sample_fraction(dataset.num_clients)
     plan.strategy.check_federation(trainable, num_sampled(trainable, fraction),
                                    dataset.edge_index is not None)
+    inputs = MODELS[plan.model_name].inputs
+    if inputs != dataset.input_kind:
+        what = {"graph": "a client's graph", "tensor": "a batch of samples"}
+        fits = ", ".join(n for n, m in MODELS.items() if m.inputs == dataset.input_kind)
+        raise ValueError(f"model {plan.model_name!r} takes {what.get(inputs, inputs)}, but "
+                         f"dataset {cfg.dataset!r} gives {what.get(dataset.input_kind, '?')}: "
+                         f"choose a model for its data with --model ({fits})")
     with torch.random.fork_rng(devices=[]):  # leaves the caller's random state alone
         build_model(plan.model_name, dataset.input_shape, plan.outputs, **plan.model_kwargs)
 

@@ -1,5 +1,6 @@
 r"""Reference client models (plain :class:`torch.nn.Module`, vmap-friendly)."""
 from pyg_fedgraph.models.cnn import CNNBN, SimpleCNN
+from pyg_fedgraph.models.gnn import GAT, GCN, GraphSAGE
 from pyg_fedgraph.models.gru import GRUCell, GRUForecaster
 from pyg_fedgraph.models.mlp import MLP
 from pyg_fedgraph.models.registry import (
@@ -18,6 +19,9 @@ __all__ = [
     "GRUCell",
     "GRUForecaster",
     "GRUSeq2Seq",
+    "GCN",
+    "GraphSAGE",
+    "GAT",
     "MODELS",
     "ModelSpec",
     "register_model",

@@ -10,6 +10,7 @@ from torch import nn
 
 from pyg_fedgraph.hparams import HParam, schema
 from pyg_fedgraph.models.cnn import CNNBN, SimpleCNN
+from pyg_fedgraph.models.gnn import GAT, GCN, GraphSAGE
 from pyg_fedgraph.models.gru import GRUForecaster
 from pyg_fedgraph.models.mlp import MLP
 from pyg_fedgraph.models.seq2seq import GRUSeq2Seq
@@ -30,22 +31,28 @@ class ModelSpec:
         build (callable): the builder.
         derived (tuple of str): constructor arguments the builder derives
             from the dataset, which are therefore not options.
+        inputs (str): what the model takes: ``"tensor"`` (a batch of samples)
+            or ``"graph"`` (a client's graph and the nodes to predict); it
+            must match the data set's
+            :attr:`~pyg_fedgraph.data.FederatedDataset.input_kind`.
     """
     cls: type[nn.Module]
     build: Callable[..., nn.Module]
     derived: tuple[str, ...] = ("in_channels", "out_channels", "num_classes", "out_steps")
+    inputs: str = "tensor"
 
 
 #: Name -> :class:`ModelSpec` of every reference client model.
 MODELS: Registry[ModelSpec] = Registry("model", normalize=str.lower)
 
 
-def register_model(name: str, cls: type[nn.Module]
+def register_model(name: str, cls: type[nn.Module], *, inputs: str = "tensor"
                    ) -> Callable[[Callable[..., nn.Module]], Callable[..., nn.Module]]:
     r"""Decorator registering a builder ``build(input_shape, num_outputs,
-    **options)`` of model class ``cls`` under ``name``."""
+    **options)`` of model class ``cls`` under ``name`` (``inputs``: see
+    :class:`ModelSpec`)."""
     def wrap(build: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
-        MODELS.register(name)(ModelSpec(cls, build))
+        MODELS.register(name)(ModelSpec(cls, build, inputs=inputs))
         return build
     return wrap
 
@@ -111,6 +118,27 @@ def _build_gru_seq2seq(shape: tuple[int, ...], num_outputs: int, **kwargs: Any) 
     return GRUSeq2Seq(in_channels=shape[1], out_steps=num_outputs, **kwargs)
 
 
+def _node_features(name: str, shape: tuple[int, ...]) -> int:
+    if len(shape) != 1:
+        raise ValueError(f"the {name!r} model needs node features of shape (F,), got {shape}")
+    return shape[0]
+
+
+@register_model("gcn", GCN, inputs="graph")
+def _build_gcn(shape: tuple[int, ...], num_outputs: int, **kwargs: Any) -> nn.Module:
+    return GCN(_node_features("gcn", shape), num_outputs, **kwargs)
+
+
+@register_model("sage", GraphSAGE, inputs="graph")
+def _build_sage(shape: tuple[int, ...], num_outputs: int, **kwargs: Any) -> nn.Module:
+    return GraphSAGE(_node_features("sage", shape), num_outputs, **kwargs)
+
+
+@register_model("gat", GAT, inputs="graph")
+def _build_gat(shape: tuple[int, ...], num_outputs: int, **kwargs: Any) -> nn.Module:
+    return GAT(_node_features("gat", shape), num_outputs, **kwargs)
+
+
 def model_options(name: str) -> dict[str, HParam]:
     r"""The options a user may pass to model ``name`` (``--set model.<arg>``):
     its constructor's declared parameters, less those :func:`build_model`
@@ -137,6 +165,10 @@ def build_model(name: str, dataset_input_shape: Sequence[int], num_outputs: int,
     gru      :class:`GRUForecaster`  :math:`(T, C)`
     gru-     :class:`GRUSeq2Seq`     :math:`(T, C)` (Panacea's and CNFGNN's
     seq2seq                          traffic model)
+    gcn      :class:`GCN`            a client's graph, node features
+                                     :math:`(F,)`
+    sage     :class:`GraphSAGE`      as for ``gcn``
+    gat      :class:`GAT`            as for ``gcn``
     ======== ======================= ===========================================
 
     Args:

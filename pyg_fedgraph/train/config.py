@@ -54,6 +54,10 @@ class LocalConfig:
             whole federation does (FED-PUB's clients); otherwise every local
             run starts with a fresh optimizer, as the five papers' clients do
             (default: :obj:`False`).
+        full_batch (bool): every local step takes each client's whole training
+            split (``batch_size`` is then not used; ``epochs`` counts steps),
+            the loss the mean over its samples, as FED-PUB's clients train on
+            their subgraphs (default: :obj:`False`).
 
     **Learning-rate schedule.** With ``warmup`` or ``lr_decay_to`` set, a
     client's local step :math:`t = 0, \ldots, T_i - 1` of its :math:`T_i`
@@ -95,6 +99,7 @@ class LocalConfig:
     beta2: Annotated[float, Range(ge=0.0, lt=1.0)] = 0.999
     eps: Annotated[float, Range(gt=0.0)] = 1e-8
     keep_optimizer_state: bool = False
+    full_batch: bool = False
 
     def __post_init__(self) -> None:
         for name, hp in LOCAL_SCHEMA.items():
@@ -155,4 +160,4 @@ LOCAL_SCHEMA = schema(LocalConfig)
 #: when set (:meth:`LocalConfig.optional_set`), so that those of runs without
 #: them read as before, and older Flower clients still read them.
 LOCAL_WHEN_SET = ("nesterov", "warmup", "lr_decay_to", "optimizer", "beta1", "beta2", "eps",
-                  "keep_optimizer_state")
+                  "keep_optimizer_state", "full_batch")

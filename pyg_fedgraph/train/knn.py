@@ -11,7 +11,7 @@ from torch.func import functional_call, vmap
 
 from pyg_fedgraph.nn.knn import knn_vote
 from pyg_fedgraph.train.jobs import Evaluator, register_job
-from pyg_fedgraph.train.trainer import ClientTrainer
+from pyg_fedgraph.train.trainer import ClientTrainer, model_args
 
 __all__ = ["KNNInterpolation", "output_layer", "embed"]
 
@@ -48,7 +48,7 @@ def embed(trainer: ClientTrainer, params: Tensor, buffers: dict[str, Tensor],
 
         handle = head.register_forward_pre_hook(keep)
         try:
-            out = functional_call(model, (layout.unflatten(theta), b), (xb,))
+            out = functional_call(model, (layout.unflatten(theta), b), model_args(xb))
         finally:
             handle.remove()
         return out, seen[-1]

@@ -247,21 +247,26 @@ class Adam(LocalRule):
              batches: list[Tensor], config: LocalConfig
              ) -> tuple[Tensor, dict[str, Tensor], Tensor]:
         g, loss = problem.grad(theta, batches[0])
+        # In-place arithmetic on the temporaries this step made itself (never
+        # on the gradient, which a compiled graph may own): on the CPU the
+        # update of S clients' D parameters is bound by memory traffic, and
+        # every avoided (S, D) temporary counts.
         if config.weight_decay:
-            g = g + config.weight_decay * theta
+            g = g.add(theta, alpha=config.weight_decay)
         mask = None if self.mask is None else self.mask.to(g.dtype)
         if mask is not None:
             g = g * mask
         step = state["step"] + 1
         exp_avg = state["exp_avg"].lerp(g, 1 - config.beta1)
-        exp_avg_sq = state["exp_avg_sq"] * config.beta2 + (1 - config.beta2) * g * g
+        exp_avg_sq = state["exp_avg_sq"].mul(config.beta2).addcmul_(g, g,
+                                                                    value=1 - config.beta2)
         # Bias corrections per client, in float64 as torch computes them in Python floats.
         correction1 = (1 - config.beta1 ** step).to(theta.dtype).unsqueeze(1)
         correction2 = (1 - config.beta2 ** step).sqrt().to(theta.dtype).unsqueeze(1)
-        update = config.lr / correction1 * exp_avg / (exp_avg_sq.sqrt() / correction2
-                                                      + config.eps)
+        update = exp_avg_sq.sqrt().div_(correction2).add_(config.eps)
+        update = torch.div(exp_avg, update, out=update).mul_(config.lr / correction1)
         if mask is not None:
-            update = update * mask
+            update = update.mul_(mask)
             exp_avg = torch.where(mask.bool(), exp_avg, state["exp_avg"])
             exp_avg_sq = torch.where(mask.bool(), exp_avg_sq, state["exp_avg_sq"])
         return theta - update, {"exp_avg": exp_avg, "exp_avg_sq": exp_avg_sq,

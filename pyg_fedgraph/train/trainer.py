@@ -42,7 +42,8 @@ from pyg_fedgraph.train.regularizers import Regularizer
 from pyg_fedgraph.train.rules import SGD, Adam, LocalProblem, LocalRule, class_counts, default_rule
 from pyg_fedgraph.utils.device import Precision, amp_dtype, autocast, resolve_device
 
-__all__ = ["TrainResult", "ClientTrainer", "batch_schedule", "StepHook"]
+__all__ = ["TrainResult", "ClientTrainer", "batch_schedule", "StepHook", "model_args",
+           "client_rows"]
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,24 @@ log = logging.getLogger(__name__)
 #: and its growth per step without overflow (doubling every 2000 steps).
 FP16_INIT_SCALE = 2.0 ** 16
 FP16_GROWTH = 2.0 ** (1 / 2000)
+
+
+#: A mini-batch's model inputs: one tensor :math:`(S, B, \ldots)`, or a tuple of
+#: them for models of several inputs (clients that hold graphs:
+#: :meth:`GraphFederatedDataset.batch <pyg_fedgraph.data.GraphFederatedDataset.batch>`).
+Inputs = Tensor | tuple[Tensor, ...]
+
+
+def model_args(xb: Inputs, row: int | None = None) -> tuple[Tensor, ...]:
+    r"""The positional arguments of a model for the inputs ``xb`` (of client
+    ``row`` when given, else as they are)."""
+    args = xb if isinstance(xb, tuple) else (xb,)
+    return args if row is None else tuple(t[row] for t in args)
+
+
+def client_rows(xb: Inputs, row: int) -> Inputs:
+    r"""Client ``row``'s part of batched inputs ``xb``."""
+    return tuple(t[row] for t in xb) if isinstance(xb, tuple) else xb[row]
 
 
 #: ``hook(phase, done, total)``: called by a :class:`ClientTrainer` as its
@@ -112,9 +131,15 @@ def _client_generators(generator: Generators, s: int
 
 
 def batch_schedule(counts: Tensor, batch_size: int, *, epochs: int | None = None,
-                   steps: int | None = None, generator: Generators = None
-                   ) -> tuple[Tensor, Tensor]:
+                   steps: int | None = None, generator: Generators = None,
+                   full_batch: bool = False) -> tuple[Tensor, Tensor]:
     r"""The mini-batches every client visits, as one index tensor.
+
+    Full-batch mode (``full_batch``): every step (``epochs`` steps, or
+    ``steps``) takes each client's whole split, its :math:`n_i` samples in
+    order; positions past :math:`n_i` (up to :math:`n_{max}`) hold ``-1``
+    and do not enter the loss (the trainer takes the mean over the others).
+    No random draw is made.
 
     Epoch mode: each epoch, client :math:`i` walks a fresh permutation of its
     :math:`n_i` samples in :math:`\lceil n_i / B \rceil` batches; the last
@@ -146,6 +171,14 @@ def batch_schedule(counts: Tensor, batch_size: int, *, epochs: int | None = None
     counts = counts.to(torch.long)
     s = counts.numel()
     n_max = int(counts.max()) if s else 0
+    if full_batch:
+        rounds = steps if steps is not None else epochs
+        if rounds is None:
+            raise ValueError("batch_schedule needs epochs or steps")
+        pos = torch.arange(max(n_max, 1))
+        one = torch.where(pos.unsqueeze(0) < counts.unsqueeze(1), pos, -1)  # (S, n_max)
+        active = (counts > 0).unsqueeze(0).expand(rounds, s).clone()
+        return one.unsqueeze(0).expand(rounds, s, -1).clone(), active
     empty = (torch.zeros(0, s, batch_size, dtype=torch.long), torch.zeros(0, s, dtype=torch.bool))
     if s == 0 or n_max == 0:
         return empty
@@ -319,7 +352,7 @@ class ClientTrainer:
         # The compiled batched gradients, one per call signature (regularizer, loss
         # scale, number of reference tensors): built once, so torch.compile's cache
         # serves every round.
-        self._compiled: dict[tuple[Any, bool, int], Callable[..., Any]] = {}
+        self._compiled: dict[tuple[Any, ...], Callable[..., Any]] = {}
         self.parallel_clients = parallel_clients if parallel_clients is not None else \
             auto_chunk(self.model, self.dataset.input_shape, self.config.batch_size, self.device)
         # Integer buffers (BatchNorm's num_batches_tracked) are bookkeeping, not
@@ -348,7 +381,7 @@ class ClientTrainer:
         try:
             # Under the trainer's autocast, as training runs it (forward hooks see the same).
             with torch.no_grad(), autocast(self.device, self.precision):
-                out = self.model(xb[0])
+                out = self.model(*model_args(xb, 0))
         finally:
             self.model.train(was_training)
         c = self.dataset.num_classes
@@ -452,26 +485,29 @@ class ClientTrainer:
         k = self.parallel_clients or max(num_clients, 1)
         return [slice(i, min(i + k, num_clients)) for i in range(0, num_clients, k)]
 
-    def _forward(self, theta: Tensor, buffers: dict[str, Tensor], xb: Tensor) -> Tensor:
+    def _forward(self, theta: Tensor, buffers: dict[str, Tensor], xb: Inputs) -> Tensor:
         params: dict[str, Tensor] = self.layout.unflatten(theta)
         if self._channels_last and self.execution == "loop":  # one client at a time
             params = _to_channels_last(params, self._channels_last)
         if self.precision == "fp32":  # no autocast, nothing to cast back (the common case)
-            return functional_call(self.model, (params, buffers), (xb,))
+            return functional_call(self.model, (params, buffers), model_args(xb))
         with autocast(self.device, self.precision):
-            out = functional_call(self.model, (params, buffers), (xb,))
+            out = functional_call(self.model, (params, buffers), model_args(xb))
         return out.float() if out.is_floating_point() else out
 
-    def _client_loss(self, theta: Tensor, buffers: dict[str, Tensor], xb: Tensor, yb: Tensor,
-                     reg_fn: Callable[..., Tensor] | None, scale: Tensor | None,
-                     *refs: Tensor) -> Tensor:
+    def _client_loss(self, theta: Tensor, buffers: dict[str, Tensor], xb: Inputs, yb: Tensor,
+                     w: Tensor | None, reg_fn: Callable[..., Tensor] | None,
+                     scale: Tensor | None, *refs: Tensor) -> Tensor:
         r"""One client's mini-batch loss (times the fp16 ``scale``) as a
         function of its flat parameters ``theta`` :math:`(D,)`. The model sees
         ``theta`` through :meth:`ParamLayout.unflatten`, one split into views,
         so the gradient with respect to ``theta`` is one concatenation of the
         parameter tensors' gradients (plus the regularizer's) in the backward
-        pass, and the function transforms see a single input tensor."""
-        loss = self.objective.loss(self._forward(theta, buffers, xb), yb).mean()
+        pass, and the function transforms see a single input tensor. With
+        sample weights ``w`` (full batches: 1 for a sample, 0 for a filler) the
+        loss is the mean over the weighted samples."""
+        per_sample = self.objective.loss(self._forward(theta, buffers, xb), yb)
+        loss = per_sample.mean() if w is None else (per_sample * w).sum() / w.sum().clamp(min=1)
         if reg_fn is not None:
             loss = loss + reg_fn(theta, *refs)
         return loss if scale is None else loss * scale
@@ -507,8 +543,13 @@ class ClientTrainer:
         if regularizer is not None and any(r.size(0) != clients.numel() for r in regularizer.refs):
             raise ValueError("every regularizer reference needs one row per trained client")
         counts = self.dataset.num_samples("train")[clients]
+        if cfg.full_batch and self.layout.num_buffers:
+            raise ValueError("full_batch=True would count the filler rows of smaller clients "
+                             "in the model's buffers (BatchNorm statistics): use mini-batches "
+                             "with this model")
         index, active = batch_schedule(counts, cfg.batch_size, epochs=cfg.epochs,
-                                       steps=cfg.steps, generator=generator)
+                                       steps=cfg.steps, generator=generator,
+                                       full_batch=cfg.full_batch)
         theta = params.detach().to(self.device, copy=True)
         buffers = buffers.detach().to(self.device, copy=True)
         if regularizer is not None:
@@ -545,74 +586,89 @@ class ClientTrainer:
 
     def problem(self, clients: Tensor, bufs: dict[str, Tensor],
                 regularizer: Regularizer | None, split: str = "train",
-                scale: Tensor | None = None) -> LocalProblem:
+                scale: Tensor | None = None, full_batch: bool = False) -> LocalProblem:
         r"""The clients' mini-batch objectives on ``split`` as a
         :class:`~pyg_fedgraph.train.LocalProblem` (BatchNorm statistics in
         ``bufs`` are updated in place by every forward in training mode),
         computed as :attr:`execution` says. With a loss ``scale``
-        :math:`(S,)` (fp16), gradients are of the scaled loss divided back."""
+        :math:`(S,)` (fp16), gradients are of the scaled loss divided back.
+        With ``full_batch``, batches hold ``-1`` past each client's samples
+        (:func:`batch_schedule`), which do not enter its loss."""
         reg_fn = regularizer.penalty if regularizer is not None else None
         refs = regularizer.refs if regularizer is not None else ()
         value_and_grad = grad_and_value(self._client_loss)
 
-        def one_hvp(theta: Tensor, b: dict[str, Tensor], xb: Tensor, yb: Tensor,
-                    v: Tensor, *r: Tensor) -> Tensor:
+        def one_hvp(theta: Tensor, b: dict[str, Tensor], xb: Inputs, yb: Tensor,
+                    w: Tensor | None, v: Tensor, *r: Tensor) -> Tensor:
             def g(t: Tensor) -> Tensor:
-                return torch.func.grad(self._client_loss)(t, b, xb, yb, reg_fn, None, *r)
+                return torch.func.grad(self._client_loss)(t, b, xb, yb, w, reg_fn, None, *r)
             return torch.func.jvp(g, (theta,), (v,))[1]
 
         if self.execution == "vmap":
-            in_dims = (0, 0, 0, 0, None, None if scale is None else 0) + (0,) * len(refs)
-            key = (None if regularizer is None else regularizer.key(), scale is None, len(refs))
+            in_dims = ((0, 0, 0, 0, 0 if full_batch else None, None, None if scale is None else 0)
+                       + (0,) * len(refs))
+            key = (None if regularizer is None else regularizer.key(), scale is None, len(refs),
+                   full_batch)
             batched_grad = self._compiled.get(key)  # filled only when compiling
             if batched_grad is None:
                 batched_grad = vmap(value_and_grad, in_dims=in_dims, randomness="different")
                 if self.compile_mode is not None:
                     batched_grad = self._compiled[key] = _compiled(batched_grad,
                                                                    self.compile_mode)
-            batched_hvp = vmap(one_hvp, in_dims=(0, 0, 0, 0, 0) + (0,) * len(refs),
-                               randomness="different")
+            batched_hvp = vmap(one_hvp, in_dims=(0, 0, 0, 0, 0 if full_batch else None, 0)
+                               + (0,) * len(refs), randomness="different")
 
-            def grads(theta: Tensor, b: dict[str, Tensor], xb: Tensor, yb: Tensor
-                      ) -> tuple[Tensor, Tensor]:
-                return batched_grad(theta, b, xb, yb, reg_fn, scale, *refs)
+            def grads(theta: Tensor, b: dict[str, Tensor], xb: Inputs, yb: Tensor,
+                      w: Tensor | None) -> tuple[Tensor, Tensor]:
+                return batched_grad(theta, b, xb, yb, w, reg_fn, scale, *refs)
 
-            def hvps(theta: Tensor, b: dict[str, Tensor], xb: Tensor, yb: Tensor,
-                     v: Tensor) -> Tensor:
-                return batched_hvp(theta, b, xb, yb, v, *refs)
+            def hvps(theta: Tensor, b: dict[str, Tensor], xb: Inputs, yb: Tensor,
+                     w: Tensor | None, v: Tensor) -> Tensor:
+                return batched_hvp(theta, b, xb, yb, w, v, *refs)
         else:
-            def one_grad(theta_i: Tensor, b: dict[str, Tensor], xb: Tensor, yb: Tensor,
-                         scale_i: Tensor | None, *r: Tensor) -> tuple[Tensor, Tensor]:
+            def one_grad(theta_i: Tensor, b: dict[str, Tensor], xb: Inputs, yb: Tensor,
+                         w_i: Tensor | None, scale_i: Tensor | None, *r: Tensor
+                         ) -> tuple[Tensor, Tensor]:
                 # Plain autograd, no function transform: the cheapest per-client gradient.
                 with torch.enable_grad():
                     flat = theta_i.detach().requires_grad_()
-                    loss = self._client_loss(flat, b, xb, yb, reg_fn, scale_i, *r)
+                    loss = self._client_loss(flat, b, xb, yb, w_i, reg_fn, scale_i, *r)
                     (g,) = torch.autograd.grad(loss, flat)
                 return g, loss.detach()
 
-            def grads(theta: Tensor, b: dict[str, Tensor], xb: Tensor, yb: Tensor
-                      ) -> tuple[Tensor, Tensor]:
-                out = [one_grad(theta[i], {k: v[i] for k, v in b.items()}, xb[i], yb[i],
+            def grads(theta: Tensor, b: dict[str, Tensor], xb: Inputs, yb: Tensor,
+                      w: Tensor | None) -> tuple[Tensor, Tensor]:
+                out = [one_grad(theta[i], {k: v[i] for k, v in b.items()}, client_rows(xb, i),
+                                yb[i], None if w is None else w[i],
                                 None if scale is None else scale[i], *(r[i] for r in refs))
                        for i in range(theta.size(0))]
                 return torch.stack([g for g, _ in out]), torch.stack([lo for _, lo in out])
 
-            def hvps(theta: Tensor, b: dict[str, Tensor], xb: Tensor, yb: Tensor,
-                     v: Tensor) -> Tensor:
-                return torch.stack([one_hvp(theta[i], {k: w[i] for k, w in b.items()}, xb[i],
-                                            yb[i], v[i], *(r[i] for r in refs))
+            def hvps(theta: Tensor, b: dict[str, Tensor], xb: Inputs, yb: Tensor,
+                     w: Tensor | None, v: Tensor) -> Tensor:
+                return torch.stack([one_hvp(theta[i], {k: u[i] for k, u in b.items()},
+                                            client_rows(xb, i), yb[i],
+                                            None if w is None else w[i], v[i],
+                                            *(r[i] for r in refs))
                                     for i in range(theta.size(0))])
 
+        def weights(batch: Tensor) -> tuple[Tensor, Tensor | None]:
+            if not full_batch:
+                return batch, None
+            return batch.clamp(min=0), (batch >= 0).to(self.device, torch.get_default_dtype())
+
         def grad(theta: Tensor, batch: Tensor) -> tuple[Tensor, Tensor]:
+            batch, w = weights(batch)
             xb, yb = self.dataset.batch(split, batch, clients)
-            g, loss = grads(theta, bufs, xb, yb)
+            g, loss = grads(theta, bufs, xb, yb, w)
             if scale is not None:
                 g, loss = g / scale.unsqueeze(1), loss / scale
             return g, loss.detach()
 
         def hvp(theta: Tensor, batch: Tensor, vector: Tensor) -> Tensor:
+            batch, w = weights(batch)
             xb, yb = self.dataset.batch(split, batch, clients)
-            return hvps(theta, bufs, xb, yb, vector)
+            return hvps(theta, bufs, xb, yb, w, vector)
 
         counts = (functools.partial(class_counts, self.dataset, clients, split)
                   if self.dataset.task == "classification" else None)
@@ -627,7 +683,7 @@ class ClientTrainer:
         bufs = self._buffer_dict(buffers)
         scale = (torch.full((s,), FP16_INIT_SCALE, device=self.device)
                  if self.precision == "fp16" else None)
-        problem = self.problem(clients, bufs, reg, scale=scale)
+        problem = self.problem(clients, bufs, reg, scale=scale, full_batch=cfg.full_batch)
         state = rule.start_state(theta, cfg, carried)
         loss_sum = theta.new_zeros(s)
         k = rule.batches_per_step
@@ -704,10 +760,13 @@ class ClientTrainer:
                 if factors is not None:  # this client's own clock
                     opt.param_groups[0]["lr"] = cfg.lr * factors[taken]
                 taken += 1
-                xb, yb = self.dataset.batch("train", index[t, i:i + 1], clients[i:i + 1])
+                rows = index[t, i:i + 1]
+                if cfg.full_batch:  # the client's samples, without the fillers of others
+                    rows = rows[:, rows[0] >= 0]
+                xb, yb = self.dataset.batch("train", rows, clients[i:i + 1])
                 opt.zero_grad()
                 with autocast(self.device, self.precision):
-                    out = model(xb[0])
+                    out = model(*model_args(xb, 0))
                 loss = self.objective.loss(out.float(), yb[0]).mean()
                 if reg is not None:
                     flat = torch.cat([p.reshape(-1) for p in model.parameters()])
@@ -781,8 +840,9 @@ class ClientTrainer:
                                torch.nan)
                 for k, v in sums.items()}
 
-    def _forward_each(self, params: Tensor, bufs: dict[str, Tensor], xb: Tensor) -> Tensor:
-        return torch.stack([self._forward(params[i], {k: v[i] for k, v in bufs.items()}, xb[i])
+    def _forward_each(self, params: Tensor, bufs: dict[str, Tensor], xb: Inputs) -> Tensor:
+        return torch.stack([self._forward(params[i], {k: v[i] for k, v in bufs.items()},
+                                          client_rows(xb, i))
                             for i in range(params.size(0))])
 
     def loss_gradient(self, clients: Tensor, params: Tensor, buffers: Tensor | None = None,
@@ -814,14 +874,14 @@ class ClientTrainer:
         w = (valid.to(params.dtype) / counts.clamp(min=1).to(params.dtype).unsqueeze(1)
              ).to(self.device)
 
-        def loss_fn(theta: Tensor, b: dict[str, Tensor], x: Tensor, y: Tensor,
+        def loss_fn(theta: Tensor, b: dict[str, Tensor], x: Inputs, y: Tensor,
                     wi: Tensor) -> Tensor:  # of the flat parameters, see _client_loss
             return (self.objective.loss(self._forward(theta, b, x), y) * wi).sum()
 
         one = grad_and_value(loss_fn)
         if self.execution == "vmap":
             return vmap(one)(params, bufs, xb, yb, w)
-        out = [one(params[i], {k: v[i] for k, v in bufs.items()}, xb[i], yb[i], w[i])
+        out = [one(params[i], {k: v[i] for k, v in bufs.items()}, client_rows(xb, i), yb[i], w[i])
                for i in range(params.size(0))]
         return torch.stack([g for g, _ in out]), torch.stack([lo for _, lo in out])
 
