@@ -15,6 +15,7 @@ import torch
 
 from pyg_fedgraph.attacks import Attack
 from pyg_fedgraph.data.federated_dataset import FederatedDataset
+from pyg_fedgraph.data.layout import ParamLayout
 from pyg_fedgraph.datasets import DATASETS, dataset_key, load_dataset
 from pyg_fedgraph.engine.rounds import num_sampled
 from pyg_fedgraph.experiment.settings import CONFIG_SCHEMA, ExperimentConfig
@@ -24,6 +25,7 @@ from pyg_fedgraph.simulation.config import SIM_KEYS, SIM_SCHEMA
 from pyg_fedgraph.simulation.simulator import Simulator
 from pyg_fedgraph.strategies import STRATEGIES, Strategy, build_strategy
 from pyg_fedgraph.train.config import LOCAL_SCHEMA, LocalConfig
+from pyg_fedgraph.train.private import PrivateParameters, private_prefixes
 from pyg_fedgraph.utils.device import resolve_device
 from pyg_fedgraph.utils.seeds import derive_seed, make_generator
 
@@ -233,7 +235,14 @@ def check_config(cfg: ExperimentConfig, dataset: FederatedDataset) -> None:
                          f"dataset {cfg.dataset!r} gives {what.get(dataset.input_kind, '?')}: "
                          f"choose a model for its data with --model ({fits})")
     with torch.random.fork_rng(devices=[]):  # leaves the caller's random state alone
-        build_model(plan.model_name, dataset.input_shape, plan.outputs, **plan.model_kwargs)
+        model = build_model(plan.model_name, dataset.input_shape, plan.outputs,
+                            **plan.model_kwargs)
+    prefixes = private_prefixes(model, plan.parts["sim"].get("private"))
+    if prefixes:
+        PrivateParameters(ParamLayout.from_module(model), prefixes)  # names checked
+        if not plan.strategy.supports_private_parameters:
+            raise ValueError(f"strategy {cfg.strategy!r} works on whole models and cannot "
+                             f"leave parameters {list(prefixes)} private to the clients")
 
 
 def build_simulator(cfg: ExperimentConfig, *, dataset: FederatedDataset | None = None,

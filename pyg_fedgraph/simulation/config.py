@@ -44,6 +44,10 @@ class SimulatorConfig:
             (default: the compute device).
         compile (bool or str): :func:`torch.compile` the batched gradient
             (default: :obj:`False`).
+        private (str, optional): comma-separated parameter-name prefixes of
+            the part of every client's model that stays on the client
+            (:mod:`pyg_fedgraph.train.private`; default: the model's
+            ``private_parameters``, usually none).
     """
     rounds: Rounds = 50
     dropout: DropoutRate = 0.0
@@ -54,6 +58,7 @@ class SimulatorConfig:
     execution: ExecutionName = "auto"
     state_device: str | None = None
     compile: bool | CompileMode = False
+    private: str | None = None
 
 
 #: The declared settings of :class:`SimulatorConfig`.

@@ -33,6 +33,7 @@ from pyg_fedgraph.train.jobs import (
     finetuned,
     run_plan,
 )
+from pyg_fedgraph.train.private import PrivateParameters, private_prefixes
 from pyg_fedgraph.train.trainer import ClientTrainer
 from pyg_fedgraph.typing import CompileMode, ExecutionName, Precision
 from pyg_fedgraph.utils.device import resolve_device
@@ -143,6 +144,12 @@ class Simulator:
             ``--set compile=reduce-overhead`` records CUDA graphs on a GPU;
             needs the ``"vmap"`` execution; see
             :class:`~pyg_fedgraph.train.ClientTrainer`) (default: :obj:`False`).
+        private (str or sequence of str, optional): parameter-name prefixes
+            of the part of every client's model that stays on the client
+            (:mod:`pyg_fedgraph.train.private`): the strategy, the client
+            table and every upload see the rest only; :attr:`local_params`
+            keeps whole models (default: the model's ``private_parameters``
+            attribute, usually none).
     """
 
     def __init__(self, dataset: FederatedDataset, model: nn.Module, strategy: Strategy, *,
@@ -159,7 +166,8 @@ class Simulator:
                  state_device: str | torch.device | None = None,
                  parallel_clients: int | None = None,
                  execution: ExecutionName = "auto", precision: Precision = "fp32",
-                 compile: bool | CompileMode = False) -> None:
+                 compile: bool | CompileMode = False,
+                 private: str | Sequence[str] | None = None) -> None:
         # The checks of the declared settings, the same the command line makes.
         rounds = SIM_SCHEMA["rounds"].check(rounds)
         dropout = SIM_SCHEMA["dropout"].check(dropout)
@@ -207,8 +215,15 @@ class Simulator:
             state_device)
         self.dataset = self.trainer.dataset
         self.layout = self.trainer.layout
+        prefixes = private_prefixes(model, private)
+        #: The private part of the clients' models (``None``: all is shared).
+        self.private = PrivateParameters(self.layout, prefixes) if prefixes else None
+        if self.private is not None and not strategy.supports_private_parameters:
+            raise ValueError(f"strategy {strategy.name!r} works on whole models and cannot "
+                             f"leave parameters {list(prefixes)} private to the clients")
         init = self.layout.flatten(model).to(self.state_device)
-        # The simulated clients' own state: each client's local model and buffers.
+        # The simulated clients' own state: each client's local model and buffers
+        # (the whole model, its private part included).
         self.local_params = self._host(init.unsqueeze(0).repeat(n, 1))
         self.local_buffers = self._host(self.trainer.initial_buffers(n).to(self.state_device))
         #: The optimizer state each client keeps between its local runs
@@ -217,7 +232,8 @@ class Simulator:
         self.optimizer_state: dict[str, Tensor] = {}
         place = self.state_device
         self.engine = RoundEngine(
-            strategy, layout=self.layout, init_params=init,
+            strategy, layout=self.layout if self.private is None else self.private.shared_layout,
+            init_params=init if self.private is None else self.private.share(init),
             num_samples=dataset.num_samples("train"), task=dataset.task,
             objective=self.trainer.objective, local=self.trainer.config,
             edge_index=None if dataset.edge_index is None else dataset.edge_index.to(place),
@@ -313,28 +329,37 @@ class Simulator:
         rnd = engine.round + 1
         sampled = engine.sample(rnd)
         plan = engine.configure_train(rnd, sampled)
-        start = self.local_params[sampled] if plan.params is None else plan.params
         # Clients that drop out return nothing and keep their local model.
         rows = self._survivors(rnd, sampled.numel())
         if rows.numel() != sampled.numel():
-            plan, start = plan.select(rows), start[rows]
+            plan = plan.select(rows)
         clients = sampled[rows]
         if clients.numel():
+            local = self.local_params[clients]
+            if self.private is None:
+                work, start = plan, local if plan.params is None else plan.params
+            else:  # the server's shared part completed with each client's private one
+                work, start = self.private.lift_plan(plan, local, local)
             kept = {k: v[clients] for k, v in self.optimizer_state.items()}
-            result = run_plan(self.trainer, plan,
+            result = run_plan(self.trainer, work,
                               ClientStart(clients, clients, start, self.local_buffers[clients],
-                                          self.local_params[clients], kept or None),
+                                          local, kept or None),
                               seed=self.seed, rnd=rnd)
-            uploaded = self._poison(rnd, clients, result.params, result.start)
-            update = engine.aggregate_train(rnd, clients, uploaded, result.start,
-                                            result.outputs, result.loss)
+            if self.private is None:
+                trained, started, outputs = result.params, result.start, result.outputs
+            else:
+                trained, started, outputs = self.private.share_result(result)
+            uploaded = self._poison(rnd, clients, trained, started)
+            update = engine.aggregate_train(rnd, clients, uploaded, started, outputs,
+                                            result.loss)
             # Rejected clients keep their previous local model, like dropped ones.
             accepted = update.accepted.nonzero().view(-1)
             self.local_params[clients[accepted]] = result.params[accepted]
             self.local_buffers[clients[accepted]] = result.buffers[accepted]
             self._keep_optimizer_state(clients[accepted], result.optimizer_state, accepted)
         else:
-            update = engine.aggregate_train(rnd, clients, start, start)
+            nothing = self.local_params.new_zeros(0, engine.layout.num_params)
+            update = engine.aggregate_train(rnd, clients, nothing, nothing)
         if not engine.should_evaluate(rnd):
             return None
         val, test = self.evaluate()
@@ -383,7 +408,10 @@ class Simulator:
     def _evaluation_start(self) -> tuple[ClientStart, EvaluatePlan]:
         everyone = torch.arange(self.dataset.num_clients)
         plan = self.engine.configure_evaluate(everyone)
-        params = self.local_params if plan.params is None else plan.params
+        if self.private is not None:
+            plan, params = self.private.lift_evaluate(plan, self.local_params)
+        else:
+            params = self.local_params if plan.params is None else plan.params
         return ClientStart(everyone, everyone, params, self.local_buffers,
                            self.local_params), plan
 

@@ -137,9 +137,14 @@ class Strategy(nn.Module):
 
     Attributes:
         needs_prior_graph (bool): the strategy requires ``edge_index``.
+        supports_private_parameters (bool): the strategy works on the shared
+            part of models whose rest stays on the clients
+            (:mod:`pyg_fedgraph.train.private`); :obj:`False` for rules that
+            need whole models.
     """
     name: ClassVar[str] = ""
     needs_prior_graph: ClassVar[bool] = False
+    supports_private_parameters: ClassVar[bool] = True
     #: Local-training keys (``"lr"`` ...) its default search space also tunes.
     search_local: ClassVar[tuple[str, ...]] = ()
 

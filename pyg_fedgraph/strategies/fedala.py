@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Annotated
+from typing import Annotated, ClassVar
 
 import torch
 from torch import Tensor
@@ -88,6 +88,7 @@ class FedALA(FedAvg):
           :math:`(N, P)` with :math:`P` the size of the top layers,
           ``ala_started`` :math:`(N)`, ``last_round`` (a scalar).
     """
+    supports_private_parameters: ClassVar[bool] = False  # works on whole models
 
     def __init__(self,
                  layers: Annotated[int, Range(ge=1), Search(choices=(1, 2, 3))] = 1,

@@ -84,6 +84,7 @@ class FedRep(Strategy):
         - **state:** ``global_params`` :math:`(D)`, whose head coordinates
           keep the initial head and are never sent.
     """
+    supports_private_parameters: ClassVar[bool] = False  # works on whole models
 
     search_local: ClassVar[tuple[str, ...]] = ("lr",)
 

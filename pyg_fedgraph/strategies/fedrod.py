@@ -82,6 +82,7 @@ class FedRoD(FedAvg):
         - **state:** ``global_params`` :math:`(D)`, ``personal_heads``
           :math:`(N, H)` with :math:`H` the size of the last layer.
     """
+    supports_private_parameters: ClassVar[bool] = False  # works on whole models
 
     search_local: ClassVar[tuple[str, ...]] = ("lr",)
 

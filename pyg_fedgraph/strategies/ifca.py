@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Annotated
+from typing import Annotated, ClassVar
 
 import torch
 from torch import Tensor
@@ -76,6 +76,7 @@ class IFCA(Strategy):
           client's last choice ``cluster_of`` :math:`(N,)` (:math:`-1` before
           its first round).
     """
+    supports_private_parameters: ClassVar[bool] = False  # works on whole models
 
     def __init__(self, num_clusters: Annotated[int, Range(ge=1), Search(2, 8)] = 2,
                  init_scale: Annotated[float, Range(ge=0.0)] = 0.1,

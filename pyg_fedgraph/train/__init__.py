@@ -21,6 +21,7 @@ _LAZY = {
     "Adam": "pyg_fedgraph.train.rules",
     "KNNInterpolation": "pyg_fedgraph.train.knn",
     "AdaptiveLocalAggregation": "pyg_fedgraph.train.ala",
+    "PrivateParameters": "pyg_fedgraph.train.private",
     # The objective lives with the data (pyg_fedgraph.data); kept here for imports
     # written against earlier versions.
     "Objective": "pyg_fedgraph.data.objective",
@@ -31,7 +32,7 @@ _LAZY = {
 
 __all__ = ["ClientTrainer", "TrainResult", "batch_schedule", "LocalConfig", "Regularizer",
            "ProximalTerm", "register_regularizer", "SGD", "Adam", "KNNInterpolation",
-           "AdaptiveLocalAggregation", "Objective", "classification_objective",
+           "AdaptiveLocalAggregation", "PrivateParameters", "Objective", "classification_objective",
            "regression_objective", "objective_for"]
 
 if TYPE_CHECKING:
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
     from pyg_fedgraph.train.ala import AdaptiveLocalAggregation
     from pyg_fedgraph.train.config import LocalConfig
     from pyg_fedgraph.train.knn import KNNInterpolation
+    from pyg_fedgraph.train.private import PrivateParameters
     from pyg_fedgraph.train.regularizers import ProximalTerm, Regularizer, register_regularizer
     from pyg_fedgraph.train.rules import SGD, Adam
     from pyg_fedgraph.train.trainer import ClientTrainer, TrainResult, batch_schedule

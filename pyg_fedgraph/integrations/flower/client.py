@@ -2,7 +2,7 @@ r"""The client side: a torch model and one client's data as a Flower ClientApp."
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import cast
 
 import torch
@@ -16,6 +16,7 @@ from pyg_fedgraph.data.layout import ParamLayout
 from pyg_fedgraph.data.objective import Objective
 from pyg_fedgraph.train.config import LocalConfig
 from pyg_fedgraph.train.jobs import ClientStart, EvaluatePlan, TrainPlan, evaluate_clients, run_plan
+from pyg_fedgraph.train.private import PrivateParameters, private_prefixes
 from pyg_fedgraph.train.trainer import ClientTrainer
 from pyg_fedgraph.utils.device import Precision, resolve_device
 
@@ -59,7 +60,10 @@ class GraphClient:
     State kept on the node between rounds (Flower's ``Context.state``, never
     uploaded): the latest local model, the floating-point buffers (BatchNorm
     statistics) and, with ``keep_optimizer_state``, the local optimizer's
-    state, which stay local as in the simulator.
+    state, which stay local as in the simulator. With a private part of the
+    model (:mod:`pyg_fedgraph.train.private`), the node keeps the whole
+    model, completes what the server sends with its own private part and
+    uploads the shared part only.
 
     Args:
         model (torch.nn.Module): the client architecture; its parameters are
@@ -88,13 +92,18 @@ class GraphClient:
             CPU tensors.
         precision (str, optional): autocast precision of local training
             (``"fp32"``, ``"bf16"``, ``"fp16"``; default: ``"fp32"``).
+        private (str or sequence of str, optional): parameter-name prefixes
+            of the part of the model that never leaves the node; the server's
+            :class:`GraphStrategy` must declare the same (default: the
+            model's ``private_parameters`` attribute, usually none).
     """
 
     def __init__(self, model: nn.Module, data: ClientData, *, local: LocalConfig | None = None,
                  objective: Objective | None = None, seed: int = 0,
                  partition_key: str = "partition-id",
                  parallel: bool = True, device: str | torch.device = "cpu",
-                 precision: Precision = "fp32") -> None:
+                 precision: Precision = "fp32",
+                 private: str | Sequence[str] | None = None) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
         if not (isinstance(data, FederatedDataset) or callable(data)):
@@ -109,6 +118,10 @@ class GraphClient:
         self.parallel = parallel
         self.device = resolve_device(device)
         self.precision: Precision = precision
+        prefixes = private_prefixes(model, private)
+        #: The model's private part (``None``: the whole model is shared).
+        self.private = (PrivateParameters(ParamLayout.from_module(model), prefixes)
+                        if prefixes else None)
         self._trainers: dict[tuple[int, int], ClientTrainer] = {}
 
     # ------------------------------------------------------------- helpers
@@ -154,13 +167,19 @@ class GraphClient:
             buffers = trainer.initial_buffers(1)[0]
         else:
             buffers = torch.from_numpy(state["buffers"].numpy().copy())
-        if P.LOCAL_PARAMS in content:
-            params = self._params(trainer.layout, content[P.LOCAL_PARAMS], "local model")
-        elif state is not None:
+        if state is not None:
             params = torch.from_numpy(state["params"].numpy().copy())
         else:
             params = trainer.layout.flatten(trainer.model).cpu()
+        if P.LOCAL_PARAMS in content:  # the server's copy of this client's (shared) model
+            sent = self._params(self._layout(trainer), content[P.LOCAL_PARAMS], "local model")
+            params = sent if self.private is None else \
+                self.private.lift(sent.unsqueeze(0), params.unsqueeze(0))[0]
         return pid, trainer, config, params, buffers
+
+    def _layout(self, trainer: ClientTrainer) -> ParamLayout:
+        r"""The layout of what travels: the shared part of the model."""
+        return trainer.layout if self.private is None else self.private.shared_layout
 
     @staticmethod
     def _save(context: Context, params: Tensor, buffers: Tensor,
@@ -197,7 +216,7 @@ class GraphClient:
     def _plan(self, trainer: ClientTrainer, content: RecordDict, config: ConfigRecord
               ) -> TrainPlan | EvaluatePlan:
         try:
-            return P.decode_plan(str(config[P.PLAN]), content, trainer.layout)
+            return P.decode_plan(str(config[P.PLAN]), content, self._layout(trainer))
         except ValueError as err:
             raise ValueError(f"the server sent an invalid plan: {err}") from err
 
@@ -218,18 +237,25 @@ class GraphClient:
             raise ValueError(f"a train message must carry a TrainPlan, got "
                              f"{type(plan).__name__}")
         rnd = int(cast(int, config[P.ROUND]))
-        start = local if plan.params is None else plan.params[0]
-        result = run_plan(trainer, plan,
-                          ClientStart(_ONE, torch.tensor([pid]), start.unsqueeze(0),
+        if self.private is None:
+            work, start = plan, (local if plan.params is None else plan.params[0]).unsqueeze(0)
+        else:  # the server's shared part completed with this node's private one
+            work, start = self.private.lift_plan(plan, local.unsqueeze(0), local.unsqueeze(0))
+        result = run_plan(trainer, work,
+                          ClientStart(_ONE, torch.tensor([pid]), start,
                                       buffers.unsqueeze(0), local.unsqueeze(0),
                                       self._optimizer_state(context)),
                           seed=int(cast(int, config.get(P.SEED, self.seed))), rnd=rnd)
         trained = result.params[0]
-        layout = trainer.layout
-        out = RecordDict({P.PARAMS: P.params_to_record(layout, trained)})
+        if self.private is None:
+            uploaded, started, outputs = result.params, result.start, result.outputs
+        else:
+            uploaded, started, outputs = self.private.share_result(result)
+        layout = self._layout(trainer)
+        out = RecordDict({P.PARAMS: P.params_to_record(layout, uploaded[0])})
         if not plan.sends_start:  # the server does not know where this client started
-            out[P.DELTA] = P.params_to_record(layout, trained - result.start[0])
-        for name, value in result.outputs.items():
+            out[P.DELTA] = P.params_to_record(layout, uploaded[0] - started[0])
+        for name, value in outputs.items():
             out[P.output_key(name)] = P.tensor_to_record(layout, value[0].detach())
         self._save(context, trained, result.buffers[0],
                    {k: v[0] for k, v in result.optimizer_state.items()})
@@ -251,9 +277,11 @@ class GraphClient:
         if not isinstance(plan, EvaluatePlan):
             raise ValueError(f"an evaluate message must carry an EvaluatePlan, got "
                              f"{type(plan).__name__}")
-        params = local if plan.params is None else plan.params[0]
-        metrics = evaluate_clients(trainer, ClientStart(_ONE, torch.tensor([pid]),
-                                                        params.unsqueeze(0),
+        if self.private is None:
+            params = (local if plan.params is None else plan.params[0]).unsqueeze(0)
+        else:
+            plan, params = self.private.lift_evaluate(plan, local.unsqueeze(0))
+        metrics = evaluate_clients(trainer, ClientStart(_ONE, torch.tensor([pid]), params,
                                                         buffers.unsqueeze(0),
                                                         local.unsqueeze(0)),
                                    finetune=plan.finetune, start_job=plan.start_job,
@@ -275,8 +303,8 @@ def make_client_app(model: nn.Module, data: ClientData, *, local: LocalConfig | 
                     objective: Objective | None = None, seed: int = 0,
                     partition_key: str = "partition-id",
                     parallel: bool = True, mods: list | None = None,
-                    device: str | torch.device = "cpu", precision: Precision = "fp32"
-                    ) -> ClientApp:
+                    device: str | torch.device = "cpu", precision: Precision = "fp32",
+                    private: str | Sequence[str] | None = None) -> ClientApp:
     r"""A Flower :class:`~flwr.clientapp.ClientApp` that trains a
     pyg_fedgraph client for :class:`GraphStrategy` (see :class:`GraphClient`
     for the arguments).
@@ -290,7 +318,7 @@ def make_client_app(model: nn.Module, data: ClientData, *, local: LocalConfig | 
     """
     client = GraphClient(model, data, local=local, objective=objective, seed=seed,
                          partition_key=partition_key, parallel=parallel, device=device,
-                         precision=precision)
+                         precision=precision, private=private)
     app = ClientApp(mods=mods)
     app.query()(client.query)
     app.train()(client.train)

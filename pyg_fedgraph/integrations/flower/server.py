@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -30,6 +30,7 @@ from pyg_fedgraph.data.layout import ParamLayout
 from pyg_fedgraph.engine import History, RoundEngine, sample_clients, snapshot
 from pyg_fedgraph.strategies.base import Strategy
 from pyg_fedgraph.train.config import LocalConfig
+from pyg_fedgraph.train.private import PrivateParameters, private_prefixes
 from pyg_fedgraph.utils.seeds import make_generator
 
 __all__ = ["GraphStrategy", "DroppedReply"]
@@ -141,6 +142,11 @@ class GraphStrategy(FlowerStrategy):
             end of each round, after its aggregation and its evaluation (if
             the round is evaluated), e.g. to keep :meth:`state_dict`
             (default: ``None``).
+        private (str or sequence of str, optional): parameter-name prefixes
+            of the part of the model that stays on the clients
+            (:mod:`pyg_fedgraph.train.private`): the server, its strategy and
+            every message see the rest only; the clients must declare the
+            same (default: the model's ``private_parameters``, usually none).
     """
 
     def __init__(self, strategy: Strategy, model: nn.Module, num_clients: int, *,
@@ -151,7 +157,8 @@ class GraphStrategy(FlowerStrategy):
                  evaluate_every: int = 1, min_available_nodes: int | None = None,
                  seed: int = 0, timeout: float = 600.0,
                  max_update_norm: float | None = 1e6,
-                 on_round_end: Callable[[GraphStrategy, int], None] | None = None) -> None:
+                 on_round_end: Callable[[GraphStrategy, int], None] | None = None,
+                 private: str | Sequence[str] | None = None) -> None:
         if not isinstance(strategy, Strategy):
             raise TypeError(f"strategy must be a pyg_fedgraph Strategy, got "
                             f"{type(strategy).__name__}")
@@ -174,7 +181,13 @@ class GraphStrategy(FlowerStrategy):
             raise ValueError(f"max_update_norm must be positive or None, got {max_update_norm}")
         self.strategy = strategy
         self.model = model
-        self.layout = ParamLayout.from_module(model)
+        prefixes = private_prefixes(model, private)
+        if prefixes and not strategy.supports_private_parameters:
+            raise ValueError(f"strategy {strategy.name!r} works on whole models and cannot "
+                             f"leave parameters {list(prefixes)} private to the clients")
+        #: The layout of what the server sees: the model less its private part.
+        self.layout = (ParamLayout.from_module(model) if not prefixes else
+                       PrivateParameters(ParamLayout.from_module(model), prefixes).shared_layout)
         self.num_clients = int(num_clients)
         self.num_samples = None if num_samples is None else num_samples.detach().to(torch.long)
         self.edge_index, self.edge_weight = edge_index, edge_weight
