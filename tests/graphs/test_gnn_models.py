@@ -3,6 +3,7 @@ equal to the per-client loop for every registered graph model."""
 import pytest
 import torch
 import torch.nn.functional as F
+from small_client_graphs import client_graph, toy_graph_federation
 from torch.func import functional_call, vmap
 from torch_geometric.nn import GCNConv
 
@@ -10,8 +11,6 @@ from pyg_fedgraph.models import MODELS, build_model
 from pyg_fedgraph.models.gnn import GAT, GCN, GraphSAGE
 from pyg_fedgraph.train.config import LocalConfig
 from pyg_fedgraph.train.trainer import ClientTrainer
-
-from small_client_graphs import client_graph, toy_graph_federation
 
 GRAPH_MODELS = sorted(n for n, spec in MODELS.items() if spec.inputs == "graph")
 SMALL = {"hidden_channels": 8}

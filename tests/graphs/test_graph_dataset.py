@@ -1,12 +1,11 @@
 r"""How a client holds a graph: padding, GCN weights, batches, subsets."""
 import pytest
 import torch
+from small_client_graphs import client_graph, toy_graph_federation
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.utils import to_dense_adj
 
 from pyg_fedgraph.data.graph_dataset import ClientGraphs, GraphFederatedDataset, gcn_edge_weight
-
-from small_client_graphs import client_graph, toy_graph_federation
 
 
 def dense(edge_index, weight, n):

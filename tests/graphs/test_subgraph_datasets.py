@@ -52,7 +52,11 @@ def test_federate_graph_offers_the_cut_edge_graph_as_prior(partition):
     # The prior graph is the cut-edge graph of the same clients (recomputed
     # here from the node ids the clients keep).
     from pyg_fedgraph.transforms import (
-        LouvainPartition, MetisPartition, OverlappingPartition, RandomNodePartition)
+        LouvainPartition,
+        MetisPartition,
+        OverlappingPartition,
+        RandomNodePartition,
+    )
     split = {"metis": MetisPartition(6), "louvain": LouvainPartition(6),
              "random-nodes": RandomNodePartition(6),
              "overlapping": OverlappingPartition(4, clients_per_part=2)}[partition]
