@@ -55,19 +55,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import torch
-from torch import Tensor
-
-from pyg_fedgraph.experiment import (
-    ExperimentConfig,
-    build_dataset,
-    build_simulator,
-    route_overrides,
-)
-from pyg_fedgraph.experiment.files import load_config
-from pyg_fedgraph.simulation.report import format_table
-from pyg_fedgraph.utils.errors import one_line
-from pyg_fedgraph.viz import COLUMN_LABEL, ROW_LABEL
+from pyg_fedgraph.experiment.files import load_config  # torch-free
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "cora_metis10.yaml"
 SETTING = load_config(CONFIG)
@@ -76,7 +64,8 @@ QUICK = {"strategies": ["local", "fedavg", "pfedgraph"], "rounds": 10}
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    r"""The example's options (argparse only: ``--help`` needs no torch)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--root", metavar="DIR",
                         help="the folder of Planetoid's Cora files ind.cora.* (or of PyG's "
                              "Cora/raw)")
@@ -92,6 +81,23 @@ def build_parser() -> argparse.ArgumentParser:
                         help="folder of the picture and results.json "
                              "(default: runs/subgraph_fl_cora)")
     return parser
+
+
+if __name__ == "__main__":  # --help and bad options answer before torch is imported
+    build_parser().parse_args()
+
+import torch  # noqa: E402
+from torch import Tensor  # noqa: E402
+
+from pyg_fedgraph.experiment import (  # noqa: E402
+    ExperimentConfig,
+    build_dataset,
+    build_simulator,
+    route_overrides,
+)
+from pyg_fedgraph.simulation.report import format_table  # noqa: E402
+from pyg_fedgraph.utils.errors import one_line  # noqa: E402
+from pyg_fedgraph.viz import COLUMN_LABEL, ROW_LABEL  # noqa: E402
 
 
 def cut_edge_matrix(edge_index: Tensor, edge_weight: Tensor, num_clients: int) -> Tensor:
