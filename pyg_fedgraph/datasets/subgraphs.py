@@ -95,8 +95,9 @@ def federate_graph(data: Data, name: str, num_clients: int = 10,
     report = partition_report(data, clients)
     empty = [i for i, c in enumerate(clients) if int(c.train_mask.sum()) == 0]
     if empty:
-        raise ValueError(f"clients {empty} of the {partition} split hold no training node; "
-                         f"use fewer clients")
+        shown = ", ".join(map(str, empty[:5])) + (", ..." if len(empty) > 5 else "")
+        raise ValueError(f"{len(empty)} of the {len(clients)} clients of the {partition} split "
+                         f"hold no training node ({shown}); use fewer clients")
     num_classes = int(data.y.max()) + 1
     return GraphFederatedDataset.from_clients(
         name, clients, num_classes, edge_index=edge_index, edge_weight=edge_weight,
