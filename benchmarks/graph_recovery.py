@@ -18,10 +18,10 @@ epoch per round, 30 rounds; on Cora FED-PUB's: GCN of width 128, Adam lr 0.01
 with weight decay 1e-6 and per-client state, full batch, one epoch, 100
 rounds), all clients every round, and the strategies' default
 hyper-parameters. The groups are read from the final collaboration matrix
-by :func:`~pyg_fedgraph.utils.recovery.read_groups` and scored with the
+by :func:`~pyg_fedgraph.utils.read_groups` and scored with the
 adjusted Rand index: spectral clustering with the true number of groups (the
 default rule, recorded every round by
-:class:`~pyg_fedgraph.simulation.GroupRecoveryCallback`) and the connected
+:class:`~pyg_fedgraph.simulation.recovery.GroupRecoveryCallback`) and the connected
 components of each client's top-k links (k = group size - 1).
 
 Usage::

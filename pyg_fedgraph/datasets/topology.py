@@ -160,9 +160,9 @@ def rand_index_callback(scores: list, *, adjusted: bool = False
     strategy must have a ``last_assignment()`` method returning the clustered
     client ids and their clusters (e.g.
     :class:`~pyg_fedgraph.strategies.fedcedar.FedCEDAR`). The scores are
-    :func:`~pyg_fedgraph.utils.recovery.partition_scores`; runs built by
+    :func:`~pyg_fedgraph.utils.partition_scores`; runs built by
     :mod:`pyg_fedgraph.experiment` record both with
-    :class:`~pyg_fedgraph.simulation.GroupRecoveryCallback`, which also
+    :class:`~pyg_fedgraph.simulation.recovery.GroupRecoveryCallback`, which also
     reads strategies that have only a collaboration graph.
 
     Args:

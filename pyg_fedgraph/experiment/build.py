@@ -325,7 +325,7 @@ def build_simulator(cfg: ExperimentConfig, *, dataset: FederatedDataset | None =
     ``(cfg.seed, "model-init")`` so that every strategy of a comparison starts
     from the same weights. On a dataset with known client groups
     (``client_labels``), a strategy with a collaboration graph or clusters
-    gets a :class:`~pyg_fedgraph.simulation.GroupRecoveryCallback` after
+    gets a :class:`~pyg_fedgraph.simulation.recovery.GroupRecoveryCallback` after
     ``callbacks``: its history (``history.csv``) has the columns
     ``rand_index`` and ``adjusted_rand_index``, and its summary the last
     round's."""

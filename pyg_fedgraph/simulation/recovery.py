@@ -28,10 +28,10 @@ def strategy_clusters(strategy: Strategy) -> tuple[Tensor, Tensor] | None:
     ids of the clients it has placed in a cluster and their cluster ids
     (both :math:`(B,)`, CPU), or :obj:`None` for a strategy without explicit
     clusters. Read from ``last_assignment()``
-    (:class:`~pyg_fedgraph.strategies.fedcedar.FedCEDAR`: the clients
+    (:class:`~pyg_fedgraph.strategies.FedCEDAR`: the clients
     clustered in the last round) or ``clusters()``, one tensor of client ids
-    per cluster (:class:`~pyg_fedgraph.strategies.cfl.CFL`,
-    :class:`~pyg_fedgraph.strategies.ifca.IFCA`: the clients' last choices;
+    per cluster (:class:`~pyg_fedgraph.strategies.CFL`,
+    :class:`~pyg_fedgraph.strategies.IFCA`: the clients' last choices;
     clients never placed are in none)."""
     # Duck-typed: the methods are the strategies' own, not part of Strategy.
     last_assignment = getattr(strategy, "last_assignment", None)
@@ -55,7 +55,7 @@ class GroupRecoveryCallback:
     scores, after every evaluated round, the client groups read from the
     strategy against the dataset's true groups (``client_labels``) with the
     Rand index and the adjusted Rand index
-    (:func:`~pyg_fedgraph.utils.recovery.partition_scores`), setting
+    (:func:`~pyg_fedgraph.utils.partition_scores`), setting
     ``record.extra["rand_index"]`` and ``record.extra["adjusted_rand_index"]``
     (columns of ``history.csv``; the run's summary carries the last round's).
 
@@ -66,7 +66,7 @@ class GroupRecoveryCallback:
       is scored on its own clusters, over the clients it has placed;
     * any other strategy on the groups read from its
       :meth:`~pyg_fedgraph.strategies.Strategy.collaboration_graph` by
-      :func:`~pyg_fedgraph.utils.recovery.read_groups` with the true number
+      :func:`~pyg_fedgraph.utils.read_groups` with the true number
       of groups: spectral clustering of :math:`(|W| + |W|^\top)/2` by default,
       or the connected components of each client's top-:math:`k` links with
       ``rule="components"``.

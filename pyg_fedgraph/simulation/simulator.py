@@ -443,7 +443,7 @@ class Simulator:
         clients are held out), plus the attack's figures under attack, and
         the last evaluated round's graph recovery (``rand_index``,
         ``adjusted_rand_index``) when a round callback recorded it
-        (:class:`~pyg_fedgraph.simulation.GroupRecoveryCallback`)."""
+        (:class:`~pyg_fedgraph.simulation.recovery.GroupRecoveryCallback`)."""
         out = self.engine.summary()
         if len(self.history):
             last = self.history.records[-1].extra
