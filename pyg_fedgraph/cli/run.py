@@ -193,6 +193,8 @@ def _finish(plan: Comparison, dataset: FederatedDataset, outcome: Outcome) -> in
         columns = (["strategy", "metric", "test", "test_final", "best_round", "rounds",
                     "seconds"] + (["test_novel"] if base.novel_clients else [])
                    + (["test_benign"] if base.attack else []))
+    if any("adjusted_rand_index" in r for r in rows):  # runs that scored their graph
+        columns.append("adjusted_rand_index")
     _print()
     _print(format_table(rows, columns))
     _print(f"\nresults written to {root}")

@@ -26,6 +26,7 @@ from pyg_fedgraph.experiment.settings import CONFIG_SCHEMA, ExperimentConfig
 from pyg_fedgraph.hparams import parse_text, schema
 from pyg_fedgraph.models import MODELS, build_model, model_options
 from pyg_fedgraph.simulation.config import SIM_KEYS, SIM_SCHEMA
+from pyg_fedgraph.simulation.recovery import GroupRecoveryCallback
 from pyg_fedgraph.simulation.simulator import Simulator
 from pyg_fedgraph.strategies import STRATEGIES, Strategy, build_strategy
 from pyg_fedgraph.train.config import LOCAL_SCHEMA, LocalConfig
@@ -322,7 +323,12 @@ def build_simulator(cfg: ExperimentConfig, *, dataset: FederatedDataset | None =
     :data:`DATASET_DEFAULTS` entry of ``cfg.dataset`` for a dataset without
     them); ``cfg`` overrides them. The model is initialised from the stream
     ``(cfg.seed, "model-init")`` so that every strategy of a comparison starts
-    from the same weights."""
+    from the same weights. On a dataset with known client groups
+    (``client_labels``), a strategy with a collaboration graph or clusters
+    gets a :class:`~pyg_fedgraph.simulation.recovery.GroupRecoveryCallback` after
+    ``callbacks``: its history (``history.csv``) has the columns
+    ``rand_index`` and ``adjusted_rand_index``, and its summary the last
+    round's."""
     data = dataset if dataset is not None else build_dataset(
         cfg, route_overrides(cfg)["data"])
     plan = _plan(cfg, data)
@@ -335,6 +341,8 @@ def build_simulator(cfg: ExperimentConfig, *, dataset: FederatedDataset | None =
     attack = None
     if cfg.attack is not None:
         attack = Attack(cfg.attack, cfg.attack_ratio)
+    if GroupRecoveryCallback.applies(data, plan.strategy):
+        callbacks = (*callbacks, GroupRecoveryCallback())
     return Simulator(data, model, plan.strategy, rounds=plan.rounds, local=plan.local,
                      seed=cfg.seed, held_out=held_out, callbacks=callbacks,
                      attack=attack, dropout=cfg.dropout, reject_policy=cfg.reject_policy,
