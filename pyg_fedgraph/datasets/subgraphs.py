@@ -20,7 +20,7 @@ edges between their subgraphs), so Panacea and SFL run on a graph that comes
 from the data. Where clients have true groups (the overlapping setting's
 parts, the synthetic graph's communities) they are the data set's
 ``client_labels``, which the graph-recovery metric compares a strategy's
-collaboration graph with (:func:`~pyg_fedgraph.datasets.group_recovery_callback`).
+collaboration graph with (:class:`~pyg_fedgraph.simulation.recovery.GroupRecoveryCallback`).
 """
 from __future__ import annotations
 

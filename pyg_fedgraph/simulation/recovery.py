@@ -100,10 +100,12 @@ class GroupRecoveryCallback:
     @staticmethod
     def applies(dataset: FederatedDataset, strategy: Strategy) -> bool:
         r"""Whether runs of ``strategy`` on ``dataset`` can be scored: the
-        dataset has ``client_labels`` and the strategy has clusters
+        dataset has ``client_labels`` that are true groups (not each
+        client's dominant class, ``info["client_labels"]``) and the strategy has clusters
         (:func:`strategy_clusters`) or implements
         :meth:`~pyg_fedgraph.strategies.Strategy.collaboration_graph`."""
-        if dataset.client_labels is None:
+        if dataset.client_labels is None or \
+                dataset.info.get("client_labels") == "dominant class":
             return False
         has_clusters = any(callable(getattr(strategy, name, None))
                            for name in ("last_assignment", "clusters"))

@@ -129,9 +129,16 @@ def test_runs_with_a_graph_or_clusters_get_the_columns_others_none():
         sim.run()
         assert not set(KEYS) & set(sim.history.round_rows()[-1])
         assert not set(KEYS) & set(sim.summary())
-    # Without known groups nothing is added either.
-    data = types.SimpleNamespace(client_labels=None)
+    # Without known groups nothing is added either, nor with dominant classes for groups.
+    data = types.SimpleNamespace(client_labels=None, info={})
     assert not GroupRecoveryCallback.applies(data, build_strategy("pfedgraph"))
+    from pyg_fedgraph.datasets import digits
+    dominant = digits(num_clients=6, partition="pathological")
+    assert dominant.client_labels is not None
+    assert dominant.info["client_labels"] == "dominant class"
+    assert not GroupRecoveryCallback.applies(dominant, build_strategy("pfedgraph"))
+    grouped = digits(num_clients=6, partition="group", num_groups=2)
+    assert GroupRecoveryCallback.applies(grouped, build_strategy("pfedgraph"))
 
 
 def test_a_resumed_run_has_the_columns_of_an_uninterrupted_one(tmp_path):
