@@ -22,6 +22,7 @@ from pyg_fedgraph.train.embedding import functional_embeddings, proxy_graph, pro
 from pyg_fedgraph.train.jobs import ClientStart, FunctionalEmbedding, TrainPlan, run_plan
 from pyg_fedgraph.train.regularizers import ProximalTerm
 from pyg_fedgraph.train.trainer import ClientTrainer
+from pyg_fedgraph.utils.device import available_devices
 from pyg_fedgraph.utils.graph import random_partition_graph
 
 ADAM = LocalConfig(optimizer="adam", lr=0.01, full_batch=True, epochs=1,
@@ -197,6 +198,33 @@ def test_the_l1_term_shrinks_the_masks(federation, parallel):
     assert (free.abs() < 0.1).float().mean() < 0.01
 
 
+def test_the_l2_term_holds_the_clients_near_the_model_they_received(federation):
+    # 3 local steps: the proximal gradient is zero at the first (the start is the
+    # received model), so it acts from the second on, on the shared coordinates.
+    local = LocalConfig(optimizer="adam", lr=0.01, full_batch=True, epochs=3)
+
+    def moves(l2):
+        torch.manual_seed(0)
+        model = build_model("masked-gcn", federation.input_shape, federation.num_classes,
+                            hidden_channels=8)
+        sim = Simulator(federation, model, build_strategy("fedpub", l2=l2), rounds=2,
+                        local=local)
+        seen = []
+        aggregate = sim.engine.aggregate_train
+
+        def spy(rnd, clients, uploaded, started, outputs=None, loss=None):
+            seen.append((uploaded - started).norm(dim=1))
+            return aggregate(rnd, clients, uploaded, started, outputs, loss)
+
+        sim.engine.aggregate_train = spy
+        sim.run()
+        return seen
+
+    free, held = moves(0.0), moves(100.0)
+    torch.testing.assert_close(free[0], held[0])  # round 1: no L2 term (FED-PUB's client)
+    assert bool((held[1] < 0.9 * free[1]).all())
+
+
 def test_the_masked_model_trains_batched_as_the_per_client_loop():
     data, _ = toy_graph_federation()
     torch.manual_seed(0)
@@ -326,3 +354,30 @@ def test_layout_param_names_of_the_masked_model_split_as_declared():
     priv = PrivateParameters(layout, private_prefixes(model))
     assert priv.private_names == ["convs.0.mask", "convs.1.mask", "classifier.mask"]
     assert priv.num_shared == layout.num_params - (20 + 16 + 12)
+
+
+@pytest.mark.parametrize("device", available_devices()[1:] or [torch.device("cpu")],
+                         ids=str)
+@pytest.mark.parametrize("name,model_name,kwargs", [
+    ("fedpub", "masked-gcn", {}),
+    ("pfedgraph", "gcn", {"similarity": "embedding", "threshold": None}),
+])
+def test_runs_on_every_device_as_on_the_cpu(federation, device, name, model_name, kwargs):
+    # Where a GPU is, training and the server's state live there (or the state on the
+    # host): the results are the CPU's up to float rounding.
+    def run(**where):
+        torch.manual_seed(0)
+        model = build_model(model_name, federation.input_shape, federation.num_classes,
+                            hidden_channels=8)
+        sim = Simulator(federation, model, build_strategy(name, **kwargs), rounds=2,
+                        local=ADAM, **where)
+        sim.run()
+        return sim
+
+    cpu = run()
+    for where in ({"device": device}, {"device": device, "state_device": "cpu"}):
+        other = run(**where)
+        torch.testing.assert_close(other.local_params.cpu(), cpu.local_params, rtol=0,
+                                   atol=1e-4)
+        torch.testing.assert_close(other.strategy.collaboration_graph().cpu(),
+                                   cpu.strategy.collaboration_graph(), rtol=0, atol=1e-4)
