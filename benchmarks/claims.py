@@ -18,6 +18,7 @@ D. FedAGHN Table 9: Self / Similar / Other average weights in the group case
 E. pFedGAT Figure 3: allocation uniformity (IID) and block contrast (pathological).
 F. FedCEDAR Figure 3: Rand index over rounds for K = 3, 4, 5
    (``examples/fedcedar_case_study.py``'s setting).
+N. FED-PUB's subgraph FL table on Cora and CiteSeer (``subgraph_t1.py``).
 
 Usage::
 
@@ -51,6 +52,7 @@ from _runs import (
     runs_table,
 )
 from pfedgat_allocation import allocation_stats, label_histogram
+from subgraph_t1 import section as subgraph_t1_section
 
 from pyg_fedgraph.experiment import ExperimentConfig, build_simulator
 from pyg_fedgraph.experiment.files import load_config
@@ -1257,14 +1259,14 @@ def fmnist_t1_full_section(run_missing: bool, strategies: list[str] | None = Non
 DIGITS_SECTIONS = ("t1", "t3", "fedaghn", "pfedgat", "fedcedar")
 #: Sections of recorded runs (results/claims_runs), read with --cached-only.
 CACHED_SECTIONS = ("panacea", "fmnist-t1", "fmnist-pfedgat", "fmnist-t3", "pfedgraph-alpha",
-                   "fedaghn-rule", "fmnist-full", "fmnist-t1-full")
+                   "fedaghn-rule", "fmnist-full", "fmnist-t1-full", "subgraph-t1")
 
 
 #: The heading letter of each section in claims.md.
 LETTERS = {"panacea": "A", "t1": "B", "t3": "C", "fedaghn": "D", "pfedgat": "E",
            "fedcedar": "F", "fmnist-t1": "G", "fmnist-pfedgat": "H", "fmnist-t3": "I",
            "pfedgraph-alpha": "J", "fedaghn-rule": "K", "fmnist-full": "L",
-           "fmnist-t1-full": "M"}
+           "fmnist-t1-full": "M", "subgraph-t1": "N"}
 
 
 def split_sections(text: str) -> tuple[list[str], list[tuple[str, list[str]]]]:
@@ -1342,7 +1344,7 @@ def main(argv: list[str] | None = None) -> str:
                         help="comma list of sections (default: all; with --quick, A-F): "
                              "panacea,t1,t3,fedaghn,pfedgat,fedcedar,fmnist-t1,"
                              "fmnist-pfedgat,fmnist-t3,pfedgraph-alpha,fedaghn-rule,"
-                             "fmnist-full,fmnist-t1-full")
+                             "fmnist-full,fmnist-t1-full,subgraph-t1")
     parser.add_argument("--rounds", type=int, default=None, help="rounds of sections A-C, E")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--strategies", default=None,
@@ -1427,6 +1429,8 @@ def main(argv: list[str] | None = None) -> str:
         lines += fmnist_full_section(run_missing, chosen)
     if "fmnist-t1-full" in sections:
         lines += fmnist_t1_full_section(run_missing, chosen, levels)
+    if "subgraph-t1" in sections:  # FED-PUB's table (benchmarks/subgraph_t1.py)
+        lines += subgraph_t1_section(run_missing, strategies=chosen)
     if USED:
         lines += runs_section(runs_table()[2:])
     lines += ["## Machine", "", *machine(load_start), "",

@@ -361,6 +361,10 @@ class ClientTrainer:
                              if not b.is_floating_point()}
         self._check_output_size()
         self._channels_last = self._channels_last_weights()
+        #: The model's own term of the local loss, ``local_penalty(params)`` of its
+        #: named parameters (FED-PUB's L1 norm of the masks), or ``None``.
+        self.local_penalty: Callable[[dict[str, Tensor]], Tensor] | None = getattr(
+            self.model, "local_penalty", None)
 
     def _check_output_size(self) -> None:
         r"""For classification, a probe forward on two training samples: the
@@ -505,11 +509,17 @@ class ClientTrainer:
         parameter tensors' gradients (plus the regularizer's) in the backward
         pass, and the function transforms see a single input tensor. With
         sample weights ``w`` (full batches: 1 for a sample, 0 for a filler) the
-        loss is the mean over the weighted samples."""
+        loss is the mean over the weighted samples. A model with a
+        ``local_penalty(params)`` method (a pure function of its named
+        parameters, e.g. :class:`~pyg_fedgraph.models.MaskedGCN`'s L1 norm of
+        its masks) adds it to every client's loss, here and in the
+        per-client loop."""
         per_sample = self.objective.loss(self._forward(theta, buffers, xb), yb)
         loss = per_sample.mean() if w is None else (per_sample * w).sum() / w.sum().clamp(min=1)
         if reg_fn is not None:
             loss = loss + reg_fn(theta, *refs)
+        if self.local_penalty is not None:
+            loss = loss + self.local_penalty(self.layout.unflatten(theta))
         return loss if scale is None else loss * scale
 
     # ---------------------------------------------------------------- train
@@ -771,6 +781,8 @@ class ClientTrainer:
                 if reg is not None:
                     flat = torch.cat([p.reshape(-1) for p in model.parameters()])
                     loss = loss + reg.penalty(flat, *(r[i] for r in reg.refs))
+                if self.local_penalty is not None:
+                    loss = loss + self.local_penalty(dict(model.named_parameters()))
                 loss.backward()
                 opt.step()
                 total += float(loss.detach())
