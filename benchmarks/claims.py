@@ -443,9 +443,21 @@ T1_SETTINGS = [("extreme: pathological, 5 clients", {"partition": "pathological"
                ("modest: Dirichlet(0.1), 10 clients", {"partition": "dirichlet", "beta": 0.1,
                                                        "clients": 10}),
                ("homogeneous: IID, 10 clients", {"partition": "iid", "clients": 10})]
-#: How much sections B-F move with the torch release (measured, see
-#: ``benchmarks/results/claims.md``'s section B).
-TORCH_NOTE = ""
+#: What moves sections B-F and by how much, measured on 2026-11-26 (issue 39):
+#: b145e67's code and today's, torch 2.13.0+cpu and 2.14.1+cu130 (CPU), and
+#: torch's kernels at their default instruction set on that machine (AVX-512)
+#: and restricted to AVX2 (``ATEN_CPU_CAPABILITY=avx2``).
+CPU_NOTE = (
+    " What moves these numbers (measured on 2026-11-26 with the runs of sections B-F): "
+    "neither the code since b145e67 (its code gives the same test value, to the last bit, in "
+    "the 84 runs of B and C compared) nor the torch release (2.13.0+cpu and 2.14.1+cu130 "
+    "on the CPU: 43 runs of B compared, all identical), but the CPU's vector instructions: "
+    "with torch's kernels restricted to AVX2 (`ATEN_CPU_CAPABILITY=avx2`) instead of "
+    "AVX-512, 25 of the 119 runs of B-F differ in some recorded value, 13 cells of B and C "
+    "move by up "
+    "to 5.1 points (FedProx-FT modest 93.4 here, 97.6 with AVX2; C's heurfedamp sign-flip "
+    "80.9 / 76.1 here, 85.6 / 81.2), D-F do not move, and every number of B-F committed at "
+    "b145e67 comes back: those were made where torch ran its AVX2 kernels.")
 
 
 def t1_config(name: str, level: dict[str, Any], rounds: int, quick: bool) -> ExperimentConfig:
@@ -489,7 +501,7 @@ def pfedgraph_t1_section(rounds: int, quick: bool, strategies: list[str] | None,
             "seed 0; levels as the paper defines them (Sec. 4.1). Test accuracy (%) at the "
             f"best-validation round. Best average here: **{best or 'pending'}**."
             + (f" Not registered: {', '.join(missing)}." if missing else "")
-            + records_sentence(entries) + TORCH_NOTE,
+            + records_sentence(entries) + CPU_NOTE,
             "", *rows, "", *pending_lines("t1")]
 
 
@@ -1437,8 +1449,8 @@ def runs_section(rows: list[str]) -> list[str]:
     total = sum(float(c[2]) for c in own)
     cpu = sum(float(c[3]) for c in own if c[3] != "-")
     return ["## Runs", "",
-            "Every run of the cached sections above (their records in `claims_runs/`), one "
-            "process each on one torch thread, on the machine below (shared with other "
+            "Every run of the sections above (their records in `claims_runs/`), on one "
+            "torch thread, on the machine below (shared with other "
             "jobs: the load average says how busy it was). No GPU was available. Total: "
             f"{total / 3600:.1f} h of wall time, {cpu / 3600:.1f} h of CPU time where "
             "recorded (CPU time was not recorded for the first runs).", "",
@@ -1529,8 +1541,10 @@ def main(argv: list[str] | None = None) -> str:
              "Rand indices, in a record of their own): `python benchmarks/claims.py "
              "--cached-only` rebuilds this file from the records without training anything, "
              "and each section lists the runs it still lacks with the command that runs "
-             "them. Each of sections B-F says which torch release made its records: their "
-             "numbers move with it (section B says by how much). The records of the runs "
+             "them. Each of sections B-F says which torch release, device and CPU instruction "
+             "set made its records: on the CPU their numbers move with the instruction set "
+             "(AVX2 or AVX-512), not with the torch release (section B says by how much). "
+             "The records of the runs "
              "made before 2026-11-24 (all of sections G, I and K, the first cells of H and "
              "J) lived in the untracked `runs/` and were lost with their machine: those "
              "sections stand as commit 656fc40 wrote them from their records, and `--update` "
