@@ -374,3 +374,32 @@ def test_study_run_records_what_made_it_and_reads_back(runs):
     assert "| digits fedavg N=3 (study: series) | 2 |" in "\n".join(runs.runs_table())
     assert runs.made_with([entry, None]) == (f"torch {torch.__version__} on cpu "
                                              f"({torch.backends.cpu.get_cpu_capability()})")
+@pytest.mark.parametrize("model", ["gcn", "sage", "gat"])
+def test_subgraph_speed_loop_trains_what_the_library_trains(monkeypatch, model):
+    # benchmarks/subgraph_speed.py compares the library's round with a per-client PyG
+    # loop (PyG's layers at their defaults): both must compute the same round. From the
+    # same start, one round each: the clients' parameters agree, and the loop's server
+    # model is their FedAvg (weights: training nodes).
+    from pyg_fedgraph.datasets import planted_graphs
+    from pyg_fedgraph.models import build_model
+    from pyg_fedgraph.simulation import Simulator
+    from pyg_fedgraph.strategies import build_strategy
+
+    monkeypatch.syspath_prepend(str(BENCH))
+    speed = importlib.import_module("subgraph_speed")
+    data = planted_graphs(num_clients=4, num_nodes=120)
+    torch.manual_seed(0)
+    net = build_model(model, data.input_shape, data.num_classes, **speed.MODELS[model][0])
+    sim = Simulator(data, net, build_strategy("fedavg"), rounds=10, local=speed.FEDPUB,
+                    eval_every=10, seed=0)
+    loop = speed.PerClientLoop(data, model, net.state_dict(), speed.FEDPUB)
+    sim.step()
+    loop.round()
+    local = loop.local_params(sim.layout)
+    torch.testing.assert_close(local, sim.local_params, rtol=0, atol=1e-5)
+    assert float((local - sim.layout.flatten(net)).abs().max()) > 1e-4  # they did train
+    counts = data.num_samples("train").to(local.dtype)
+    server = torch.cat([s.reshape(-1) for s in loop.server])
+    torch.testing.assert_close(server, (counts / counts.sum()) @ local, rtol=0, atol=1e-6)
+    assert set(loop.clock.seconds) == {"gradients", "training", "round"}
+    sys.modules.pop("subgraph_speed", None)

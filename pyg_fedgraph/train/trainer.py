@@ -354,7 +354,8 @@ class ClientTrainer:
         # serves every round.
         self._compiled: dict[tuple[Any, ...], Callable[..., Any]] = {}
         self.parallel_clients = parallel_clients if parallel_clients is not None else \
-            auto_chunk(self.model, self.dataset.input_shape, self.config.batch_size, self.device)
+            auto_chunk(self.model, self.dataset.input_shape, self.config.batch_size, self.device,
+                       example=self._graph_example() if self.device.type == "cuda" else None)
         # Integer buffers (BatchNorm's num_batches_tracked) are bookkeeping, not
         # federated state: fresh zeros are passed so functional_call can mutate them.
         self._int_buffers = {n: b for n, b in self.model.named_buffers()
@@ -365,6 +366,23 @@ class ClientTrainer:
         #: named parameters (FED-PUB's L1 norm of the masks), or ``None``.
         self.local_penalty: Callable[[dict[str, Tensor]], Tensor] | None = getattr(
             self.model, "local_penalty", None)
+
+    def _graph_example(self) -> tuple[Tensor, ...] | None:
+        r"""For clients that hold graphs, one client's model inputs as
+        training passes them (its padded graph and a batch of node
+        positions, all training nodes in full-batch mode), for
+        :func:`~pyg_fedgraph.train.execution.auto_chunk`'s estimate: a graph
+        model propagates over the whole graph, however few nodes the batch
+        holds. ``None`` for other data (a batch of samples of
+        ``input_shape``)."""
+        if self.dataset.input_kind != "graph":
+            return None
+        counts = self.dataset.num_samples("train")
+        size = int(counts.max()) if self.config.full_batch else self.config.batch_size
+        index = torch.zeros(1, max(size, 1), dtype=torch.long, device=self.device)
+        client = counts.argmax().view(1).to(self.device)
+        xb, _ = self.dataset.batch("train", index, client)
+        return model_args(xb, 0)
 
     def _check_output_size(self) -> None:
         r"""For classification, a probe forward on two training samples: the
