@@ -44,9 +44,11 @@ CUDA_GRAPH_MODES = frozenset({"reduce-overhead", "max-autotune"})
 #: ``benchmarks/results/devices.md`` (CPU rows measured on a 2-core machine,
 #: one thread), ``benchmarks/results/subgraph_speed.md`` (the ``gnn`` CPU
 #: row: GCN, GraphSAGE and GAT clients on Cora and a synthetic federation,
-#: one thread) and ``benchmarks/results/devices_h100.md`` (CUDA rows, one
-#: H100: vmap is 4-26x faster than the loop for every family there; GNNs
-#: not measured on CUDA). Pairs without a measured row take ``"vmap"``.
+#: one thread), ``benchmarks/results/devices_h100.md`` (CUDA rows, one
+#: H100: vmap is 4-26x faster than the loop for every family there) and
+#: ``benchmarks/results/gpu_checks_h100.md`` (the ``gnn`` CUDA row: GCN and
+#: GAT clients, vmap 15-46x faster than the loop). Pairs without a measured
+#: row take ``"vmap"``.
 EXECUTION_TABLE: dict[tuple[str, str], Execution] = {
     ("mlp", "cpu"): "vmap",
     ("cnn", "cpu"): "loop",
@@ -55,6 +57,7 @@ EXECUTION_TABLE: dict[tuple[str, str], Execution] = {
     ("mlp", "cuda"): "vmap",
     ("cnn", "cuda"): "vmap",
     ("rnn", "cuda"): "vmap",
+    ("gnn", "cuda"): "vmap",
 }
 
 
