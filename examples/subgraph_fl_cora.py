@@ -20,16 +20,18 @@ between two clients' subgraphs (``dataset.edge_index`` and
 weight; no edge is cut inside a client); the Spearman correlation of the two
 over the 45 client pairs (with :math:`W` symmetrized) is printed.
 
-Measured with seed 0 (torch 2.13 on one CPU thread, about 2 CPU-minutes for
-the 500 rounds; the strategies' code of that day, later changes move these
-numbers), mean test accuracy at the best validation round, after 100 rounds:
+Measured with seed 0 (torch 2.13 on one CPU thread; the strategies' code of
+that day, later changes move these numbers), mean test accuracy at the best
+validation round after 100 rounds, as ``pyg-fedgraph run --config
+configs/cora_metis10.yaml`` prints it (FED-PUB: the record of the same settings
+in ``benchmarks/results/subgraph_t1.md``):
 
-========= ====== ====== ========= ======= =======
-          local  fedavg pfedgraph fedaghn pfedgat
-========= ====== ====== ========= ======= =======
-test      0.7946 0.5668 0.6534    0.7828  0.8217
-best at   59     100    4         85      71
-========= ====== ====== ========= ======= =======
+========= ====== ====== ========= ======= ======= =======
+          local  fedavg pfedgraph fedaghn pfedgat fedpub
+========= ====== ====== ========= ======= ======= =======
+test      0.8106 0.4819 0.6583    0.7394  0.8047  0.8208
+best at   47     99     3         100     71      87
+========= ====== ====== ========= ======= ======= =======
 
 pFedGraph's graph here is not a learned structure: the clients' updates
 since the initial model are so alike (cosine 0.94 to 0.99 between every two
