@@ -35,7 +35,7 @@ says where they come from), and ``--seed 1``: a short run, 16 rounds of 10
 local steps, 25% of the sensors per round, a GRU with hidden 32, about 70 s
 of CPU on one thread per seed (4 minutes of wall time on a busy 2-core
 machine), far from converged and far from Panacea's protocol (for that, see
-section N of ``benchmarks/results/claims.md``). Test metrics at the best
+section O of ``benchmarks/results/claims.md``). Test metrics at the best
 validation round, averaged over the sensors: MSE on normalized speeds x 1e-3
 and masked MAE in mph at 15 / 60 minutes (the strategies' code of that day;
 later changes to them move these numbers):
