@@ -10,14 +10,16 @@ less than wall time: after one warm-up round, the mean of ``--rounds`` rounds, t
 evaluation. The client learning rate is 0.01 (the middle of the paper's grid; the cost
 does not depend on it).
 
-The measured costs are merged into ``results/traffic_rounds.json`` (a strategy measured
-again replaces its entry), which section O of claims.md reads ("Hours measured"), and the
+The measured costs are merged into ``results/traffic_rounds.json`` (dataset -> strategy ->
+[CPU s per round, CPU s per evaluation, rounds timed]; a strategy measured again replaces
+its entry), which section O of claims.md reads ("Hours measured"), and the
 whole record is also written as ``results/traffic_rounds.md``.
 
 Usage::
 
     OMP_NUM_THREADS=1 python benchmarks/traffic_rounds.py    # every dataset and strategy
     OMP_NUM_THREADS=1 python benchmarks/traffic_rounds.py --datasets pems-bay --strategies fedavg
+    python benchmarks/traffic_rounds.py --report-only    # the markdown from the JSON record
 """
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ import platform
 import time
 
 import torch
-from _report import emit, machine
+from _report import emit
 from claims import (
     ROOT,
     TRAFFIC_COST,
@@ -68,6 +70,8 @@ def main() -> None:
     parser.add_argument("--strategies", default=",".join(TRAFFIC_STRATEGIES))
     parser.add_argument("--rounds", type=int, default=2, help="timed rounds (default: 2)")
     parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--report-only", action="store_true",
+                        help="measure nothing: rebuild the markdown from the JSON record")
     args = parser.parse_args()
     torch.set_num_threads(1)
     logging.getLogger("pyg_fedgraph").setLevel(logging.ERROR)
@@ -75,21 +79,22 @@ def main() -> None:
     load_start = os.getloadavg()[0]
     record = (json.loads(TRAFFIC_COST.read_text()) if TRAFFIC_COST.exists()
               else {"cost": {}})
-    for d in args.datasets.split(","):
+    for d in [] if args.report_only else args.datasets.split(","):
         data = load_dataset(d, root=traffic_config(d, "fedavg", 0.01).overrides["data.root"])
         for s in args.strategies.split(","):
             train, evaluate = time_strategy(data, d, s, args.rounds)
-            record["cost"].setdefault(d, {})[s] = [round(train, 3), round(evaluate, 2)]
+            record["cost"].setdefault(d, {})[s] = [round(train, 3), round(evaluate, 2),
+                                                   args.rounds]
             print(f"| {d} | {s} | {train:.2f} | {evaluate:.1f} |", flush=True)
-    record.update(rounds=args.rounds, date=dt.date.today().isoformat(),
-                  machine=f"{platform.machine()}, {os.cpu_count()} CPUs shared, torch "
-                          f"{torch.__version__}, {torch.backends.cpu.get_cpu_capability()}, "
-                          f"load {load_start:.1f} at the start")
-    if not args.no_write:
-        TRAFFIC_COST.write_text(json.dumps(record, indent=1) + "\n")
+    if not args.report_only:
+        record.update(date=dt.date.today().isoformat(),
+                      machine=f"{platform.machine()}, {os.cpu_count()} CPUs shared, torch "
+                              f"{torch.__version__}, {torch.backends.cpu.get_cpu_capability()}, "
+                              f"load {load_start:.1f} at the start")
+        if not args.no_write:
+            TRAFFIC_COST.write_text(json.dumps(record, indent=1) + "\n")
     text = "\n".join(["# Section O's cost: CPU seconds per round and per evaluation", "",
-                      *traffic_hours_lines(TRAFFIC_COST)[2:], "## Machine", "",
-                      *machine(load_start), "",
+                      *traffic_hours_lines(TRAFFIC_COST)[2:],
                       "Command: `python benchmarks/traffic_rounds.py`", ""])
     emit(text, None if args.no_write else TRAFFIC_COST.with_suffix(".md"))
 

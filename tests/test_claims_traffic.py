@@ -38,9 +38,10 @@ def records(runs) -> Path:
 
 
 @pytest.fixture
-def claims(runs, monkeypatch):
+def claims(runs, monkeypatch, tmp_path):
     module = importlib.import_module("claims")
     monkeypatch.setattr(module, "PENDING", {})
+    monkeypatch.setattr(module, "TRAFFIC_COST", tmp_path / "traffic_rounds.json")
     monkeypatch.setattr(module, "load_cached", runs.load_cached)
     monkeypatch.setattr(module, "checkpoint_round", runs.checkpoint_round)
     yield module
@@ -197,7 +198,7 @@ def test_the_subset_measured_here_reads_its_records_and_judges_the_goal(claims, 
            "--strategies sfl --traffic-reduced")
     assert f"seed 0 | not started | `{cmd}` |" in text
     write(records, claims.traffic_reduced_config("sfl"), {"best_round": 40},
-          metrics=mph([0.0732]))
+          metrics=mph([0.0732, 0.0732]))
     claims.PENDING.clear()
     text = "\n".join(claims.traffic_section(run_missing=False))
     assert "- Goal on this subset: met: our order panacea 1.0, fedavg-ft 20.0," in text
@@ -223,17 +224,28 @@ def test_the_hours_come_from_the_measured_costs_by_hand(claims, tmp_path):
     assert claims.traffic_hours_lines(tmp_path / "absent.json")[2].startswith(
         "pending: `python benchmarks/traffic_rounds.py`")
     path = tmp_path / "traffic_rounds.json"
-    path.write_text(json.dumps({"cost": {"metr-la": {"fedavg": [4.0, 15.0],
-                                                     "pfedme": [20.0, 15.0]}},
-                                "rounds": 2, "date": "today", "machine": "here"}))
+    path.write_text(json.dumps({"cost": {"metr-la": {"fedavg": [4.0, 15.0, 2],
+                                                     "pfedme": [20.0, 15.0, 1]}},
+                                "date": "today", "machine": "here"}))
     text = "\n".join(claims.traffic_hours_lines(path))
     # 800 rounds of 4 s and 40 evaluations of 15 s: 3,800 s = 1.06 h.
-    assert "| metr-la | fedavg | 4.00 | 15.0 | 1.06 |" in text
+    assert "| metr-la | fedavg | 4.00 (2) | 15.0 | 1.06 |" in text
     # Rate choice: 5 x (200 x 4 + 10 x 15) + 5 x (200 x 20 + 10 x 15) s = 7.08 h; Table II:
     # FedAvg's three seeds 3 x 3,800 s + pFedMe's 16,600 s = 7.78 h; Table III: one seed
     # of each, 20,400 s = 5.67 h.
-    assert "| metr-la | 2 of 12 | 7.1 | 7.8 | 5.7 | 20.5 |" in text
-    assert "Total: 20.5 CPU hours" in text
+    assert "| metr-la | 2 measured | 7.1 | 7.8 | 5.7 | 20.5 |" in text
+    assert "Total: 20.5 CPU hours of one core." in text
+    # PEMS-BAY: FedAvg measured with 3x METR-LA's evaluation; pFedMe estimated as its
+    # METR-LA round (20 s) and 3 x 15 s evaluations: 800 rounds = 16,000 + 40 x 45 s.
+    path.write_text(json.dumps({"cost": {"metr-la": {"fedavg": [4.0, 15.0, 2],
+                                                     "pfedme": [20.0, 15.0, 1]},
+                                         "pems-bay": {"fedavg": [4.0, 45.0, 1]}},
+                                "date": "today", "machine": "here"}))
+    text = "\n".join(claims.traffic_hours_lines(path))
+    # Rate choice 5 x (4,000 + 10 x 45) s = 6.18 h; Tables II and III 17,800 s each = 4.94 h.
+    assert ("| pems-bay | 1 estimated from metr-la (evaluation x 3.00) | 6.2 | 4.9 | 4.9 "
+            "| 16.1 |") in text
+    assert "estimated rows included." in text
 
 
 def test_the_queue_holds_one_line_per_dataset_and_strategy_of_the_plan(claims):
@@ -243,3 +255,15 @@ def test_the_queue_holds_one_line_per_dataset_and_strategy_of_the_plan(claims):
                for line in lines if "--traffic-reduced" not in line]
     assert sorted(planned) == sorted((d, s) for d in claims.TRAFFIC_DATA
                                      for s in claims.TRAFFIC_STRATEGIES)
+
+
+def test_sensor_wins_count_the_sensors_where_one_is_below_the_other(claims):
+    runs = {"panacea": {"test_client_metrics": {"mse_norm": [0.1, 0.5, 0.3, math.nan]}},
+            "fedavg": {"test_client_metrics": {"mse_norm": [0.2, 0.4, 0.4, 0.1]}},
+            "ditto": None}
+    # Sensors 0 and 2 lower, sensor 1 higher, sensor 3 not evaluated: 2 of 3.
+    assert claims.traffic_sensor_wins(runs, "panacea") == "panacea below fedavg 2/3"
+    assert claims.traffic_sensor_wins(runs, "ditto") == ""
+    runs["ditto"] = {"test_client_metrics": {"mse_norm": [0.1]}}
+    with pytest.raises(ValueError, match="panacea's record has 4 sensors, ditto's 1"):
+        claims.traffic_sensor_wins(runs, "panacea")
