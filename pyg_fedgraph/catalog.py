@@ -21,8 +21,8 @@ STRATEGY_NAMES: tuple[str, ...] = (
 #: Every registered dataset (normalized names), sorted.
 DATASET_NAMES: tuple[str, ...] = (
     "cifar10", "cifar100", "citeseer", "cora", "digits", "fashion-mnist", "fl60", "metr-la",
-    "mnist", "pems-bay", "planted-graphs", "pubmed", "topology",
+    "mnist", "pems-bay", "planted-graphs", "pubmed", "topology", "tu",
 )
 #: Every registered client model.
 MODEL_NAMES: tuple[str, ...] = ("mlp", "cnn", "cnn-bn", "gru", "gru-seq2seq", "gcn", "sage",
-                               "gat")
+                               "gat", "gin", "gcn-pool")

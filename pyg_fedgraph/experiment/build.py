@@ -229,7 +229,8 @@ def check_config(cfg: ExperimentConfig, dataset: FederatedDataset) -> None:
                                    dataset.edge_index is not None)
     inputs = MODELS[plan.model_name].inputs
     if inputs != dataset.input_kind:
-        what = {"graph": "a client's graph", "tensor": "a batch of samples"}
+        what = {"graph": "a client's graph", "tensor": "a batch of samples",
+                "graph-set": "a batch of a client's graphs"}
         fits = ", ".join(n for n, m in MODELS.items() if m.inputs == dataset.input_kind)
         raise ValueError(f"model {plan.model_name!r} takes {what.get(inputs, inputs)}, but "
                          f"dataset {cfg.dataset!r} gives {what.get(dataset.input_kind, '?')}: "
