@@ -15,8 +15,9 @@ __all__ = ["STRATEGY_NAMES", "DATASET_NAMES", "MODEL_NAMES"]
 #: Every registered strategy, sorted.
 STRATEGY_NAMES: tuple[str, ...] = (
     "cfl", "ditto", "fedaghn", "fedala", "fedamp", "fedavg", "fedavg-ft", "fedcedar",
-    "fedprox", "fedprox-ft", "fedrep", "fedrod", "heurfedamp", "ifca", "knn-per", "local",
-    "panacea", "per-fedavg", "pfedgat", "pfedgraph", "pfedhn", "pfedla", "pfedme", "sfl",
+    "fedprox", "fedprox-ft", "fedrep", "fedrod", "gcfl", "gcfl-plus", "heurfedamp", "ifca",
+    "knn-per", "local", "panacea", "per-fedavg", "pfedgat", "pfedgraph", "pfedhn", "pfedla",
+    "pfedme", "sfl",
 )
 #: Every registered dataset (normalized names), sorted.
 DATASET_NAMES: tuple[str, ...] = (

@@ -12,6 +12,7 @@ from pyg_fedgraph.strategies.fedcedar import FedCEDAR
 from pyg_fedgraph.strategies.fedprox import FedProx, FedProxFT
 from pyg_fedgraph.strategies.fedrep import FedRep
 from pyg_fedgraph.strategies.fedrod import FedRoD
+from pyg_fedgraph.strategies.gcfl import GCFL, GCFLPlus
 from pyg_fedgraph.strategies.ifca import IFCA
 from pyg_fedgraph.strategies.knn_per import KNNPer
 from pyg_fedgraph.strategies.panacea import Panacea, PFedHN
@@ -61,4 +62,6 @@ __all__ = [
     "KNNPer",
     "FedALA",
     "PFedLA",
+    "GCFL",
+    "GCFLPlus",
 ]
