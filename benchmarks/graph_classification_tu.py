@@ -1,0 +1,254 @@
+r"""Graph classification across clients and datasets (issue 35, item 5): the
+protocols, their runs as records, and the results file rebuilt from them.
+
+Sections (each a protocol; its runs are cached records in
+``benchmarks/results/graph_classification_runs/``, a run in progress
+checkpointed in ``runs/graph_classification_cache/``):
+
+G1. **Across datasets**, the issue's group: MUTAG, PROTEINS, ENZYMES and AIDS
+    (4 of the 10 datasets of GCFL's "biochem" group; MUTAG and AIDS are 2 of
+    its "molecules"), 3 clients each (12 clients, the dataset being each
+    client's true group), GCFL's protocol (Xie et al., NeurIPS 2021, its
+    code's ``main_multiDS.py``): GIN of 3 layers of 64 with only the GIN
+    layers federated (input layer and head private, features zero-padded to
+    the widest dataset, the head masked to each client's classes), Adam (lr
+    0.001, weight decay 5e-4) kept by each client across rounds, batches of
+    128, one local epoch, 200 rounds, every client every round, each client's
+    graphs split 80/10/10 stratified. Strategies: Local, FedAvg, FedProx,
+    FedRep (whole models: FedRep keeps its own head), GCFL, GCFL+, pFedGraph,
+    FedAGHN, pFedGAT, FedCEDAR; seeds 0, 1, 2; accuracy at the best mean
+    validation round, mean and standard deviation over seeds; and the
+    adjusted Rand index (scikit-learn's ``adjusted_rand_score``) of each
+    strategy's grouping of the clients against their datasets, every round.
+    The grouping is the strategy's clusters where it keeps clusters (CFL,
+    GCFL, GCFL+), else a spectral clustering (scikit-learn's
+    ``SpectralClustering``, precomputed affinity :math:`(W + W^\top)/2`, 4
+    clusters) of its collaboration graph :math:`W`; FedAvg (one group) and
+    Local (none) have no grouping. This computation is the benchmark's own
+    (a general recovery metric of the library is written elsewhere).
+G2. **One dataset over clients**, GCFL's single-dataset setting
+    (``--set data.num_clients=10``, GCFL's chunks): declared, not yet run.
+
+Only part of G1 has run so far (``SUBSET``: seed 0 of Local, FedAvg, GCFL+
+and pFedGraph); the other cells read ``pending`` with the command that runs
+them. The runs use the ``loop`` execution (one client after the other,
+``benchmarks/results/graph_classification_batching.md``: faster than
+``vmap`` for GIN on the CPU).
+
+Usage (from the repository root, with the datasets in ../shared/data/tu)::
+
+    OMP_NUM_THREADS=1 python benchmarks/graph_classification_tu.py --run-subset
+    OMP_NUM_THREADS=1 python benchmarks/graph_classification_tu.py --run STRATEGY --seed S
+    python benchmarks/graph_classification_tu.py        # rebuild the file from the records
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from _report import emit  # noqa: E402
+
+from pyg_fedgraph.experiment import ExperimentConfig, RecordCache  # noqa: E402
+from pyg_fedgraph.experiment.records import config_key  # noqa: E402
+
+ROOT = HERE.parent
+RECORDS = HERE / "results" / "graph_classification_runs"
+CACHE = ROOT / "runs" / "graph_classification_cache"
+OUT = HERE / "results" / "graph_classification_tu.md"
+#: The datasets' folder as the runs' settings name it (relative to the repository root).
+DATA_ROOT = "../shared/data/tu"
+NAMES = ("MUTAG", "PROTEINS", "ENZYMES", "AIDS")
+STRATEGIES = ("local", "fedavg", "fedprox", "fedrep", "gcfl", "gcfl-plus", "pfedgraph",
+              "fedaghn", "pfedgat", "fedcedar")
+SEEDS = (0, 1, 2)
+SUBSET = (("local", 0), ("fedavg", 0), ("gcfl-plus", 0), ("pfedgraph", 0))
+#: Strategy options of the protocol: FedRep needs whole models; FedCEDAR looks for as
+#: many clusters as there are datasets.
+OPTIONS: dict[str, dict[str, Any]] = {"fedrep": {"model.share": "all"},
+                                      "fedcedar": {"num_clusters": len(NAMES)}}
+
+
+def cross_config(strategy: str, seed: int, rounds: int | None = None) -> ExperimentConfig:
+    r"""G1's run of ``strategy`` with ``seed``."""
+    return ExperimentConfig(
+        dataset="tu", strategy=strategy, seed=seed, model="gin", rounds=rounds,
+        overrides={"data.names": ",".join(NAMES), "data.clients_per_dataset": 3,
+                   "data.root": DATA_ROOT, "execution": "loop", **OPTIONS.get(strategy, {})})
+
+
+def grouping(strategy: Any, k: int) -> list[int] | None:
+    r"""The strategy's grouping of the clients: its clusters where it keeps
+    some, else a spectral clustering of its collaboration graph into ``k``
+    groups; ``None`` without either."""
+    clusters = getattr(strategy, "cluster_of", None)
+    if isinstance(clusters, torch.Tensor) and clusters.dim() == 1 and clusters.numel():
+        return [int(c) for c in clusters.tolist()]
+    graph = strategy.collaboration_graph()
+    if graph is None:
+        return None
+    from sklearn.cluster import SpectralClustering
+    w = graph.detach().double().cpu()
+    w = ((w + w.t()) / 2).clamp(min=0).numpy()
+    labels = SpectralClustering(n_clusters=k, affinity="precomputed",
+                                random_state=0).fit_predict(w)
+    return [int(v) for v in labels]
+
+
+class GroupingTrace:
+    r"""Round callback: the strategy's grouping of the clients after every
+    evaluated round (kept by the run's checkpoints and in its record)."""
+
+    def __init__(self, k: int) -> None:
+        self.k = k
+        self.rounds: list[int] = []
+        self.labels: list[list[int]] = []
+
+    def __call__(self, sim: Any, record: Any) -> None:
+        labels = grouping(sim.strategy, self.k)
+        if labels is not None:
+            self.rounds.append(int(record.round))
+            self.labels.append(labels)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"rounds": list(self.rounds), "labels": [list(x) for x in self.labels]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.rounds = list(state["rounds"])
+        self.labels = [list(x) for x in state["labels"]]
+
+
+def truth() -> list[int]:
+    r"""Every client's dataset (the federation's ``client_labels``)."""
+    return [g for g in range(len(NAMES)) for _ in range(3)]
+
+
+def aris(entry: dict[str, Any]) -> tuple[list[int], list[float]]:
+    r"""The rounds and the adjusted Rand index of the grouping at each."""
+    from sklearn.metrics import adjusted_rand_score
+    trace = entry.get("traces", {}).get("grouping")
+    if not trace:
+        return [], []
+    return trace["rounds"], [float(adjusted_rand_score(truth(), labels))
+                             for labels in trace["labels"]]
+
+
+def cache() -> RecordCache:
+    return RecordCache(RECORDS, CACHE)
+
+
+def run(strategy: str, seed: int) -> dict[str, Any]:
+    cfg = cross_config(strategy, seed)
+    return cache().run(cfg, traces={"grouping": GroupingTrace(len(NAMES))})
+
+
+def fmt(values: list[float]) -> str:
+    if not values:
+        return "pending"
+    mean = 100 * statistics.fmean(values)
+    if len(values) == 1:
+        return f"{mean:.1f} (1 seed)"
+    return f"{mean:.1f} ± {100 * statistics.pstdev(values):.1f} ({len(values)} seeds)"
+
+
+def report() -> str:
+    c = cache()
+    rows = ["| strategy | test accuracy % | per-client-best % | ARI final | ARI best "
+            "(round) | ARI mean over rounds | seconds per run |",
+            "|---|---:|---:|---:|---:|---:|---:|"]
+    pending, done = [], []
+    for name in STRATEGIES:
+        entries = []
+        for seed in SEEDS:
+            entry = c.load(cross_config(name, seed))
+            if entry is None:
+                pending.append((name, seed))
+            else:
+                entries.append(entry)
+                done.append((name, seed, entry))
+        test = [e["summary"]["test"] for e in entries]
+        best = [e["summary"]["test_per_client_best"] for e in entries]
+        ari_cells = ["-", "-", "-"]
+        series = [aris(e) for e in entries]
+        if series and all(s[1] for s in series):
+            final = [s[1][-1] for s in series]
+            peak = max((v, r) for s in series for r, v in zip(s[0], s[1], strict=True))
+            mean = [statistics.fmean(s[1]) for s in series]
+            ari_cells = [f"{statistics.fmean(final):.2f}", f"{peak[0]:.2f} ({peak[1]})",
+                         f"{statistics.fmean(mean):.2f}"]
+        secs = (f"{statistics.fmean([e['seconds'] for e in entries]):.0f}" if entries
+                else "-")
+        rows.append(f"| {name} | {fmt(test)} | {fmt(best)} | {' | '.join(ari_cells)} | "
+                    f"{secs} |")
+    per_round = []
+    for name, seed, entry in done:
+        rounds, values = aris(entry)
+        if values:
+            marks = [r for r in (1, 10, 21, 25, 50, 100, 150, 200) if r in rounds]
+            per_round.append(f"- {name} (seed {seed}): " + ", ".join(
+                f"round {r}: {values[rounds.index(r)]:.2f}" for r in marks))
+    runs = ["| run | rounds | wall (s) | CPU (s) | load start / end | device | finished |",
+            "|---|---:|---:|---:|---|---|---|"]
+    for name, seed, e in done:
+        cpu = e.get("cpu_seconds")
+        runs.append(f"| {name} seed {seed} (`{config_key(cross_config(name, seed))}`) | "
+                    f"{e['config']['rounds'] or 200} | {e['seconds']:.0f} | "
+                    f"{'-' if cpu is None else f'{cpu:.0f}'} | {e['load'][0]:.1f} / "
+                    f"{e['load'][1]:.1f} | {e['device']}, torch {e['torch']} | {e['date']} |")
+    todo = [f"| {n} | {s} | `python benchmarks/graph_classification_tu.py --run {n} --seed "
+            f"{s}` |" for n, s in pending]
+    text = "\n".join([
+        "# Graph classification across clients and datasets (issue 35)", "",
+        "Protocols and sources: the docstring of `benchmarks/graph_classification_tu.py`. "
+        "Rebuilt from the records in `benchmarks/results/graph_classification_runs/` by "
+        "`python benchmarks/graph_classification_tu.py` (never trains).", "",
+        "## G1. MUTAG, PROTEINS, ENZYMES, AIDS, 3 clients each (12 clients)", "",
+        "Accuracy: mean over clients of the test accuracy at the round of best mean "
+        "validation accuracy (`test`), and of each client's test accuracy at its own best "
+        "validation round (`per-client-best`); over seeds, mean ± standard deviation. ARI: "
+        "adjusted Rand index of the strategy's grouping of the clients against their "
+        "datasets (1: the datasets exactly, 0: chance); `-`: no grouping (FedAvg, Local).", "",
+        *rows, "",
+        "ARI of the grouping at some rounds (GCFL+ cannot split before round 21, and then "
+        "only once every client holds 10 update norms):", "",
+        *(per_round or ["- none yet"]), "",
+        "### Runs", "", *runs, "",
+        *(["### Not yet run", "", "| strategy | seed | command |", "|---|---|---|", *todo, ""]
+          if todo else []),
+        "## G2. One dataset over clients (GCFL's single-dataset setting)", "",
+        "Declared, not yet run: `pyg-fedgraph run --dataset tu --set data.names=PROTEINS "
+        "--set data.num_clients=10 --set data.root=../shared/data/tu --model gin "
+        "--strategy local,fedavg,gcfl,gcfl-plus,pfedgraph --seeds 0,1,2` (GCFL's code uses "
+        "eps1 = 0.05 and d = 5 on one dataset: run `gcfl` and `gcfl-plus` alone with `--set "
+        "eps1=0.05 --set seq_length=5`). GCFL's paper reports single-dataset accuracies; "
+        "none is quoted here until checked against the paper.", ""])
+    return text
+
+
+def main(argv: list[str] | None = None) -> str | None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run-subset", action="store_true",
+                        help="run (or continue) the runs of SUBSET, then rebuild the file")
+    parser.add_argument("--run", metavar="STRATEGY", help="run one G1 run")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    if args.run:
+        run(args.run, args.seed)
+    if args.run_subset:
+        for name, seed in SUBSET:
+            run(name, seed)
+    text = report()
+    emit(text, args.out)
+    return text
+
+
+if __name__ == "__main__":
+    main()
