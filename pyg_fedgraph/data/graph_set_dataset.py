@@ -222,13 +222,13 @@ def collate_graph_sets(store: GraphStore, graphs: Tensor
 class GraphSetFederatedDataset(FederatedDataset):
     r"""A federation of clients that hold sets of graphs (graph
     classification; see the module docstring). ``splits[s]`` lists each
-    client's :math:`s`-graphs by their ids in ``store``.
+    client's :math:`s`-graphs by their ids in ``store``. The arguments
+    before ``store`` are :class:`~pyg_fedgraph.data.FederatedDataset`'s.
 
     Args:
         store (GraphStore): every client's graphs.
         class_mask (torch.Tensor, optional): which classes exist for each
             client :math:`(N, C)`, bool (default: all).
-        (the other arguments as :class:`~pyg_fedgraph.data.FederatedDataset`)
     """
     store: GraphStore | None = None
     class_mask: Tensor | None = None

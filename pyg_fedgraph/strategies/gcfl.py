@@ -112,13 +112,13 @@ class GCFLPlus(GCFL):
     one dataset). Departure: the code's sequences hold the norm of the
     gradient of the shared layers at each client's last local step; here, as
     in the code's variant ``run_gcflplus_dWs``, they hold the norms of the
-    updates, which is what a server receives.
+    updates, which is what a server receives. The arguments before
+    ``seq_length`` are :class:`GCFL`'s.
 
     Args:
         seq_length (int, optional): :math:`d` (default: :obj:`10`).
         standardize (bool, optional): divide every sequence by its standard
             deviation before the distances (default: :obj:`False`).
-        (the others as :class:`GCFL`)
 
     Shapes:
         - **state:** as :class:`CFL`, plus ``norm_history`` :math:`(N, d)`
