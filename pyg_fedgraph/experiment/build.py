@@ -242,8 +242,11 @@ def check_config(cfg: ExperimentConfig, dataset: FederatedDataset) -> None:
     if prefixes:
         PrivateParameters(ParamLayout.from_module(model), prefixes)  # names checked
         if not plan.strategy.supports_private_parameters:
+            hint = ("; the model keeps them private: --set model.share=all federates all of it"
+                    if "private" not in plan.parts["sim"]
+                    and "share" in model_options(plan.model_name) else "")
             raise ValueError(f"strategy {cfg.strategy!r} works on whole models and cannot "
-                             f"leave parameters {list(prefixes)} private to the clients")
+                             f"leave parameters {list(prefixes)} private to the clients{hint}")
 
 
 def build_simulator(cfg: ExperimentConfig, *, dataset: FederatedDataset | None = None,

@@ -125,3 +125,16 @@ def test_the_four_shared_datasets_over_twelve_clients():
     assert data.input_shape == (38,) and data.num_classes == 6
     assert data.class_mask.sum(1).tolist() == [2] * 6 + [6] * 3 + [2] * 3
     assert data.store.num_graphs == 188 + 1113 + 600 + 2000
+
+
+def test_a_strategy_that_needs_whole_models_is_told_how_to_share_them(root, tmp_path, capsys):
+    args = RUN + ["--set", f"data.root={root}", "--set", "data.names=TOYA,TOYB", "--model",
+                  "gin", "--out", str(tmp_path / "o")]
+    assert main(args + ["--strategy", "fedrep"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert ("strategy 'fedrep' works on whole models and cannot leave parameters ['pre', "
+            "'post', 'classifier'] private to the clients; the model keeps them private: "
+            "--set model.share=all federates all of it") in err
+    assert main(args + ["--strategy", "fedrep", "--set", "model.share=all",
+                        "--set", "batch_size=8"]) == 0
