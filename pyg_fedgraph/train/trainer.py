@@ -361,6 +361,12 @@ class ClientTrainer:
                              if not b.is_floating_point()}
         self._check_output_size()
         self._channels_last = self._channels_last_weights()
+        # Buffers a forward pass in training changes (BatchNorm's running statistics),
+        # which full batches would fill with their filler rows; constant buffers (GINConv's
+        # epsilon) are not.
+        self._running_statistics = any(
+            isinstance(m, nn.modules.batchnorm._NormBase) and m.track_running_stats
+            for m in self.model.modules())
 
     def _check_output_size(self) -> None:
         r"""For classification, a probe forward on two training samples: the
@@ -543,7 +549,7 @@ class ClientTrainer:
         if regularizer is not None and any(r.size(0) != clients.numel() for r in regularizer.refs):
             raise ValueError("every regularizer reference needs one row per trained client")
         counts = self.dataset.num_samples("train")[clients]
-        if cfg.full_batch and self.layout.num_buffers:
+        if cfg.full_batch and self._running_statistics:
             raise ValueError("full_batch=True would count the filler rows of smaller clients "
                              "in the model's buffers (BatchNorm statistics): use mini-batches "
                              "with this model")

@@ -168,3 +168,29 @@ def test_one_sgd_step_follows_the_mean_loss_over_the_batch():
         with torch.no_grad():
             expected = torch.cat([(p - 0.1 * p.grad).reshape(-1) for p in m.parameters()])
         torch.testing.assert_close(got.params[i], expected, rtol=0, atol=1e-5)
+
+
+def test_full_batches_train_gin_whose_only_buffers_are_constant():
+    # GINConv keeps its epsilon as a buffer: full batches are refused only for running
+    # statistics (BatchNorm), which their filler rows would skew.
+    data, _ = toy_graph_sets()
+    torch.manual_seed(0)
+    model = build_model("gin", data.input_shape, 3, **SMALL)
+    cfg = LocalConfig(lr=0.1, full_batch=True, epochs=2)
+    out = {}
+    for key, kwargs in {"vmap": {"execution": "vmap"}, "per-client": {"parallel": False}}.items():
+        trainer = ClientTrainer(model, data, config=cfg, **kwargs)
+        assert trainer.layout.num_buffers == 3  # the three epsilons
+        params = trainer.layout.flatten(model).repeat(4, 1)
+        out[key] = trainer.train(torch.arange(4), params, trainer.initial_buffers(4))
+    torch.testing.assert_close(out["vmap"].params, out["per-client"].params, rtol=0, atol=1e-5)
+    assert out["vmap"].steps.tolist() == [2, 2, 2, 2]
+    bn = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3))
+    from pyg_fedgraph.data.federated_dataset import ClientSplit, FederatedDataset
+    split = ClientSplit.from_lists([torch.randn(3, 4), torch.randn(5, 4)],
+                                   [torch.zeros(3).long(), torch.ones(5).long()])
+    flat = FederatedDataset("bn", "classification", {"train": split, "val": split,
+                                                     "test": split}, num_classes=3)
+    trainer = ClientTrainer(bn, flat, config=cfg)
+    with pytest.raises(ValueError, match="full_batch=True would count the filler rows"):
+        trainer.train(torch.arange(2), trainer.layout.flatten(bn).repeat(2, 1))
