@@ -138,3 +138,17 @@ def test_a_strategy_that_needs_whole_models_is_told_how_to_share_them(root, tmp_
             "--set model.share=all federates all of it") in err
     assert main(args + ["--strategy", "fedrep", "--set", "model.share=all",
                         "--set", "batch_size=8"]) == 0
+
+
+@pytest.mark.slow
+@pytest.mark.real_data
+@needs_shared
+def test_the_issues_command_runs_offline_on_the_shared_datasets(tmp_path, capsys):
+    code = main(["run", "--dataset", "tu", "--set", "data.names=MUTAG,PROTEINS,ENZYMES,AIDS",
+                 "--set", "data.clients_per_dataset=3", "--model", "gin",
+                 "--strategy", "local,fedavg,cfl,pfedgraph", "--set", f"data.root={SHARED_TU}",
+                 "--rounds", "1", "--set", "execution=loop", "--quiet",
+                 "--out", str(tmp_path / "o")])
+    assert code == 0, capsys.readouterr().err
+    assert sorted(p.name for p in (tmp_path / "o").iterdir() if p.is_dir()) == [
+        "cfl", "fedavg", "local", "pfedgraph"]
