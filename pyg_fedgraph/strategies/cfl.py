@@ -69,7 +69,9 @@ class CFL(Strategy):
     the last round are kept in ``last_mean_norm`` / ``last_max_norm`` (per
     cluster) for tuning.
     The Byzantine-robust refinements of the paper (the similarity gap test)
-    are not implemented.
+    are not implemented. GCFL (Xie et al., NeurIPS 2021) is this strategy
+    with ``linkage="min-cut"`` and ``mean_norm="unweighted"``; its defaults
+    are :class:`~pyg_fedgraph.strategies.GCFL`'s (``gcfl``).
 
     **Participation.** A cluster is split only in a round in which all its
     members uploaded (the paper samples every client each round, the
