@@ -83,12 +83,15 @@ def plot(weight: torch.Tensor, datasets: torch.Tensor, names: list[str], title: 
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--root", type=Path, default=DEFAULT_ROOT,
                         help="folder of the TU datasets (default: ../shared/data/tu)")
-    parser.add_argument("--rounds", type=int, default=30)
-    parser.add_argument("--seed", type=int, default=SETTING.get("seed", 0))
-    parser.add_argument("--out", type=Path, default=Path("runs/graph_classification_tu"))
+    parser.add_argument("--rounds", type=int, default=30,
+                        help="rounds of each run (default: 30; GCFL's protocol has 200)")
+    parser.add_argument("--seed", type=int, default=SETTING.get("seed", 0),
+                        help="seed of the split and the models (default: the config's)")
+    parser.add_argument("--out", type=Path, default=Path("runs/graph_classification_tu"),
+                        help="folder of the heatmap (default: runs/graph_classification_tu)")
     parser.add_argument("--quick", action="store_true",
                         help="3 rounds on 40 graphs per client (about a minute)")
     args = parser.parse_args(argv)
