@@ -82,14 +82,15 @@ OPTIONS: dict[str, dict[str, Any]] = {"fedrep": {"model.share": "all"},
 #: Why GCFL's thresholds are not its code's here (the results file says it too).
 THRESHOLDS = (
     "GCFL's thresholds are scale dependent (update norms grow with the local steps and the "
-    "model). In this setting, before any split (GCFL+, seed 0, rounds 21 to 30), the norm of "
-    "the clients' mean update of the GIN layers fell from 0.109 to 0.075 and the largest "
-    "client update norm from 0.261 to 0.188: the values of the authors' runs on the "
-    "biochem group (eps1 = 0.07, eps2 = 0.35, the strategies' defaults) would never split "
-    "(the largest norm is below 0.35 once the mean is below 0.07), and those of their "
-    "argument parser (0.01, 0.1) neither (a run with them made no split in 200 rounds). "
-    "G1 runs GCFL and GCFL+ with eps1 = 0.1 and eps2 = 0.2, chosen from these norms (no "
-    "accuracy was looked at), and d = 5 (the authors' biochem runs).")
+    "model). In this setting the norm of the clients' mean update of the GIN layers and the "
+    "largest client update norm only fall once the warm-up is over (GCFL+'s record, seed 0, "
+    "in the norms below: 0.109 and 0.261 at round 21, 0.028 and 0.090 in its largest "
+    "cluster at round 200), so the thresholds of the authors' runs on the biochem group "
+    "(eps1 = 0.07, eps2 = 0.35, the strategies' defaults) never split (the largest norm is "
+    "below 0.35 from round 21 on), and those of their argument parser (0.01, 0.1) made no "
+    "split in 200 rounds (a GCFL+ run with them, seed 0, before this file's records). G1 "
+    "runs GCFL and GCFL+ with eps1 = 0.1 and eps2 = 0.2, chosen from these norms before any "
+    "accuracy was looked at, and d = 5 (the authors' biochem runs).")
 
 
 def cross_config(strategy: str, seed: int, rounds: int | None = None) -> ExperimentConfig:
@@ -202,9 +203,10 @@ BATCHING = (
     "row of `EXECUTION_TABLE`); on CUDA it picks `vmap`, not measured for graph sets.")
 
 
-def _summaries(c: RecordCache, name: str) -> tuple[list[float], list[float]]:
-    r"""The test accuracies and final ARIs of ``name``'s finished seeds."""
-    accs, finals = [], []
+def _summaries(c: RecordCache, name: str) -> tuple[list[float], list[float], list[str]]:
+    r"""The test accuracies and final ARIs of ``name``'s finished seeds, and
+    in how many rounds of each its ARI was at least 0.9."""
+    accs, finals, high = [], [], []
     for seed in SEEDS:
         entry = c.load(cross_config(name, seed))
         if entry is not None:
@@ -212,7 +214,8 @@ def _summaries(c: RecordCache, name: str) -> tuple[list[float], list[float]]:
             values = aris(entry)[1]
             if values:
                 finals.append(values[-1])
-    return accs, finals
+                high.append(f"{sum(v >= 0.9 for v in values)} of {len(values)}")
+    return accs, finals, high
 
 
 def goals(c: RecordCache) -> list[str]:
@@ -230,7 +233,7 @@ def goals(c: RecordCache) -> list[str]:
                          f"{n} {100 * statistics.fmean(v):.1f}" for n, v in base.items())
                      + ") with ARI >= 0.9 at the last round:")
         for name in GRAPH_RULES:
-            accs, finals = _summaries(c, name)
+            accs, finals, high = _summaries(c, name)
             if not accs:
                 lines.append(f"  - {name}: not run")
                 continue
@@ -240,7 +243,8 @@ def goals(c: RecordCache) -> list[str]:
             above = "above" if acc > bar else "not above"
             ari_text = "-" if ari is None else f"{ari:.2f}"
             lines.append(f"  - {name}: accuracy {100 * acc:.1f} ({above}), ARI {ari_text} "
-                         f"({len(accs)} seed{'s' * (len(accs) > 1)}): "
+                         f"(at least 0.9 in {' / '.join(high) or '-'} rounds; "
+                         f"{len(accs)} seed{'s' * (len(accs) > 1)}): "
                          f"{'met' if ok else 'not met'}")
         lines.append(f"  - goal: **{'met' if any(met) else 'not met'}** on the seeds run "
                      f"(see the table for how many).")
@@ -276,8 +280,8 @@ def norm_lines(done: list[tuple[str, int, dict[str, Any]]]) -> list[str]:
 def report() -> str:
     c = cache()
     rows = ["| strategy | test accuracy % | per-client-best % | ARI final | ARI best "
-            "(round) | ARI mean over rounds | seconds per run |",
-            "|---|---:|---:|---:|---:|---:|---:|"]
+            "(first round) | ARI mean over rounds | rounds with ARI >= 0.9 | seconds per run |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|"]
     pending, done = [], []
     for name in STRATEGIES:
         entries = []
@@ -290,14 +294,17 @@ def report() -> str:
                 done.append((name, seed, entry))
         test = [e["summary"]["test"] for e in entries]
         best = [e["summary"]["test_per_client_best"] for e in entries]
-        ari_cells = ["-", "-", "-"]
+        ari_cells = ["-", "-", "-", "-"]
         series = [aris(e) for e in entries]
         if series and all(s[1] for s in series):
             final = [s[1][-1] for s in series]
-            peak = max((v, r) for s in series for r, v in zip(s[0], s[1], strict=True))
+            peak = max((v, -r) for s in series for r, v in zip(s[0], s[1], strict=True))
             mean = [statistics.fmean(s[1]) for s in series]
-            ari_cells = [f"{statistics.fmean(final):.2f}", f"{peak[0]:.2f} ({peak[1]})",
-                         f"{statistics.fmean(mean):.2f}"]
+            high = [sum(v >= 0.9 for v in s[1]) for s in series]
+            ari_cells = [f"{statistics.fmean(final):.2f}", f"{peak[0]:.2f} ({-peak[1]})",
+                         f"{statistics.fmean(mean):.2f}",
+                         " / ".join(f"{h} of {len(s[1])}" for h, s in zip(high, series,
+                                                                           strict=True))]
         secs = (f"{statistics.fmean([e['seconds'] for e in entries]):.0f}" if entries
                 else "-")
         rows.append(f"| {name} | {fmt(test)} | {fmt(best)} | {' | '.join(ari_cells)} | "
@@ -306,7 +313,7 @@ def report() -> str:
     for name, seed, entry in done:
         rounds, values = aris(entry)
         if values:
-            marks = [r for r in (1, 10, 21, 25, 50, 100, 150, 200) if r in rounds]
+            marks = [r for r in (1, 2, 3, 5, 10, 21, 25, 50, 100, 150, 200) if r in rounds]
             per_round.append(f"- {name} (seed {seed}): " + ", ".join(
                 f"round {r}: {values[rounds.index(r)]:.2f}" for r in marks))
     runs = ["| run | rounds | wall (s) | CPU (s) | load start / end | device | finished |",
