@@ -343,7 +343,10 @@ def report() -> str:
         "validation accuracy (`test`), and of each client's test accuracy at its own best "
         "validation round (`per-client-best`); over seeds, mean ± standard deviation. ARI: "
         "adjusted Rand index of the strategy's grouping of the clients against their "
-        "datasets (1: the datasets exactly, 0: chance); `-`: no grouping (FedAvg, Local).", "",
+        "datasets (1: the datasets exactly, 0: chance); `-`: no grouping (FedAvg, FedProx, "
+        "FedRep, Local). The servers receive the GIN layers only (input layers and heads never "
+        "leave the clients; FedRep alone runs with whole models shared), so every grouping "
+        "comes from the shared parameters only.", "",
         *rows, "",
         THRESHOLDS, "",
         "ARI of the grouping at some rounds (GCFL and GCFL+ cannot split before round 21; "
