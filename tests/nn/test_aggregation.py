@@ -232,7 +232,8 @@ def test_errors():
         agg(X, weight=torch.eye(2))
     with pytest.raises(ValueError, match=r"edge_index must be \(2, E\), got \(3, 2\)"):
         agg(X, torch.zeros(3, 2, dtype=torch.long))
-    with pytest.raises(ValueError, match="edge_index refers to client 3 but x has 3 clients"):
+    with pytest.raises(ValueError, match=r"edge_index refers to node 3, outside \[0, 3\) "
+                                         r"for the 3 rows of x"):
         agg(X, torch.tensor([[0, 3], [1, 1]]))
     with pytest.raises(ValueError, match="edge_weight has 5 rows for 6 edges"):
         agg(X, EDGE_INDEX, EDGE_WEIGHT[:5])
