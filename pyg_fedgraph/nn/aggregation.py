@@ -7,7 +7,8 @@ import torch
 from torch import Tensor
 from torch_geometric.nn.conv import MessagePassing
 from torch_geometric.typing import OptTensor
-from torch_geometric.utils import dense_to_sparse, spmm, to_torch_csr_tensor
+from torch_geometric.utils import coalesce, dense_to_sparse, spmm, to_torch_csr_tensor
+from torch_geometric.utils.sparse import ptr2index
 
 from pyg_fedgraph.utils.graph import complete_graph
 
@@ -55,8 +56,8 @@ class GraphAggregation(MessagePassing):
         - **output:** aggregated parameters :math:`(|\mathcal{V}|, D)`.
     """
 
-    # Also the arguments of a propagate() over a plain edge_index (the
-    # edge-wise message() form); forward() passes a CSR adjacency.
+    # The arguments of propagate(): forward() passes a sparse adjacency and its
+    # values (see edge_adjacency); a plain edge_index runs the edge-wise message().
     propagate_type = {"x": Tensor, "edge_weight": OptTensor, "layer_ptr": OptTensor}
 
     def __init__(self, normalize: bool = False) -> None:
@@ -101,8 +102,8 @@ class GraphAggregation(MessagePassing):
         if self.normalize:
             deg = x.new_zeros(n, ew.size(1)).index_add_(0, edge_index[1], ew)
             ew = ew / deg[edge_index[1]].masked_fill(deg[edge_index[1]] == 0, 1.0)
-        adj_t = csr_adjacency(edge_index, ew, n)
-        return self.propagate(adj_t, x=x, edge_weight=None,
+        adj_t = edge_adjacency(edge_index, ew, n)
+        return self.propagate(adj_t, x=x, edge_weight=ew if ew.size(1) > 1 else ew.view(-1),
                               layer_ptr=layer_ptr if ew.size(1) > 1 else None)
 
     def _dense_mats(self, weight: Tensor, n: int) -> Tensor:
@@ -121,9 +122,9 @@ class GraphAggregation(MessagePassing):
         # forward() always goes through message_and_aggregate.
         return weighted_messages(x_j, edge_weight, layer_ptr)
 
-    def message_and_aggregate(self, adj_t: Tensor, x: Tensor,
+    def message_and_aggregate(self, adj_t: Tensor, x: Tensor, edge_weight: Tensor | None = None,
                               layer_ptr: Tensor | None = None) -> Tensor:
-        return sparse_aggregate(adj_t, x, layer_ptr)
+        return sparse_aggregate(adj_t, x, edge_weight, layer_ptr)
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}(normalize={self.normalize})"
@@ -155,47 +156,70 @@ def _check_layer_ptr(layer_ptr: Tensor | None, num_layers: int, num_params: int)
                          f"layers covering {num_params} parameters")
 
 
-def csr_adjacency(edge_index: Tensor, edge_weight: Tensor, num_nodes: int) -> Tensor:
+def edge_adjacency(edge_index: Tensor, edge_weight: Tensor, num_nodes: int) -> Tensor:
     r"""The transposed weighted adjacency :math:`W` of edges :math:`j
-    \rightarrow i` as a CSR tensor (row :math:`i` holds what node :math:`i`
-    gathers), the input :meth:`~MessagePassing.propagate` takes:
-    :math:`(N, N)` for weights :math:`(E,)` or :math:`(E, 1)`, a hybrid
-    :math:`(N, N, L)` for one weight column per layer. Duplicate edges are
-    summed."""
+    \rightarrow i` (row :math:`i` holds what node :math:`i` gathers), the
+    input :meth:`~MessagePassing.propagate` takes: a sparse COO tensor with the
+    edges in their given order, not coalesced (duplicate edges count as the sum
+    of their weights), :math:`(N, N)` for weights :math:`(E,)` or
+    :math:`(E, 1)`, a hybrid :math:`(N, N, L)` for one weight column per
+    layer.
+
+    Its values are detached: the operators pass ``edge_weight`` itself to
+    :meth:`propagate` as well, so that gradients reach it without a backward
+    pass through a sparse tensor (which costs more than the whole aggregation
+    on CPU), and building it sorts nothing.
+    """
     if edge_weight.dim() == 2 and edge_weight.size(1) == 1:
         edge_weight = edge_weight.squeeze(1)
-    # The indices were checked by the caller and coalescing sorts them: no
-    # invariant checks (what torch does by default, said explicitly so that it
-    # does not warn), and not torch's note that CSR tensors are in beta.
-    with warnings.catch_warnings(), torch.sparse.check_sparse_tensor_invariants(False):
-        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta",
-                                category=UserWarning)
-        return to_torch_csr_tensor(edge_index.flip(0), edge_weight,
-                                   size=(num_nodes, num_nodes))
+    # The indices are checked by the callers: no invariant checks (what torch
+    # does by default, said explicitly so that it does not warn).
+    with torch.sparse.check_sparse_tensor_invariants(False):
+        return torch.sparse_coo_tensor(edge_index.flip(0), edge_weight.detach(),
+                                       (num_nodes, num_nodes, *edge_weight.shape[1:]),
+                                       is_coalesced=False)
 
 
-def sparse_aggregate(adj_t: Tensor, x: Tensor, layer_ptr: Tensor | None = None) -> Tensor:
-    r"""The product :math:`W\Theta` of a CSR adjacency from :func:`csr_adjacency`
-    (per layer for a hybrid :math:`(N, N, L)` one, with ``layer_ptr``), the
-    body of the operators' :meth:`message_and_aggregate`. A graph with at least
-    :math:`N^2/4` edges is multiplied as a dense matrix, several times faster
-    than CSR at these sizes and still without an :math:`(E, D)` tensor."""
+def sparse_aggregate(adj_t: Tensor, x: Tensor, edge_weight: Tensor | None = None,
+                     layer_ptr: Tensor | None = None) -> Tensor:
+    r"""The product :math:`W\Theta` of a sparse adjacency, COO or CSR (per layer
+    for a hybrid :math:`(N, N, L)` one, with ``layer_ptr``), the body of the
+    operators' :meth:`message_and_aggregate`; ``edge_weight``, if given,
+    replaces the adjacency's values (in their storage order, see
+    :func:`edge_adjacency`). A graph with at least :math:`N^2/4` entries is
+    multiplied as a dense matrix, several times faster than CSR at these sizes
+    and still without an :math:`(E, D)` tensor; a sparser one as CSR."""
     n, m = adj_t.size(0), adj_t.size(1)
-    dense = adj_t._nnz() * 4 >= n * m
-    if adj_t.dim() == 2:
-        return adj_t.to_dense() @ x if dense else spmm(adj_t, x, reduce="sum")
-    if layer_ptr is None:
+    if adj_t.dim() == 3 and layer_ptr is None:
         raise ValueError(f"a per-layer adjacency ({adj_t.size(2)} layers) needs a layer_ptr")
-    if dense:
-        return dense_aggregate(adj_t.to_dense().movedim(-1, 0).contiguous(), x, layer_ptr)
-    crow, col, values = adj_t.crow_indices(), adj_t.col_indices(), adj_t.values()
-    out = torch.empty(n, x.size(1), dtype=x.dtype, device=x.device)
-    bounds = layer_ptr.tolist()
+    if adj_t.layout == torch.sparse_csr:
+        row, col = ptr2index(adj_t.crow_indices()), adj_t.col_indices()
+        weight = adj_t.values() if edge_weight is None else edge_weight
+    elif edge_weight is None:
+        adj_t = adj_t.coalesce()
+        (row, col), weight = adj_t.indices(), adj_t.values()
+    else:
+        (row, col), weight = adj_t._indices(), edge_weight
+    if weight.size(0) * 4 >= n * m:
+        dense = weight.new_zeros(n, m, *weight.shape[1:]).index_put_(
+            (row, col), weight, accumulate=True)
+        if dense.dim() == 2:
+            return dense @ x
+        return dense_aggregate(dense.permute(2, 0, 1).contiguous(), x, layer_ptr)
+    # Sorted once (duplicates summed), then one CSR product per layer.
+    index, weight = coalesce(torch.stack([row, col]), weight, max(n, m))
     with warnings.catch_warnings(), torch.sparse.check_sparse_tensor_invariants(False):
         warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta",
                                 category=UserWarning)
-        for layer in range(adj_t.size(2)):
-            mat = torch.sparse_csr_tensor(crow, col, values[:, layer].contiguous(), (n, m))
+        if weight.dim() == 1:
+            mat = to_torch_csr_tensor(index, weight, size=(n, m), is_coalesced=True)
+            return spmm(mat, x, reduce="sum")
+        assert layer_ptr is not None  # checked above
+        out = torch.empty(n, x.size(1), dtype=x.dtype, device=x.device)
+        bounds = layer_ptr.tolist()
+        for layer in range(weight.size(1)):
+            mat = to_torch_csr_tensor(index, weight[:, layer].contiguous(), size=(n, m),
+                                      is_coalesced=True)
             out[:, bounds[layer]:bounds[layer + 1]] = spmm(
                 mat, x[:, bounds[layer]:bounds[layer + 1]], reduce="sum")
     return out

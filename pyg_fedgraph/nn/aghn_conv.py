@@ -12,7 +12,7 @@ from torch_geometric.utils import remove_self_loops, scatter, softmax
 
 from pyg_fedgraph.nn.aggregation import (
     check_edge_index,
-    csr_adjacency,
+    edge_adjacency,
     sparse_aggregate,
     weighted_messages,
 )
@@ -127,8 +127,8 @@ class AGHNConv(MessagePassing):
           :math:`\alpha_{i\cdot}^{(l)}`).
     """
 
-    # Also the arguments of a propagate() over a plain edge_index (the
-    # edge-wise message() form); forward() passes a CSR adjacency.
+    # The arguments of propagate(): forward() passes a sparse adjacency and its
+    # values (see edge_adjacency); a plain edge_index runs the edge-wise message().
     propagate_type = {"x": Tensor, "edge_weight": OptTensor, "layer_ptr": OptTensor}
 
     def __init__(self, num_clients: int, num_layers: int, sharpness: float = 5.0,
@@ -246,8 +246,9 @@ class AGHNConv(MessagePassing):
         loops = torch.arange(n, device=x.device)
         full_index = torch.cat([edge_index, torch.stack([loops, loops])], dim=1)
         full_alpha = torch.cat([edge_alpha, self_alpha], dim=0)  # (E + N, L)
-        adj_t = csr_adjacency(full_index, full_alpha, n)
-        out = self.propagate(adj_t, x=x, edge_weight=None, layer_ptr=layer_ptr)
+        out = self.propagate(edge_adjacency(full_index, full_alpha, n), x=x,
+                             edge_weight=full_alpha.squeeze(1) if self.num_layers == 1
+                             else full_alpha, layer_ptr=layer_ptr)
 
         if not return_attention_weights:
             return out
@@ -260,9 +261,9 @@ class AGHNConv(MessagePassing):
         # The edge-wise form, for a propagate() over a plain edge_index.
         return weighted_messages(x_j, edge_weight, layer_ptr)
 
-    def message_and_aggregate(self, adj_t: Tensor, x: Tensor,
+    def message_and_aggregate(self, adj_t: Tensor, x: Tensor, edge_weight: Tensor | None = None,
                               layer_ptr: Tensor | None = None) -> Tensor:
-        return sparse_aggregate(adj_t, x, layer_ptr)
+        return sparse_aggregate(adj_t, x, edge_weight, layer_ptr)
 
     def _check_inputs(self, x: Tensor, delta: Tensor | None, layer_ptr: Tensor | None,
                       client_id: Tensor | None) -> tuple[int, Tensor, Tensor]:

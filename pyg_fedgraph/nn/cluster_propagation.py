@@ -8,7 +8,7 @@ from torch_geometric.typing import OptTensor
 
 from pyg_fedgraph.nn.aggregation import (
     check_edge_index,
-    csr_adjacency,
+    edge_adjacency,
     sparse_aggregate,
     weighted_messages,
 )
@@ -90,8 +90,8 @@ class ClusterGraphPropagation(MessagePassing):
         - **output:** propagated centres :math:`(K, D)`
     """
 
-    # Also the arguments of a propagate() over a plain edge_index (the
-    # edge-wise message() form); forward() passes a CSR adjacency.
+    # The arguments of propagate(): forward() passes a sparse adjacency and its
+    # values (see edge_adjacency); a plain edge_index runs the edge-wise message().
     propagate_type = {"x": Tensor, "edge_weight": OptTensor}
 
     def __init__(self, num_steps: int = 2) -> None:
@@ -129,17 +129,19 @@ class ClusterGraphPropagation(MessagePassing):
         if edge_weight.dim() != 1 or edge_weight.size(0) != edge_index.size(1):
             raise ValueError(f"edge_weight must be ({edge_index.size(1)},) for "
                              f"{edge_index.size(1)} edges, got {tuple(edge_weight.shape)}")
-        adj_t = csr_adjacency(edge_index, edge_weight.to(x.dtype), x.size(0))
+        edge_weight = edge_weight.to(x.dtype)
+        adj_t = edge_adjacency(edge_index, edge_weight, x.size(0))
         for _ in range(self.num_steps):
-            out = self.propagate(adj_t, x=out, edge_weight=None)
+            out = self.propagate(adj_t, x=out, edge_weight=edge_weight)
         return out
 
     def message(self, x_j: Tensor, edge_weight: Tensor | None = None) -> Tensor:
         # The edge-wise form, for a propagate() over a plain edge_index.
         return weighted_messages(x_j, edge_weight)
 
-    def message_and_aggregate(self, adj_t: Tensor, x: Tensor) -> Tensor:
-        return sparse_aggregate(adj_t, x)
+    def message_and_aggregate(self, adj_t: Tensor, x: Tensor,
+                              edge_weight: Tensor | None = None) -> Tensor:
+        return sparse_aggregate(adj_t, x, edge_weight)
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}(num_steps={self.num_steps})"

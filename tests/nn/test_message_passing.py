@@ -9,6 +9,7 @@ import pkgutil
 import pytest
 import torch
 from torch_geometric.nn.conv import MessagePassing
+from torch_geometric.utils import to_torch_csr_tensor
 
 import pyg_fedgraph.nn
 from pyg_fedgraph.nn import AGHNConv, ClusterGraphPropagation, GraphAggregation
@@ -98,6 +99,17 @@ def test_the_edge_wise_message_form_agrees_with_the_fused_one():
         once = prop.propagate(ei, x=x, edge_weight=ew)
         torch.testing.assert_close(prop.propagate(ei, x=once, edge_weight=ew), prop(x, ei, ew),
                                    atol=1e-12, rtol=0)
+    # A user's own CSR or COO adjacency holding the weights, without edge_weight.
+    for ei in (SPARSE, COMPLETE):
+        ew = _weights(ei, 1).requires_grad_()
+        expected = GraphAggregation()(x, ei, ew)
+        (grad,) = torch.autograd.grad(expected.sum(), ew)
+        for adj in (to_torch_csr_tensor(ei.flip(0), ew, size=(N, N)),
+                    torch.sparse_coo_tensor(ei.flip(0), ew, (N, N))):
+            out = agg.propagate(adj, x=x, edge_weight=None, layer_ptr=None)
+            torch.testing.assert_close(out, expected, atol=1e-12, rtol=0)
+            torch.testing.assert_close(torch.autograd.grad(out.sum(), ew)[0], grad,
+                                       atol=1e-12, rtol=0)
     # AGHNConv: its attention weights (with the self loops) as edge weights.
     conv = AGHNConv(N, 2).double()
     out, alpha = conv(x, SPARSE, delta=_x(2), layer_ptr=PTR, return_attention_weights=True)
