@@ -32,9 +32,9 @@ class GraphAggregation(MessagePassing):
     .. math::
         \tilde{\theta}_i^{(l)} = \sum_j W^{(l)}_{ij}\, \theta_j^{(l)} .
 
-    An edge list goes through :meth:`propagate` as a CSR adjacency (with one
-    value column per layer in the per-layer form) to
-    :meth:`message_and_aggregate`, a sparse product (a dense one of the same
+    An edge list goes through :meth:`propagate` as a sparse adjacency (with one
+    value column per layer in the per-layer form, see :func:`edge_adjacency`)
+    to :meth:`message_and_aggregate`, a CSR product (a dense one of the same
     matrix for graphs with at least :math:`N^2/4` edges), so no
     :math:`(|E|, D)` message tensor is ever built: extra memory is
     :math:`O(ND + |E|)`. A dense ``weight`` has no edges to propagate: it is

@@ -53,8 +53,8 @@ class AGHNConv(MessagePassing):
     computed in one pass: the cosine matrices :math:`(L, N, N)` come from the
     per-layer normalized deltas (a loop over layers, never over clients), the
     softmax is :func:`torch_geometric.utils.softmax` over the edges grouped by
-    target, and the aggregation is one :meth:`propagate` of a CSR adjacency with
-    one weight column per layer to :meth:`message_and_aggregate` (a dense
+    target, and the aggregation is one :meth:`propagate` of a sparse adjacency
+    with one weight column per layer to :meth:`message_and_aggregate` (a dense
     product on the complete graph), which never builds an
     :math:`(|\mathcal{E}|, D)` tensor.
     The authors' implementation runs the same rule one client at a time and

@@ -73,8 +73,8 @@ class ClusterGraphPropagation(MessagePassing):
     ``num_steps=0`` returns the centres unchanged (the paper's ablation AS-2,
     no propagation).
 
-    A given graph goes through :meth:`propagate` once per step, as a CSR
-    adjacency to :meth:`message_and_aggregate` (a sparse product, never an
+    A given graph goes through :meth:`propagate` once per step, as a sparse
+    adjacency to :meth:`message_and_aggregate` (a matrix product, never an
     :math:`(|E|, D)` message tensor); the default dense :math:`R` has no edges
     to propagate and is multiplied directly, :math:`P` products
     :math:`R\,C^{(p-1)}`.
