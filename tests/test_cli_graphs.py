@@ -56,7 +56,8 @@ def test_a_gnn_on_images_and_an_image_model_on_a_graph(tmp_path, capsys):
     line = refused(["--dataset", "planted-graphs", "--clients", "4", "--model", "cnn"],
                    tmp_path, capsys)
     assert ("model 'cnn' takes a batch of samples, but dataset 'planted-graphs' gives a "
-            "client's graph: choose a model for its data with --model (gcn, sage, gat)" in line)
+            "client's graph: choose a model for its data with --model "
+            "(gcn, sage, gat, masked-gcn)" in line)
 
 
 @pytest.mark.usefixtures("no_training")

@@ -1,6 +1,6 @@
 r"""Reference client models (plain :class:`torch.nn.Module`, vmap-friendly)."""
 from pyg_fedgraph.models.cnn import CNNBN, SimpleCNN
-from pyg_fedgraph.models.gnn import GAT, GCN, GraphSAGE
+from pyg_fedgraph.models.gnn import GAT, GCN, GraphSAGE, MaskedGCN
 from pyg_fedgraph.models.gru import GRUCell, GRUForecaster
 from pyg_fedgraph.models.mlp import MLP
 from pyg_fedgraph.models.registry import (
@@ -22,6 +22,7 @@ __all__ = [
     "GCN",
     "GraphSAGE",
     "GAT",
+    "MaskedGCN",
     "MODELS",
     "ModelSpec",
     "register_model",

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import torch
 from torch import Tensor
@@ -21,6 +21,7 @@ from pyg_fedgraph.nn.collaboration_qp import (
 from pyg_fedgraph.nn.functional import sample_shares
 from pyg_fedgraph.strategies.base import FederationContext, Strategy, TrainPlan
 from pyg_fedgraph.strategies.registry import register_strategy
+from pyg_fedgraph.train.jobs import FunctionalEmbedding
 from pyg_fedgraph.train.regularizers import Regularizer, per_client, register_regularizer
 
 __all__ = ["PFedGraph", "cosine_regularizer"]
@@ -28,6 +29,7 @@ __all__ = ["PFedGraph", "cosine_regularizer"]
 log = logging.getLogger(__name__)
 
 SolverName = Literal["projection", "cvxpy"]
+SimilarityName = Literal["updates", "embedding"]
 EvaluateName = Literal["local", "aggregated"]
 AlphaRule = Literal["paper", "code"]
 
@@ -192,6 +194,21 @@ class PFedGraph(Strategy):
     A larger :math:`\alpha` gives similar clients (and the client itself,
     :math:`S_{ii} = 1`) more weight.
 
+    **Similarity over functional embeddings** (``similarity="embedding"``,
+    an ablation, issue 34): :math:`S` is the cosine similarity of the
+    clients' latest functional embeddings, FED-PUB's signal (the mean output
+    of each client's model on a random proxy graph built from the run's
+    seed, :class:`~pyg_fedgraph.train.FunctionalEmbedding`, computed by the
+    clients after their training), with the same threshold, instead of that
+    of their cumulative updates: what the learned graph gains from a signal
+    that compares what models compute rather than their parameters. It
+    costs each client one forward pass on the proxy and an :math:`H`-vector
+    upload per round; ``layers`` does not apply. The embeddings' cosines lie
+    close to 1 (on the planted-graphs federation all exceed 0.9 after 3
+    rounds), which the threshold turns into 1: use ``threshold=None``.
+    Measured on Cora (``benchmarks/results/subgraph_t1.md``, row
+    ``pfedgraph-emb``).
+
     Args:
         alpha (float, optional): similarity weight :math:`\alpha` of the QP;
             :obj:`None` follows ``alpha_rule`` (default: :obj:`None`).
@@ -217,12 +234,17 @@ class PFedGraph(Strategy):
             ``"projection"``).
         evaluate (str, optional): ``"local"`` or ``"aggregated"``, which model
             :meth:`personalized_params` reports (default: ``"local"``).
+        similarity (str, optional): ``"updates"`` (the paper's) or
+            ``"embedding"`` (functional embeddings, see above) (default:
+            ``"updates"``).
 
     **State.** None of its own: the graph :math:`W`, the similarity
     :math:`S` and the aggregates :math:`\tilde{\Theta}, \bar{\Theta}` are
     functions of the engine's client table (every client's latest model and
     whether it has trained, :attr:`FederationContext.clients`), computed
-    when first needed after the table changes.
+    when first needed after the table changes; with
+    ``similarity="embedding"``, also of the clients' latest functional
+    embeddings, the buffer ``embeddings`` :math:`(N, H)`.
 
     Shapes:
         - **derived:** graph :math:`W` and similarity :math:`S` :math:`(N, N)`
@@ -236,7 +258,8 @@ class PFedGraph(Strategy):
                  threshold: Annotated[float | None, Range(ge=-1.0, le=1.0)] = 0.9,
                  layers: str | list[str] | None = None,
                  normalized_aggregate: bool = True, solver: SolverName = "projection",
-                 evaluate: EvaluateName = "local") -> None:
+                 evaluate: EvaluateName = "local",
+                 similarity: SimilarityName = "updates") -> None:
         super().__init__()
         if isinstance(layers, list) and not (layers and all(layers)):
             raise ValueError(f"layers must be a module-name substring, a non-empty list of "
@@ -248,6 +271,11 @@ class PFedGraph(Strategy):
         self.normalized_aggregate = normalized_aggregate
         self.solver = solver
         self.evaluate = evaluate
+        self.similarity = similarity
+        # The clients' latest functional embeddings (similarity="embedding"): (N, H); state
+        # only then (with the paper's similarity the strategy keeps none of its own).
+        self.register_buffer("embeddings", torch.empty(0),
+                             persistent=similarity == "embedding")
         # alpha is checked by the operator; the paper's None is resolved to 0.08 N in setup().
         self.qp = CollaborationQP(CODE_ALPHA if alpha is None and alpha_rule == "code"
                                   else alpha, solver=solver)
@@ -267,6 +295,7 @@ class PFedGraph(Strategy):
                                       solver=self.solver)
         self.similarity_mask = (None if self.layers is None
                                 else ctx.layout.mask(ctx.layout.select_layers(self.layers)))
+        self.embeddings = torch.empty(0, device=ctx.init_params.device)
         self._graph_cache = self._aggregate_cache = None
 
     # ----------------------------------------------------------- derived state
@@ -282,9 +311,13 @@ class PFedGraph(Strategy):
         similarity = torch.eye(n, dtype=torch.float64, device=device)
         active = table.trained.nonzero().view(-1)
         if active.numel():
-            delta = table.params[active] - ctx.init_params
-            sim = update_similarity(delta, mask=self.similarity_mask,
-                                    threshold=self.threshold).double()
+            if self.similarity == "embedding":
+                sim = update_similarity(self._active_embeddings(active),
+                                        threshold=self.threshold).double()
+            else:
+                delta = table.params[active] - ctx.init_params
+                sim = update_similarity(delta, mask=self.similarity_mask,
+                                        threshold=self.threshold).double()
             rows = self.qp(sim, sample_shares(ctx.num_samples[active], torch.float64))
             # Rows of trained clients are solved over the trained clients; the
             # other rows keep their (initial) weights.
@@ -296,6 +329,13 @@ class PFedGraph(Strategy):
                       active.numel(), float(rows.diagonal().mean()))
         self._graph_cache = (table.version, weight, similarity)
         return weight, similarity
+
+    def _active_embeddings(self, active: Tensor) -> Tensor:
+        if self.embeddings.dim() != 2:
+            raise ValueError("pFedGraph with similarity='embedding' has no functional "
+                             "embedding of the clients yet: they come with their trained "
+                             "models (graph.embedding)")
+        return self.embeddings[active]
 
     def _aggregates(self) -> tuple[Tensor, Tensor | None]:
         r"""``(theta_tilde, theta_bar)`` :math:`(N, D)` for the current table
@@ -340,12 +380,39 @@ class PFedGraph(Strategy):
         if self.lam > 0 and bool(self._require_setup().table.trained.any()):
             reference = theta_bar if theta_bar is not None else theta_tilde
             regularizer = CosineTerm(reference[clients], lam=self.lam)
-        return TrainPlan(params=theta_tilde[clients].clone(), regularizer=regularizer)
+        jobs: tuple[FunctionalEmbedding, ...] = ()
+        if self.similarity == "embedding":
+            jobs = (FunctionalEmbedding(seed=self._require_setup().seed),)
+        return TrainPlan(params=theta_tilde[clients].clone(), regularizer=regularizer,
+                         jobs=jobs)
 
     def aggregate_train(self, rnd: int, graph: FederationGraph) -> None:
         # The engine writes the uploads to the client table; the graph and the
         # aggregates are recomputed from it when next needed.
+        if self.similarity != "embedding" or graph.num_clients == 0:
+            return None
+        if "embedding" not in graph:
+            raise ValueError("pFedGraph with similarity='embedding' needs the clients' "
+                             "functional embeddings as graph.embedding: the output of the "
+                             "FunctionalEmbedding job of its plan")
+        emb = graph.embedding.detach()
+        n = self._require_setup().num_clients
+        if self.embeddings.dim() != 2 or self.embeddings.size(1) != emb.size(1):
+            self.embeddings = emb.new_zeros(n, emb.size(1))
+        self.embeddings[graph.client_id.to(self.embeddings.device)] = emb.to(self.embeddings)
+        self._graph_cache = self._aggregate_cache = None
         return None
+
+    def _load_from_state_dict(self, state_dict: Any, prefix: str, local_metadata: Any,
+                              strict: bool, missing_keys: list[str], unexpected_keys: list[str],
+                              error_msgs: list[str]) -> None:
+        # The embeddings' width is known once clients have sent some: take the saved one.
+        saved = state_dict.get(prefix + "embeddings")
+        if isinstance(saved, Tensor):
+            self.embeddings = saved.new_zeros(saved.shape).to(self.embeddings.device)
+        self._graph_cache = self._aggregate_cache = None
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
+                                      unexpected_keys, error_msgs)
 
     def personalized_params(self, clients: Tensor) -> Tensor | None:
         self._require_setup()

@@ -1,5 +1,7 @@
 r"""Utilities: pure functions over tensors (clustering, client graphs, graph
-recovery scores), and reading pickles of plain data without running code."""
+recovery scores), reading pickles of plain data without running code, and the
+C allocator setting an application may choose (:func:`retain_freed_memory`)."""
+from pyg_fedgraph.utils.allocator import KEEP_MEMORY_ENV, retain_freed_memory
 from pyg_fedgraph.utils.clustering import kmeans
 from pyg_fedgraph.utils.graph import complete_graph
 from pyg_fedgraph.utils.recovery import graph_recovery, partition_scores, read_groups
@@ -12,4 +14,6 @@ __all__ = [
     "partition_scores",
     "graph_recovery",
     "load_array_pickle",
+    "retain_freed_memory",
+    "KEEP_MEMORY_ENV",
 ]

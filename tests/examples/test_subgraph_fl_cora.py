@@ -49,10 +49,11 @@ def test_without_a_folder_one_line_says_how_to_get_the_files(example, tmp_path):
 @pytest.mark.skipif(not (PLANETOID / "ind.cora.x").is_file(),
                     reason="../shared/data/planetoid (Cora raw files) not present")
 @pytest.mark.skipif(not WITH_PYMETIS, reason="pymetis (extra 'metis') is not installed")
-def test_quick_compares_three_strategies_and_draws_both_graphs(example, tmp_path, capsys):
+def test_quick_compares_four_strategies_and_draws_both_graphs(example, tmp_path, capsys):
     figures = example.main(["--quick", "--root", str(PLANETOID), "--out", str(tmp_path)])
     printed = capsys.readouterr().out
-    assert [r["strategy"] for r in figures["rows"]] == ["local", "fedavg", "pfedgraph"]
+    assert [r["strategy"] for r in figures["rows"]] == ["local", "fedavg", "fedpub",
+                                                         "pfedgraph"]
     weight, cut = figures["weight"], figures["cut"]
     assert weight.shape == cut.shape == (10, 10)
     torch.testing.assert_close(weight.sum(dim=1), torch.ones(10))
@@ -65,3 +66,12 @@ def test_quick_compares_three_strategies_and_draws_both_graphs(example, tmp_path
     saved = json.loads((tmp_path / "results.json").read_text())
     assert saved["rows"] == figures["rows"] and saved["cut_edges"] == cut.long().tolist()
     assert f"over the 45 pairs: {figures['spearman']:+.2f}" in printed
+    # Every client's accuracy per strategy, as saved and drawn.
+    per_client = figures["client_accuracy"]
+    assert list(per_client) == ["local", "fedavg", "fedpub", "pfedgraph"]
+    for name, row in zip(per_client, figures["rows"], strict=True):
+        assert per_client[name].shape == (10,)
+        # The table's value is the mean over clients of these (each client weighs one).
+        assert float(per_client[name].mean()) == pytest.approx(row["test"], abs=1e-6)
+    assert saved["client_accuracy"]["fedpub"] == per_client["fedpub"].tolist()
+    assert figures["accuracy_figure"].is_file()
