@@ -1,7 +1,8 @@
 r"""The operators of ``pyg_fedgraph.nn`` read like PyG's: every ``MessagePassing``
-subclass routes an edge list through ``propagate`` to its own
-``message_and_aggregate`` (no (E, D) message tensor), and every operator that
-takes a graph takes it as ``forward(x, edge_index, ...)``."""
+subclass reaches ``propagate`` for an edge list and defines ``message`` or
+``message_and_aggregate``; the server operators, whose node features are whole
+models, go to their own ``message_and_aggregate`` (no (E, D) message tensor),
+and every operator that takes a graph takes it as ``forward(x, edge_index, ...)``."""
 import importlib
 import inspect
 import pkgutil
@@ -12,7 +13,12 @@ from torch_geometric.nn.conv import MessagePassing
 from torch_geometric.utils import to_torch_csr_tensor
 
 import pyg_fedgraph.nn
-from pyg_fedgraph.nn import AGHNConv, ClusterGraphPropagation, GraphAggregation
+from pyg_fedgraph.nn import (
+    AGHNConv,
+    ClusterGraphPropagation,
+    GraphAggregation,
+    MaskedGCNConv,
+)
 from pyg_fedgraph.utils.graph import complete_graph
 
 N, D = 5, 7
@@ -40,7 +46,17 @@ CALLS = {
     "AGHNConv": lambda ei: AGHNConv(N, 2).double()(_x(), ei, delta=_x(2), layer_ptr=PTR),
     "ClusterGraphPropagation": lambda ei: ClusterGraphPropagation(num_steps=2)(
         _x(), ei, _weights(ei, 1)),
+    "MaskedGCNConv": lambda ei: _masked_gcn()(_x(), ei, _weights(ei, 1)),
 }
+# Layers of the clients' models: their node features are a graph's, (E, F)
+# messages are what PyG's GCNConv builds for an edge_index and what torch.vmap
+# batches over clients; a sparse adjacency goes to message_and_aggregate.
+EDGE_WISE = {"MaskedGCNConv"}
+
+
+def _masked_gcn():
+    torch.manual_seed(0)
+    return MaskedGCNConv(D, D).double()
 
 
 def _nn_classes():
@@ -63,8 +79,21 @@ def test_every_message_passing_subclass_is_covered():
 @pytest.mark.parametrize("graph", ["sparse", "complete"])
 def test_edge_lists_reach_propagate_and_the_fused_aggregation(name, graph, monkeypatch):
     cls = _nn_classes()[name.split(" ")[0]]
-    assert cls.message is not MessagePassing.message
+    assert cls.message is not MessagePassing.message \
+        or cls.message_and_aggregate is not MessagePassing.message_and_aggregate
+    seen = _record_hooks(cls, monkeypatch)
+    out = CALLS[name](SPARSE if graph == "sparse" else COMPLETE)
+    assert out.shape == (N, D) and torch.isfinite(out).all()
+    steps = 2 if cls is ClusterGraphPropagation else 1
+    if name in EDGE_WISE:
+        assert seen == ["message", "propagate"]
+        return
     assert cls.message_and_aggregate is not MessagePassing.message_and_aggregate
+    # Fused: message_and_aggregate inside propagate, never the (E, D) message().
+    assert seen == ["message_and_aggregate", "propagate"] * steps
+
+
+def _record_hooks(cls, monkeypatch):
     seen = []
     real_init = cls.__init__
 
@@ -76,11 +105,25 @@ def test_edge_lists_reach_propagate_and_the_fused_aggregation(name, graph, monke
         self.register_message_forward_hook(lambda *a: seen.append("message"))
 
     monkeypatch.setattr(cls, "__init__", init)
-    out = CALLS[name](SPARSE if graph == "sparse" else COMPLETE)
-    assert out.shape == (N, D) and torch.isfinite(out).all()
-    steps = 2 if cls is ClusterGraphPropagation else 1
-    # Fused: message_and_aggregate inside propagate, never the (E, D) message().
-    assert seen == ["message_and_aggregate", "propagate"] * steps
+    return seen
+
+
+@pytest.mark.parametrize("graph", ["sparse", "complete"])
+def test_masked_gcn_conv_takes_a_sparse_adjacency_too(graph, monkeypatch):
+    # PyG's two input forms agree: edge_index with edge_weight (message()) and
+    # the transposed sparse adjacency holding the weights (message_and_aggregate()).
+    ei = SPARSE if graph == "sparse" else COMPLETE
+    ew = _weights(ei, 1)
+    expected = _masked_gcn()(_x(), ei, ew)
+    seen = _record_hooks(MaskedGCNConv, monkeypatch)
+    for adj_t in (to_torch_csr_tensor(ei.flip(0), ew, size=(N, N)),
+                  torch.sparse_coo_tensor(ei.flip(0), ew, (N, N))):
+        torch.testing.assert_close(_masked_gcn()(_x(), adj_t), expected, atol=1e-12, rtol=0)
+    assert seen == ["message_and_aggregate", "propagate"] * 2
+    # Without weights every edge counts once.
+    torch.testing.assert_close(_masked_gcn()(_x(), ei),
+                               _masked_gcn()(_x(), ei, torch.ones(ei.size(1),
+                                                                  dtype=torch.float64)))
 
 
 def test_the_edge_wise_message_form_agrees_with_the_fused_one():
