@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.nn import Parameter
+from torch_geometric.data import Data
 from torch_geometric.nn.conv import GATConv
 from torch_geometric.utils import add_self_loops, remove_self_loops, softmax
 
@@ -22,7 +23,7 @@ FEEDBACK_MODES = ("gradient", "delta")
 
 def _client_params(x: Tensor) -> Tensor:
     if not isinstance(x, Tensor):
-        hint = ": pass its x (graph.x)" if isinstance(getattr(x, "x", None), Tensor) else ""
+        hint = ": pass its x (graph.x)" if isinstance(x, Data) else ""
         raise TypeError(f"expected client parameters as a (num_clients, num_params) tensor, "
                         f"got {type(x).__name__}{hint}")
     if x.dim() != 2:
