@@ -4,37 +4,43 @@ FedAGHN's hypernetwork step, pFedGAT's allocation step, FedCEDAR's propagation a
 Each row is the best of 5 blocks after a warm-up call, one torch thread, in thread CPU seconds
 (``time.thread_time``: what the call computes, not the waits of a shared machine).
 
-Used by ``perf_alternate.sh OTHER OUT N --operators``, which runs it in two source trees in turn
-(``python benchmarks/perf_compare.py OUT`` prints the side-by-side table). It runs unchanged in
-trees before issue 38, whose ``AGHNConv`` took ``(x, delta, layer_ptr, edge_index)``; rows a
-tree cannot run are left out.
+Two ways to compare two source trees (it runs unchanged in trees before issue 38, whose
+``AGHNConv`` took ``(x, delta, layer_ptr, edge_index)``; rows a tree cannot run are left out):
 
-Usage: ``python benchmarks/operator_speed.py`` prints ``name seconds`` lines.
+- ``perf_alternate.sh OTHER OUT N --operators`` runs it in each tree in turn, in separate
+  processes (``python benchmarks/perf_compare.py --steady OUT`` prints the table);
+- ``--against OTHER`` imports the other tree's package too, under another name (a copy in a
+  temporary folder with its imports renamed), and alternates the two trees' calls of every row
+  in one process, ``--rounds`` times: on a shared machine whose load moves one row's time by
+  half between two processes, the paired ratios of neighbouring blocks are the steadier reading.
+
+Usage::
+
+    python benchmarks/operator_speed.py                       # name seconds lines
+    python benchmarks/operator_speed.py --against ../before   # markdown table, before vs now
 """
 from __future__ import annotations
 
+import argparse
+import importlib
 import inspect
+import math
+import re
+import shutil
+import statistics
+import sys
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
-
-from pyg_fedgraph.nn import (
-    AGHNConv,
-    AllocationLogits,
-    ClientGAT,
-    ClusterGraphPropagation,
-    GraphAggregation,
-    KHopPropagation,
-)
-from pyg_fedgraph.nn.client_gat import allocation_backward
-from pyg_fedgraph.utils.graph import complete_graph
 
 BLOCKS = 5
 
 
-def best_time(fn: Callable[[], object], min_block: float = 0.2) -> float:
-    r"""Best of :data:`BLOCKS` blocks of CPU seconds per call, each block long enough to
+def best_time(fn: Callable[[], object], min_block: float = 0.2, blocks: int = BLOCKS) -> float:
+    r"""Best of ``blocks`` blocks of CPU seconds per call, each block long enough to
     time."""
     fn()
     t0 = time.thread_time()
@@ -42,7 +48,7 @@ def best_time(fn: Callable[[], object], min_block: float = 0.2) -> float:
     once = max(time.thread_time() - t0, 1e-6)
     calls = max(1, int(min_block / once))
     best = float("inf")
-    for _ in range(BLOCKS):
+    for _ in range(blocks):
         t0 = time.thread_time()
         for _ in range(calls):
             fn()
@@ -62,7 +68,7 @@ def sparse_graph(n: int, degree: int, gen: torch.Generator) -> torch.Tensor:
     return torch.stack([src + (src >= tgt).long(), tgt])
 
 
-def aghn_call(conv: AGHNConv, x: torch.Tensor, delta: torch.Tensor, ptr: torch.Tensor,
+def aghn_call(conv: torch.nn.Module, x: torch.Tensor, delta: torch.Tensor, ptr: torch.Tensor,
               edge_index: torch.Tensor | None) -> torch.Tensor:
     # Trees before issue 38: forward(x, delta, layer_ptr, edge_index=None).
     if list(inspect.signature(conv.forward).parameters)[1] == "delta":
@@ -70,10 +76,17 @@ def aghn_call(conv: AGHNConv, x: torch.Tensor, delta: torch.Tensor, ptr: torch.T
     return conv(x, edge_index, delta=delta, layer_ptr=ptr)
 
 
-def rows() -> dict[str, Callable[[], object]]:
+def rows(package: str = "pyg_fedgraph") -> dict[str, Callable[[], object]]:
+    r"""Every row's call, with the operators of ``package`` (the same inputs for every
+    package: they come from one seeded generator)."""
+    nn = importlib.import_module(f"{package}.nn")
+    AGHNConv, AllocationLogits, ClientGAT = nn.AGHNConv, nn.AllocationLogits, nn.ClientGAT
+    ClusterGraphPropagation, KHopPropagation = nn.ClusterGraphPropagation, nn.KHopPropagation
+    allocation_backward = nn.allocation_backward
+    complete_graph = importlib.import_module(f"{package}.utils.graph").complete_graph
     gen = torch.Generator().manual_seed(0)
     cases: dict[str, Callable[[], object]] = {}
-    agg = GraphAggregation()
+    agg = nn.GraphAggregation()
     for n, d in ((60, 1_000), (207, 60_000)):
         x = torch.randn(n, d, generator=gen)
         w = torch.rand(n, n, generator=gen)
@@ -133,14 +146,74 @@ def rows() -> dict[str, Callable[[], object]]:
     return cases
 
 
-def main() -> None:
-    torch.set_num_threads(1)
-    for name, fn in rows().items():
-        try:
-            seconds = best_time(fn)
-        except TypeError:  # a call this tree does not take
+def import_renamed(tree: Path, name: str, workdir: Path) -> str:
+    r"""Copies ``tree``'s ``pyg_fedgraph`` to ``workdir/name`` with every
+    ``pyg_fedgraph`` module reference renamed, and puts it on ``sys.path``."""
+    target = workdir / name
+    shutil.copytree(tree / "pyg_fedgraph", target,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    word = re.compile(r"\bpyg_fedgraph\b")
+    for path in target.rglob("*.py"):
+        path.write_text(word.sub(name, path.read_text()))
+    sys.path.insert(0, str(workdir))
+    importlib.import_module(name)
+    return name
+
+
+def interleaved(before: dict[str, Callable[[], object]], now: dict[str, Callable[[], object]],
+                rounds: int) -> list[str]:
+    r"""Markdown table: each row's blocks alternate between the trees (the first
+    tree of a round alternates too); minima, and the median of the paired ratios."""
+    lines = ["| case | before min s | now min s | now / before (min) "
+             "| now / before (median of paired blocks) |", "|---|---:|---:|---:|---:|"]
+    ratios_min, ratios_med = [], []
+    for name in now:
+        if name not in before:
             continue
-        print(name, f"{seconds:.6f}", flush=True)
+        times: dict[str, list[float]] = {"before": [], "now": []}
+        try:
+            for r in range(rounds):
+                order = ("before", "now") if r % 2 == 0 else ("now", "before")
+                for tree in order:
+                    fn = before[name] if tree == "before" else now[name]
+                    times[tree].append(best_time(fn, blocks=1))
+        except TypeError:  # a call the other tree does not take
+            continue
+        b, n = min(times["before"]), min(times["now"])
+        med = statistics.median(t / s for s, t in zip(times["before"], times["now"],
+                                                        strict=True))
+        ratios_min.append(n / b)
+        ratios_med.append(med)
+        lines.append(f"| {name} | {b:.6f} | {n:.6f} | {n / b:.2f} | {med:.2f} |")
+        print(lines[-1], file=sys.stderr, flush=True)
+
+    def geomean(values: list[float]) -> float:
+        return math.exp(sum(map(math.log, values)) / len(values))
+
+    lines += ["", f"Geometric mean of now / before over {len(ratios_min)} rows: "
+              f"**{geomean(ratios_min):.3f}** for the minima, **{geomean(ratios_med):.3f}** "
+              f"for the paired medians ({rounds} rounds of one block per tree)."]
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--against", type=Path, help="another source tree (its root)")
+    parser.add_argument("--rounds", type=int, default=9,
+                        help="alternations per row with --against (default: 9)")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    if args.against is None:
+        for name, fn in rows().items():
+            try:
+                seconds = best_time(fn)
+            except TypeError:  # a call this tree does not take
+                continue
+            print(name, f"{seconds:.6f}", flush=True)
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        other = import_renamed(args.against.resolve(), "pyg_fedgraph_before", Path(tmp))
+        print("\n".join(interleaved(rows(other), rows(), args.rounds)))
 
 
 if __name__ == "__main__":

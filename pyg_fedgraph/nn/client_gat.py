@@ -2,6 +2,7 @@ r"""pFedGAT's server operator: a graph attention network over the clients
 decides how much each client takes from every other client."""
 from __future__ import annotations
 
+import warnings
 from typing import Any, Literal
 
 import torch
@@ -22,10 +23,14 @@ FEEDBACK_MODES = ("gradient", "delta")
 
 
 def _client_params(x: Tensor) -> Tensor:
+    if isinstance(x, Data) and isinstance(x.x, Tensor):
+        # Accepted before the (x, edge_index) signature; its edges were never used.
+        warnings.warn(f"passing a {type(x).__name__} in place of x is deprecated and will "
+                      f"stop working: pass its x (graph.x)", FutureWarning, stacklevel=3)
+        x = x.x
     if not isinstance(x, Tensor):
-        hint = ": pass its x (graph.x)" if isinstance(x, Data) else ""
         raise TypeError(f"expected client parameters as a (num_clients, num_params) tensor, "
-                        f"got {type(x).__name__}{hint}")
+                        f"got {type(x).__name__}")
     if x.dim() != 2:
         raise ValueError(f"client parameters must be (num_clients, num_params), "
                          f"got shape {tuple(x.shape)}")
@@ -326,7 +331,8 @@ class ClientGAT(torch.nn.Module):
         r"""Computes the personalized parameters and the allocation matrix.
 
         Args:
-            x (torch.Tensor): client parameters :math:`(N, D)`.
+            x (torch.Tensor): client parameters :math:`(N, D)` (a graph in
+                their place, accepted before, is deprecated: pass ``graph.x``).
             edge_index (torch.Tensor, optional): candidate collaborators,
                 edges :math:`j \rightarrow i`; the aggregation propagates over
                 them (default: the complete graph, one dense product).
@@ -439,7 +445,8 @@ class AllocationLogits(torch.nn.Module):
         r"""Computes the personalized parameters and the allocation matrix.
 
         Args:
-            x (torch.Tensor): client parameters :math:`(N, D)`.
+            x (torch.Tensor): client parameters :math:`(N, D)` (a graph in
+                their place, accepted before, is deprecated: pass ``graph.x``).
             edge_index (torch.Tensor, optional): candidate collaborators,
                 edges :math:`j \rightarrow i` (a self loop per client is
                 added); the aggregation propagates over them (default: the

@@ -167,11 +167,21 @@ def test_static_attention_ranks_alike_similarity_term_does_not():
 
 
 @pytest.mark.parametrize("module", ["gat", "logits"])
-def test_a_graph_is_refused_with_a_hint(module):
+def test_a_graph_in_place_of_x_still_works_with_a_deprecation_warning(module):
     op = ClientGAT(6, hidden_channels=4, heads=2) if module == "gat" else AllocationLogits(3)
+    x = torch.randn(3, 6)
+    with pytest.warns(FutureWarning, match=r"^passing a FederationGraph in place of x is "
+                      r"deprecated and will stop working: pass its x \(graph\.x\)$"):
+        out, allocation = op(FederationGraph(x=x))
+    expected, expected_allocation = op(x)
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+    torch.testing.assert_close(allocation, expected_allocation, rtol=0, atol=0)
+    with pytest.warns(FutureWarning):
+        torch.testing.assert_close(op.allocation(FederationGraph(x=x)), expected_allocation,
+                                   rtol=0, atol=0)
     with pytest.raises(TypeError, match=r"^expected client parameters as a \(num_clients, "
-                       r"num_params\) tensor, got FederationGraph: pass its x \(graph\.x\)$"):
-        op(FederationGraph(x=torch.randn(3, 6)))
+                       r"num_params\) tensor, got FederationGraph$"):
+        op(FederationGraph(edge_index=torch.tensor([[0], [1]])))
 
 
 @pytest.mark.parametrize("module", ["gat", "logits"])
