@@ -201,10 +201,16 @@ def main() -> None:
     parser.add_argument("--against", type=Path, help="another source tree (its root)")
     parser.add_argument("--rounds", type=int, default=9,
                         help="alternations per row with --against (default: 9)")
+    parser.add_argument("--only", help="comma-separated rows to run (default: all)")
     args = parser.parse_args()
+    only = set(args.only.split(",")) if args.only else None
+
+    def selected(package: str = "pyg_fedgraph") -> dict[str, Callable[[], object]]:
+        return {k: v for k, v in rows(package).items() if only is None or k in only}
+
     torch.set_num_threads(1)
     if args.against is None:
-        for name, fn in rows().items():
+        for name, fn in selected().items():
             try:
                 seconds = best_time(fn)
             except TypeError:  # a call this tree does not take
@@ -213,7 +219,7 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory() as tmp:
         other = import_renamed(args.against.resolve(), "pyg_fedgraph_before", Path(tmp))
-        print("\n".join(interleaved(rows(other), rows(), args.rounds)))
+        print("\n".join(interleaved(selected(other), selected(), args.rounds)))
 
 
 if __name__ == "__main__":
