@@ -146,6 +146,19 @@ def rows(package: str = "pyg_fedgraph") -> dict[str, Callable[[], object]]:
     return cases
 
 
+def keep_freed_memory() -> None:
+    r"""Keeps freed memory in the process, as ``pyg-fedgraph run`` does
+    (:func:`~pyg_fedgraph.utils.allocator.retain_freed_memory`): otherwise a row's
+    (N, D) results of 12-50 MB come from the heap or from fresh pages depending on
+    what the rows before freed (glibc's adaptive mmap threshold), which moved one
+    row between 34 and 98 ms. Trees without the function run as they are."""
+    try:
+        from pyg_fedgraph.utils.allocator import retain_freed_memory
+    except ImportError:
+        return
+    retain_freed_memory()
+
+
 def import_renamed(tree: Path, name: str, workdir: Path) -> str:
     r"""Copies ``tree``'s ``pyg_fedgraph`` to ``workdir/name`` with every
     ``pyg_fedgraph`` module reference renamed, and puts it on ``sys.path``."""
@@ -202,7 +215,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=9,
                         help="alternations per row with --against (default: 9)")
     parser.add_argument("--only", help="comma-separated rows to run (default: all)")
+    parser.add_argument("--fresh-memory", action="store_true",
+                        help="leave glibc's adaptive mmap threshold as it is (default: keep "
+                             "freed memory, as the command line does)")
     args = parser.parse_args()
+    if not args.fresh_memory:
+        keep_freed_memory()
     only = set(args.only.split(",")) if args.only else None
 
     def selected(package: str = "pyg_fedgraph") -> dict[str, Callable[[], object]]:
