@@ -211,7 +211,8 @@ class FedAGHN(ServerOptimizerState, Strategy):
                 sources[ctx.held_out.to(trained.device)] = False
                 edge_index = _edges_from(sources)
         theta = ctx.table.params
-        return self.conv(theta, delta, ctx.layout.ptr.to(theta.device), edge_index,
+        return self.conv(theta, edge_index, delta=delta,
+                         layer_ptr=ctx.layout.ptr.to(theta.device),
                          return_attention_weights=return_attention_weights)
 
 
