@@ -49,59 +49,14 @@ class AGHNConv(MessagePassing):
         \qquad \tilde{\theta}_i^{(l)} = \sum_{j} \alpha_{ij}^{(l)}\, \theta_j^{(l)},
 
     so the self share is :math:`\alpha_{ii}^{(l)} = q/(1+q)` whenever client
-    :math:`i` has at least one in-neighbour. All clients and all layers are
-    computed in one pass: the cosine matrices :math:`(L, N, N)` come from the
-    per-layer normalized deltas (a loop over layers, never over clients), the
-    softmax is :func:`torch_geometric.utils.softmax` over the edges grouped by
-    target, and the aggregation is one :meth:`propagate` of a sparse adjacency
-    with one weight column per layer to :meth:`message_and_aggregate` (a dense
-    product on the complete graph), which never builds an
-    :math:`(|\mathcal{E}|, D)` tensor.
-    The authors' implementation runs the same rule one client at a time and
-    stores each client's hypernetwork on disk between rounds; here the
-    :math:`(N, L)` tables are two :class:`~torch.nn.Parameter` of this module
-    and live in its :meth:`state_dict`.
-
-    **Round 0.** With ``delta=None`` (no update exists yet) every client
-    averages itself and its in-neighbours uniformly,
-    :math:`\alpha_{ij} = 1/(|\mathcal{N}(i)| + 1)`, i.e. :math:`1/N` on the
-    complete graph, and :math:`\tilde{\theta}` does not depend on :math:`p, q`
-    (skip the hypernetwork step that round). The authors' code instead feeds
-    all-ones placeholder deltas, which makes all cosines 1, the others share
-    :math:`1/(1+q)` equally and the self share is :math:`q/(1+q)`; pass
-    ``delta=torch.ones_like(x)`` to reproduce that.
-
-    **Update of p and q** (paper eq. (10), the pFedHN / pFedLA hypernetwork
-    rule). :math:`\tilde{\theta}` is differentiable w.r.t. :attr:`sharpness`
-    and :attr:`self_weight` only (``x`` and ``delta`` are detached). After
-    client :math:`i` trains from :math:`\tilde{\theta}_i` and returns its new
-    update :math:`\Delta\theta_i^{\text{new}}`, the server takes
-
-    .. code-block:: python
-
-        grads = torch.autograd.grad(theta_tilde, [conv.sharpness, conv.self_weight],
-                                    grad_outputs=-delta_new)
-
-    (rows of ``delta_new`` for clients that did not train are zero), sets
-    them as ``.grad`` and steps an SGD optimizer (paper: learning rate
-    0.005, Table 2 and Sec. 4; the authors' code has a momentum argument whose
-    default is 0, i.e. plain SGD). Then it may call
-    :meth:`clamp_self_weight_`, as the authors' code clamps the stored
-    :math:`q` to the threshold. The client's next node feature is
-    :math:`\theta_i \leftarrow \tilde{\theta}_i + \Delta\theta_i^{\text{new}}`.
-    (The authors' code feeds ``grad_outputs`` of the opposite sign; see
-    :class:`~pyg_fedgraph.strategies.FedAGHN`'s ``hn_rule``.)
-
-    **A self weight at the threshold stays there.** The forward pass uses
-    :math:`\max(q, q_{\min})` with no gradient at or below the bound (written
-    out with :func:`torch.where`: the gradient of :func:`torch.clamp` exactly
-    at its bound differs between torch releases, 2.13 passes it, 2.14 does
-    not); so once :math:`q_{il}` reaches :math:`q_{\min}`
-    (stepped below it and projected back by :meth:`clamp_self_weight_`, or
-    not), its gradient is 0 and plain SGD never moves it again: the client
-    gives itself weight :math:`q_{\min}/(1+q_{\min})` (0 for the default
-    threshold) in layer :math:`l` for the rest of the run. Only a momentum
-    buffer built before can still move it.
+    :math:`i` has at least one in-neighbour. All clients and layers are
+    computed in one pass; the :math:`(N, L)` tables are two
+    :class:`~torch.nn.Parameter` of this module, and :math:`\tilde{\theta}` is
+    differentiable w.r.t. them only (paper eq. (10) updates them with the
+    hypernetwork rule; :meth:`clamp_self_weight_` projects :math:`q`). With
+    ``delta=None`` (round 0) every client averages itself and its
+    in-neighbours uniformly. Round 0, the update of :math:`p, q`, and why a
+    self weight at the threshold stays there: :doc:`/methods/fedaghn`.
 
     Args:
         num_clients (int): number of rows :math:`N` of the parameter tables.
@@ -125,6 +80,12 @@ class AGHNConv(MessagePassing):
           ``return_attention_weights=True`` the dense weights
           :math:`(L, N, N)` (row :math:`i` holds client :math:`i`'s
           :math:`\alpha_{i\cdot}^{(l)}`).
+
+    Example:
+        >>> conv = AGHNConv(num_clients=4, num_layers=2)
+        >>> x, delta = torch.randn(4, 10), torch.randn(4, 10)
+        >>> conv(x, delta=delta, layer_ptr=torch.tensor([0, 6, 10])).shape
+        torch.Size([4, 10])
     """
 
     # The arguments of propagate(): forward() passes a sparse adjacency and its

@@ -114,90 +114,26 @@ class ClientGAT(torch.nn.Module):
         A_{ij} &= \frac{1}{K} \sum_{k=1}^K \alpha_{ij}^k, \qquad
         \tilde{\theta}_i = \sum_{j=1}^N A_{ij}\, \theta_j .
 
-    The terms in :math:`\beta_k` and :math:`\gamma_k` are **our addition**
-    (``similarity=True``, the default); without them (``similarity=False``)
-    this is exactly the paper's GAT. :math:`s_{ij}` is the cosine similarity
-    of two clients' deviations from the mean model (:func:`client_similarity`);
-    :math:`\beta_k` (:attr:`similarity_coefficients`) says how strongly head
-    :math:`k` prefers a client's look-alikes among the *other* clients, and
-    :math:`\gamma_k` (:attr:`self_coefficients`) how strongly it prefers the
-    client itself, as FedAGHN's sharpness and self weight. Both are
-    :math:`\tau` (``similarity_scale``) times a learned parameter
-    (:obj:`similarity_weight`, :obj:`self_weight`), start at 0 (a fresh
-    module scores exactly like the paper's GAT), and enter GATConv as edge
-    features (``edge_dim=K``) whose projection and attention vector are
-    fixed so that feature :math:`k` is added to head :math:`k`'s score
-    unchanged. They are functions of the same node features and need
-    nothing else from the clients.
-
-    Why a similarity term: GATConv's attention is "static" (Brody et al.,
-    GATv2). Within one head :math:`e_{ij}^k` is monotone in
-    :math:`\mathbf{a}_{src}^{k\top} \mathbf{W}^k h_j` for every :math:`i`,
-    so all clients rank the others in the same order; a row can only sharpen
-    or flatten a head (the LeakyReLU kink), and the mean over heads has fixed
-    weights :math:`1/K`. Client :math:`i` preferring :math:`j` over
-    :math:`j'` while client :math:`i'` prefers :math:`j'` over :math:`j`
-    cannot be expressed, yet that is what the clients' feedback asks for on a
-    pathological split: its descent direction follows :math:`s_{ij}`, while
-    its column means, the only part static attention can follow, are noise.
-    Without the term the GAT learns no structure there; GATv2Conv, dynamic
-    but left to find the similarity in :math:`D` dimensions, learns it
-    unstably.
-
-    Why the diagonal has its own coefficient: a single term
-    :math:`\beta_k s_{ij}` over all pairs, self included (:math:`s_{ii} = 1`,
-    the largest similarity), ties "prefer look-alikes" to "prefer yourself":
-    any :math:`\beta_k` that separates the groups puts more weight still on
-    the client itself, and a large step collapses every row onto its
-    diagonal, where the softmax saturates and the gradient vanishes. That
-    form failed by what it could express, not by a wrong gradient (its
-    end-to-end gradient agrees with finite differences, as
-    ``tests/nn/test_client_gat.py`` checks for this one).
-
-    The measurements behind both choices (the feedback's structure, the
-    paper's GAT, GATv2Conv, the single-term form on
-    ``examples/client_gat_quickstart.py``) are in
-    ``benchmarks/results/client_gat_diagnosis.md`` and
-    ``benchmarks/results/pfedgat_allocation.md``.
-
-    Learning speed: one SGD step with learning rate :math:`\eta` changes
-    :math:`\beta_k` by :math:`-\tau^2 \eta\, \partial L / \partial \beta_k`
-    (likewise :math:`\gamma_k`), whatever ``hidden_channels`` is; the
-    gradient scales with the loss, so a loss summed over many clients or in
-    large units (e.g. a squared error with noise variance 4) needs a smaller
-    :math:`\eta` or :math:`\tau`.
-
-    :math:`A_{ij}` is the weight client :math:`i` gives to client :math:`j`;
-    in PyG's convention that is the edge :math:`j \rightarrow i` (source
-    :math:`j`, target :math:`i`), and the softmax runs over the edges entering
-    target :math:`i`, so every row of :math:`A` sums to one. The paper uses
-    :math:`K = 8` heads and slope 0.2 (Sec. 4.1).
-
-    Training is end-to-end from client feedback (eq. 9-10): gradients reach
-    :math:`\mathbf{W}`, :math:`\mathbf{a}` and the coefficients only through
-    :math:`A`; see :func:`allocation_backward` for the two feedback modes.
-    ``theta`` is **not** detached: client uploads carry no gradient, so it is
-    plain data in the usual server loop, and a caller that builds ``theta``
-    with autograd (e.g. from a hypernetwork) keeps that path. The GATConv's
-    output bias never influences :math:`A` and so receives no gradient.
-
-    The GAT's weights do not depend on :math:`N`: clients may join or leave
-    between calls (paper Sec. 5.3: 8 clients, then 2 join) without retraining;
-    the fully connected ``edge_index`` is rebuilt when :math:`N` changes.
-
-    .. note::
-        Memory: the projection :math:`\mathbf{W}` of GATConv's ``lin`` has
-        :math:`D \times K \cdot C` entries (:math:`C` = ``hidden_channels``).
-        For a :math:`D = 60{,}000` parameter model with :math:`K = 8`,
-        :math:`C = 64` that is 30.7M weights (123 MB in float32, twice that
-        with gradients, more with optimizer state). Lower ``hidden_channels``
-        (e.g. 8: 3.8M weights) for large models; the attention only needs a
-        low-dimensional projection.
+    :math:`A_{ij}` is the weight client :math:`i` gives to client :math:`j`
+    (PyG's edge :math:`j \rightarrow i`), so every row of :math:`A` sums to
+    one. The terms in :math:`\beta_k` and :math:`\gamma_k` are **our addition**
+    (``similarity=True``, the default; ``False`` is exactly the paper's GAT):
+    :math:`s_{ij}` is the cosine similarity of two clients' deviations from
+    the mean model (:func:`client_similarity`), :math:`\beta_k`
+    (:attr:`similarity_coefficients`) and :math:`\gamma_k`
+    (:attr:`self_coefficients`) are :math:`\tau` times learned parameters
+    (:obj:`similarity_weight`, :obj:`self_weight`) that start at 0. Gradients
+    reach the GAT only through :math:`A` (eq. 9-10,
+    :func:`allocation_backward`); ``theta`` is not detached. The weights do
+    not depend on :math:`N`, so clients may join between calls. Why the two
+    terms, the measurements, learning speed and memory:
+    :doc:`/methods/pfedgat`.
 
     Args:
         in_channels (int): number of model parameters :math:`D`.
         hidden_channels (int, optional): per-head projection size :math:`C`
-            (paper's :math:`F'`). (default: :obj:`64`)
+            (paper's :math:`F'`); the projection has :math:`D \times K C`
+            weights. (default: :obj:`64`)
         heads (int, optional): number of attention heads :math:`K`.
             (default: :obj:`8`)
         negative_slope (float, optional): LeakyReLU slope. (default: :obj:`0.2`)
@@ -206,9 +142,7 @@ class ClientGAT(torch.nn.Module):
             paper's GAT exactly. (default: :obj:`True`)
         similarity_scale (float, optional): :math:`\tau`; one SGD step
             changes :math:`\beta_k` and :math:`\gamma_k` by :math:`\tau^2`
-            times the learning rate times their gradients, so :math:`\tau`
-            sets how fast these terms are learned relative to the
-            node-feature weights. (default: :obj:`80.0`)
+            times the learning rate times their gradients. (default: :obj:`80.0`)
 
     Shapes:
         - **input:** client parameters :math:`(|\mathcal{V}|, D)`, optional
@@ -216,6 +150,12 @@ class ClientGAT(torch.nn.Module):
           complete graph when omitted).
         - **output:** personalized parameters :math:`(|\mathcal{V}|, D)` and
           allocation matrix :math:`(|\mathcal{V}|, |\mathcal{V}|)`.
+
+    Example:
+        >>> gat = ClientGAT(in_channels=10, hidden_channels=4, heads=2)
+        >>> theta_tilde, A = gat(torch.randn(5, 10))
+        >>> A.shape, bool(torch.allclose(A.sum(dim=1), torch.ones(5)))
+        (torch.Size([5, 5]), True)
     """
 
     def __init__(self, in_channels: int, hidden_channels: int = 64, heads: int = 8,
