@@ -18,11 +18,20 @@ D. FedAGHN Table 9: Self / Similar / Other average weights in the group case
 E. pFedGAT Figure 3: allocation uniformity (IID) and block contrast (pathological).
 F. FedCEDAR Figure 3: Rand index over rounds for K = 3, 4, 5
    (``examples/fedcedar_case_study.py``'s setting).
+N. FED-PUB's subgraph FL table on Cora and CiteSeer (``subgraph_t1.py``).
+
+Every section is built from run records (``results/claims_runs/*.json``, see
+``_runs.py``): a run's record where its summary suffices, and for sections
+D-F a study record of each run with what the section measures during it.
+With ``--cached-only`` nothing is trained: the file is rebuilt from the
+records, and a section whose records are missing says so and lists the
+command that makes them. Without it, the missing runs are run and recorded.
 
 Usage::
 
+    OMP_NUM_THREADS=1 python benchmarks/claims.py --cached-only   # seconds: from the records
     OMP_NUM_THREADS=1 python benchmarks/claims.py --quick   # < 5 min on 2 cores
-    OMP_NUM_THREADS=1 python benchmarks/claims.py           # writes results/claims.md
+    OMP_NUM_THREADS=1 python benchmarks/claims.py           # runs what is missing (days)
 """
 from __future__ import annotations
 
@@ -47,10 +56,14 @@ from _runs import (
     cached_run,
     checkpoint_round,
     load_cached,
+    load_study,
+    made_with,
     pooled_clients,
     runs_table,
+    study_run,
 )
 from pfedgat_allocation import allocation_stats, label_histogram
+from subgraph_t1 import section as subgraph_t1_section
 
 from pyg_fedgraph.experiment import ExperimentConfig, build_simulator
 from pyg_fedgraph.experiment.files import load_config
@@ -95,7 +108,9 @@ def fetch(cfg: ExperimentConfig, run_it: bool, section: str, what: str, args: st
     resumes it from its checkpoint (``runner``'s, for a run another one
     produces)."""
     if run_it:
-        return cached_run(cfg, local_models_as=twin)
+        entry = cached_run(cfg, local_models_as=twin)
+        # As read back from its file: a section reads the same with or without the run.
+        return load_cached(cfg) or entry
     entry = load_cached(cfg)
     if entry is None:
         PENDING.setdefault(section, []).append((what, f"{COMMAND} {args}",
@@ -117,6 +132,12 @@ def pending_lines(section: str) -> list[str]:
         state = "not started" if rnd is None else f"checkpoint at round {rnd}"
         lines.append(f"| {what} | {state} | `{cmd}` |")
     return [*lines, ""]
+
+
+def records_sentence(entries: list[dict | None]) -> str:
+    r"""What made a section's records (torch release, device), as a sentence
+    to append; empty while it has none."""
+    return f" Records made with {made_with(entries)}." if any(entries) else ""
 
 
 def available(names: list[str]) -> tuple[list[str], list[str]]:
@@ -424,37 +445,66 @@ T1_SETTINGS = [("extreme: pathological, 5 clients", {"partition": "pathological"
                ("modest: Dirichlet(0.1), 10 clients", {"partition": "dirichlet", "beta": 0.1,
                                                        "clients": 10}),
                ("homogeneous: IID, 10 clients", {"partition": "iid", "clients": 10})]
+#: What moves sections B-F and by how much, measured on 2026-11-26 (issue 39):
+#: b145e67's code and today's, torch 2.13.0+cpu and 2.14.1+cu130 (CPU), and
+#: torch's kernels at their default instruction set on that machine (AVX-512)
+#: and restricted to AVX2 (``ATEN_CPU_CAPABILITY=avx2``).
+CPU_NOTE = (
+    " What moves these numbers (measured on 2026-11-26 with the runs of sections B-F): "
+    "neither the code since b145e67 (its code gives the same test value, to the last bit, in "
+    "the 84 runs of B and C compared) nor the torch release (2.13.0+cpu and 2.14.1+cu130 "
+    "on the CPU: 43 runs of B compared, all identical), but the CPU's vector instructions: "
+    "with torch's kernels restricted to AVX2 (`ATEN_CPU_CAPABILITY=avx2`) instead of "
+    "AVX-512, 25 of the 119 runs of B-F differ in some recorded value, 13 cells of B and C "
+    "move by up "
+    "to 5.1 points (FedProx-FT modest 93.4 here, 97.6 with AVX2; C's heurfedamp sign-flip "
+    "80.9 / 76.1 here, 85.6 / 81.2), D-F do not move, and every number of B-F committed at "
+    "b145e67 comes back: those were made where torch ran its AVX2 kernels.")
 
 
-def pfedgraph_t1_section(rounds: int, quick: bool, strategies: list[str] | None
-                         ) -> list[str]:
+def t1_config(name: str, level: dict[str, Any], rounds: int, quick: bool) -> ExperimentConfig:
+    r"""Section B's run of ``name`` at one level of :data:`T1_SETTINGS`."""
+    return ExperimentConfig(dataset="digits", strategy=name, rounds=rounds, seed=0,
+                            overrides={"epochs": 1} if quick else {}, **level)
+
+
+def pfedgraph_t1_section(rounds: int, quick: bool, strategies: list[str] | None,
+                         run_missing: bool = True, chosen: list[str] | None = None,
+                         flags: str = "") -> list[str]:
+    r"""Section B from the run records of its cells; with ``run_missing``,
+    the missing ones of the strategies ``chosen`` (default: all) run first.
+    ``flags`` (``--quick``, ``--rounds``) go into the commands of the cells
+    still pending."""
     names, missing = available(strategies or list(PFEDGRAPH_T1_AVG))
-    over = {"epochs": 1} if quick else {}
-    scores: dict[str, list[float]] = {}
+    scores: dict[str, list[float | None]] = {}
+    entries = []
     for name in names:
-        for _label, kw in T1_SETTINGS:
-            _, s = run(ExperimentConfig(dataset="digits", strategy=name, rounds=rounds, seed=0,
-                                        overrides=dict(over), **kw))
-            scores.setdefault(name, []).append(s["test"])
-        print(f"[t1] {name} {scores[name]}", flush=True)
-    best = max(names, key=lambda n: statistics.mean(scores[n]))
+        for label, level in T1_SETTINGS:
+            entry = fetch(t1_config(name, level, rounds, quick),
+                          run_missing and (chosen is None or name in chosen), "t1",
+                          f"{name}, {label.split(':')[0]}", f"--only t1 --strategies {name}{flags}")
+            entries.append(entry)
+            scores.setdefault(name, []).append(None if entry is None else entry["summary"]["test"])
+    complete = [n for n in names if None not in scores[n]]
+    best = max(complete, key=lambda n: statistics.mean(scores[n])) if complete else None
     head = " | ".join(label.split(":")[0] for label, _ in T1_SETTINGS)
     rows = [f"| strategy | {head} | ours AVG | paper AVG FMNIST | paper AVG CIFAR-10 |",
             "|---|" + "---:|" * (len(T1_SETTINGS) + 3)]
     for name in names:
-        cells = " | ".join(pct(v) for v in scores[name])
-        avg = statistics.mean(scores[name])
+        cells = " | ".join("pending" if v is None else pct(v) for v in scores[name])
+        avg = pct(statistics.mean(scores[name])) if name in complete else "pending"
         f, c = PFEDGRAPH_T1_AVG.get(name, (None, None))
         rows.append(f"| {name}{' **(best)**' if name == best else ''} | {cells} | "
-                    f"{pct(avg)} | {f if f is not None else '-'} | {c if c is not None else '-'} |")
+                    f"{avg} | {f if f is not None else '-'} | {c if c is not None else '-'} |")
     return ["## B. pFedGraph Table 1 pattern (average over heterogeneity levels)", "",
             "Paper claim: pFedGraph has the best average over the four levels (Fashion-MNIST "
             "95.64, CIFAR-10 83.98). Ours: scikit-learn digits (offline stand-in for the "
             f"image datasets), MLP, {rounds} rounds{', 1 local epoch' if quick else ''}, "
             "seed 0; levels as the paper defines them (Sec. 4.1). Test accuracy (%) at the "
-            f"best-validation round. Best average here: **{best}**."
-            + (f" Not registered: {', '.join(missing)}." if missing else ""),
-            "", *rows, ""]
+            f"best-validation round. Best average here: **{best or 'pending'}**."
+            + (f" Not registered: {', '.join(missing)}." if missing else "")
+            + records_sentence(entries) + CPU_NOTE,
+            "", *rows, "", *pending_lines("t1")]
 
 
 # -------------------------------------------------------------- C. pFedGraph T3
@@ -473,8 +523,18 @@ PFEDGRAPH_T3 = {  # SHUFFLE, SAME, FLIP, GAUSS, AVG on CIFAR-10, r = 0.4
 T3_ATTACKS = ("shuffle", "same-value", "sign-flip", "gaussian")
 
 
-def pfedgraph_t3_section(rounds: int, quick: bool, strategies: list[str] | None
-                         ) -> list[str]:
+def t3_config(name: str, attack: str, rounds: int, quick: bool) -> ExperimentConfig:
+    r"""Section C's run of ``name`` under ``attack``."""
+    return ExperimentConfig(dataset="digits", strategy=name, partition="iid", clients=10,
+                            rounds=rounds, seed=0, attack=attack, attack_ratio=0.4,
+                            overrides={"epochs": 1} if quick else {})
+
+
+def pfedgraph_t3_section(rounds: int, quick: bool, strategies: list[str] | None,
+                         run_missing: bool = True, chosen: list[str] | None = None,
+                         flags: str = "") -> list[str]:
+    r"""Section C from the run records of its cells (see
+    :func:`pfedgraph_t1_section`)."""
     title = ["## C. pFedGraph Table 3: model poisoning at ratio 0.4", ""]
     try:
         from pyg_fedgraph.attacks import ATTACKS
@@ -483,27 +543,28 @@ def pfedgraph_t3_section(rounds: int, quick: bool, strategies: list[str] | None
     if not all(a in ATTACKS for a in T3_ATTACKS):
         return title + [f"pending: attacks not available (have {ATTACKS})", ""]
     names, missing = available(strategies or list(PFEDGRAPH_T3))
-    over = {"epochs": 1} if quick else {}
     rows = ["| strategy | " + " | ".join(f"{a} ours / paper" for a in T3_ATTACKS)
             + " | AVG ours (best-round) / paper |",
             "|---|" + "---:|" * (len(T3_ATTACKS) + 1)]
     avgs = {}
+    entries = []
     for name in names:
-        ours, ours_pcb = [], []
-        for attack in T3_ATTACKS:
-            _, s = run(ExperimentConfig(dataset="digits", strategy=name, partition="iid",
-                                        clients=10, rounds=rounds, seed=0, attack=attack,
-                                        attack_ratio=0.4, overrides=dict(over)))
-            ours.append(s["test"])
-            ours_pcb.append(s["test_per_client_best"])
-        avgs[name] = statistics.mean(ours)
+        found = [fetch(t3_config(name, attack, rounds, quick),
+                       run_missing and (chosen is None or name in chosen), "t3",
+                       f"{name}, attack {attack}", f"--only t3 --strategies {name}{flags}")
+                 for attack in T3_ATTACKS]
+        entries += found
         paper = PFEDGRAPH_T3.get(name)
-        cells = [f"{pct(o)} / {pct(c)} / {paper[k] if paper else '-'}"
-                 for k, (o, c) in enumerate(zip(ours, ours_pcb, strict=True))]
+        cells = [(f"{pct(e['summary']['test'])} / {pct(e['summary']['test_per_client_best'])}"
+                  if e is not None else "pending") + f" / {paper[k] if paper else '-'}"
+                 for k, e in enumerate(found)]
+        avg = "pending"
+        if all(e is not None for e in found):
+            avgs[name] = statistics.mean(e["summary"]["test"] for e in found)
+            avg = pct(avgs[name])
         rows.append(f"| {name} | " + " | ".join(cells)
-                    + f" | {pct(avgs[name])} / {paper[4] if paper else '-'} |")
-        print(f"[t3] {name} {ours}", flush=True)
-    best = max(avgs, key=avgs.get)
+                    + f" | {avg} / {paper[4] if paper else '-'} |")
+    best = max(avgs, key=avgs.get) if avgs else "pending"
     return title + [
         "Paper: CIFAR-10, homogeneous (IID) split (its Local row equals its homogeneous "
         "Local of Table 1), 40% malicious clients sending shuffled / same-value / "
@@ -512,39 +573,81 @@ def pfedgraph_t3_section(rounds: int, quick: bool, strategies: list[str] | None
         f"{', 1 local epoch' if quick else ''}, seed 0, test accuracy (%) of the benign "
         "clients, cells best-round / per-client-best / paper. Best average here: "
         f"**{best}**."
-        + (f" Not registered: {', '.join(missing)}." if missing else ""), "", *rows, ""]
+        + (f" Not registered: {', '.join(missing)}." if missing else "")
+        + records_sentence(entries), "", *rows, "", *pending_lines("t3")]
+
+
+def fetch_study(cfg: ExperimentConfig, study: str, measure: Any, run_it: bool, section: str,
+                what: str, args: str) -> dict | None:
+    r"""The record of study ``study`` of ``cfg`` (:func:`_runs.study_run`),
+    measured first when ``run_it``; when it is neither recorded nor measured,
+    it is listed in :data:`PENDING` as :func:`fetch` does."""
+    if run_it:
+        return study_run(cfg, study, measure)
+    entry = load_study(cfg, study)
+    if entry is None:
+        PENDING.setdefault(section, []).append((what, f"{COMMAND} {args}", None))
+    return entry
 
 
 # -------------------------------------------------------------- D. FedAGHN T9
-def fedaghn_section(rounds: int, clients: int) -> list[str]:
+def fedaghn_config(rounds: int, clients: int, rule: str) -> ExperimentConfig:
+    r"""Section D's run with the hypernetwork step's sign ``rule``."""
+    case_file = setting("fedaghn_group_case_study")
+    return ExperimentConfig(dataset=case_file["dataset"], strategy="fedaghn",
+                            partition=case_file["partition"], clients=clients, rounds=rounds,
+                            seed=0, overrides={**case_file["set"], "hn_rule": rule})
+
+
+def fedaghn_weights(cfg: ExperimentConfig) -> tuple[Any, dict[str, Any]]:
+    r"""Trains section D's run of ``cfg`` and measures, after every round, the
+    mean Self / Similar / Other weight (the example's ``relation_weights``) of
+    the layers' mean weights and of each layer's, and at the end the self
+    weights q."""
+    case = _load_example("fedaghn_group_case_study")
+    sim = build_simulator(cfg)
+    group = sim.dataset.client_labels
+    weights, per_layer = [], []
+    for _ in range(cfg.rounds):
+        sim.step()
+        alpha = sim.strategy.layer_graphs()
+        weights.append(list(case.relation_weights(alpha.mean(0), group)))
+        per_layer.append([list(case.relation_weights(a, group)) for a in alpha])
+    q = sim.strategy.conv.self_weight.detach()
+    return sim, {"relation_weights": weights, "layer_relation_weights": per_layer,
+                 "self_weight": {"mean": float(q.mean()), "at_zero": int((q == 0).sum()),
+                                 "count": q.numel()}}
+
+
+def fedaghn_section(rounds: int, clients: int, run_missing: bool = True,
+                    flags: str = "") -> list[str]:
+    r"""Section D from its two study records (``relation-weights``)."""
     title = ["## D. FedAGHN Table 9: average weights in the group case study", ""]
     if "fedaghn" not in STRATEGIES:
         return title + ["pending: strategy fedaghn not registered", ""]
-    case = _load_example("fedaghn_group_case_study")
     rows = ["| hn_rule | round | Self | Similar | Other | Similar / Other |",
             "|---|---|---:|---:|---:|---:|",
             "| paper (CIFAR-10, 20 clients) | best | 0.0126 | 0.0733 | 0.0480 | 1.53 |"]
     accuracy = []
+    entries = []
     for rule in ("pfedhn", "code"):
-        case_file = setting("fedaghn_group_case_study")
-        cfg = ExperimentConfig(dataset=case_file["dataset"], strategy="fedaghn",
-                               partition=case_file["partition"], clients=clients, rounds=rounds,
-                               seed=0, overrides={**case_file["set"], "hn_rule": rule})
-        sim = build_simulator(cfg)
-        group = sim.dataset.client_labels
-        per_round = []
-        for _ in range(rounds):
-            sim.step()
-            per_round.append(sim.strategy.layer_graphs())
+        cfg = fedaghn_config(rounds, clients, rule)
+        entry = fetch_study(cfg, "relation-weights", lambda cfg=cfg: fedaghn_weights(cfg),
+                            run_missing, "fedaghn", f"fedaghn hn_rule={rule}",
+                            f"--only fedaghn{flags}")
+        entries.append(entry)
+        if entry is None:
+            rows.append(f"| {rule} | - | pending | pending | pending | - |")
+            accuracy.append(f"`{rule}`: pending")
+            continue
         for rnd in sorted({2, (rounds + 2) // 2, rounds}):
-            s, sim_w, oth = case.relation_weights(per_round[rnd - 1].mean(0), group)
+            s, sim_w, oth = entry["relation_weights"][rnd - 1]
             rows.append(f"| {rule} | {rnd} | {s:.4f} | {sim_w:.4f} | {oth:.4f} | "
                         f"{sim_w / oth:.2f} |")
-        summary = sim.summary()
-        q = sim.strategy.conv.self_weight.detach()
+        summary, q = entry["summary"], entry["self_weight"]
         accuracy.append(f"`{rule}`: test {pct(summary['test'])} (best-round) / "
                         f"{pct(summary['test_per_client_best'])} (per-client-best), final "
-                        f"mean q {float(q.mean()):.3f} ({int((q == 0).sum())} of {q.numel()} "
+                        f"mean q {q['mean']:.3f} ({q['at_zero']} of {q['count']} "
                         "at the threshold 0)")
     return title + [
         "Claim: clients give more weight to clients of their own group (Similar) than to "
@@ -553,74 +656,124 @@ def fedaghn_section(rounds: int, clients: int) -> list[str]:
         f"momentum 0), {rounds} rounds, weights averaged over layers (`relation_weights` of "
         "the example), with the pFedHN sign of the hypernetwork step (`hn_rule=pfedhn`, "
         "default) and the released code's opposite sign (`hn_rule=code`). Round 1 has no "
-        "update yet (uniform weights).", "", *rows, "",
-        "Test accuracy (%) and self weights: " + "; ".join(accuracy) + ".", ""]
+        "update yet (uniform weights)." + records_sentence(entries), "", *rows,
+        "", "Test accuracy (%) and self weights: " + "; ".join(accuracy) + ".", "",
+        *pending_lines("fedaghn")]
 
 
 # -------------------------------------------------------------- E. pFedGAT F3
-def pfedgat_section(rounds: int, quick: bool) -> list[str]:
+def pfedgat_config(partition: str, rounds: int, quick: bool) -> ExperimentConfig:
+    r"""Section E's run on ``partition``."""
+    return ExperimentConfig(dataset="digits", strategy="pfedgat", partition=partition,
+                            clients=10, rounds=rounds, seed=0,
+                            overrides={"epochs": 1} if quick else {})
+
+
+def allocation_study(cfg: ExperimentConfig) -> tuple[Any, dict[str, Any]]:
+    r"""Trains section E's run of ``cfg`` and measures its final allocation
+    matrix (:func:`pfedgat_allocation.allocation_stats`, with its least and
+    largest weight and largest deviation from 1/N)."""
+    sim, _ = run(cfg)
+    w = sim.strategy.collaboration_graph().float()
+    stats = allocation_stats(w, label_histogram(sim.dataset))
+    return sim, {"allocation": {**stats, "min": float(w.min()), "max": float(w.max()),
+                                "max_dev": float((w - 1.0 / w.size(0)).abs().max())},
+                 "graph": w.tolist()}
+
+
+def pfedgat_section(rounds: int, quick: bool, run_missing: bool = True,
+                    flags: str = "") -> list[str]:
+    r"""Section E from its two study records (``allocation``)."""
     title = ["## E. pFedGAT Figure 3: allocation matrices (10 clients)", ""]
     if "pfedgat" not in STRATEGIES:
         return title + ["pending: strategy pfedgat not registered", ""]
-    over = {"epochs": 1} if quick else {}
     rows = ["| partition | ours | paper (Fig. 3, CIFAR-10) |", "|---|---|---|"]
+    entries = []
     for partition in ("iid", "pathological"):
-        sim, _ = run(ExperimentConfig(dataset="digits", strategy="pfedgat", partition=partition,
-                                      clients=10, rounds=rounds, seed=0, overrides=dict(over)))
-        w = sim.strategy.collaboration_graph().float()
-        stats = allocation_stats(w, label_histogram(sim.dataset))
+        cfg = pfedgat_config(partition, rounds, quick)
+        entry = fetch_study(cfg, "allocation", lambda cfg=cfg: allocation_study(cfg),
+                            run_missing, "pfedgat", f"pfedgat, {partition}",
+                            f"--only pfedgat{flags}")
+        entries.append(entry)
+        stats = entry["allocation"] if entry is not None else None
         if partition == "iid":
-            dev = float((w - 1.0 / w.size(0)).abs().max())
-            rows.append(f"| IID | weights in [{float(w.min()):.3f}, {float(w.max()):.3f}], "
-                        f"mean / max abs deviation from 1/N = {stats['dev']:.4f} / {dev:.3f} | "
-                        "all weights 'consistently around 0.1' |")
+            ours = ("pending" if stats is None else
+                    f"weights in [{stats['min']:.3f}, {stats['max']:.3f}], mean / max abs "
+                    f"deviation from 1/N = {stats['dev']:.4f} / {stats['max_dev']:.3f}")
+            rows.append(f"| IID | {ours} | all weights 'consistently around 0.1' |")
         else:
-            within, between = stats["within"], stats["between"]
-            contrast = (f"{within / between:.2f}x" if between >= 1e-3
-                        else "over 100x")
-            rows.append(f"| pathological | mean weight to clients sharing a class "
-                        f"{within:.3f}, to the others {between:.4f} (contrast "
-                        f"{contrast}), self {stats['self']:.3f} | "
-                        "larger weights to similar clients, smaller but non-zero to "
-                        "dissimilar ones |")
+            ours = "pending"
+            if stats is not None:
+                within, between = stats["within"], stats["between"]
+                contrast = f"{within / between:.2f}x" if between >= 1e-3 else "over 100x"
+                ours = (f"mean weight to clients sharing a class {within:.3f}, to the others "
+                        f"{between:.4f} (contrast {contrast}), self {stats['self']:.3f}")
+            rows.append(f"| pathological | {ours} | larger weights to similar clients, "
+                        "smaller but non-zero to dissimilar ones |")
     return title + [f"Ours: digits, 10 clients, {rounds} rounds"
                     f"{', 1 local epoch' if quick else ''}, seed 0, the final allocation "
                     "matrix (`collaboration_graph()`), the strategy's defaults: GATConv "
                     "with our similarity and self terms (without them the GAT learns no "
                     "structure here). Five seeds, the paper's GAT and test accuracy against "
                     "Local: "
-                    "`benchmarks/results/pfedgat_allocation.md`.", "", *rows, ""]
+                    "`benchmarks/results/pfedgat_allocation.md`."
+                    + records_sentence(entries), "", *rows, "", *pending_lines("pfedgat")]
 
 
 # ------------------------------------------------------------- F. FedCEDAR F3
-def fedcedar_section(rounds: int, per_group: int, epochs: int) -> list[str]:
+def fedcedar_config(k: int, rounds: int, per_group: int, epochs: int) -> ExperimentConfig:
+    r"""Section F's run with ``k`` groups (the topology dataset)."""
+    return ExperimentConfig(
+        dataset="topology", strategy="fedcedar", rounds=rounds, seed=0,
+        clients=k * per_group,
+        overrides={"data.num_groups": k, "num_clusters": k, "sample_fraction": 0.3,
+                   "model": "mlp", "model.hidden_channels": 64, "lr": 0.05,
+                   "momentum": 0.9, "batch_size": 16, "epochs": epochs})
+
+
+def fedcedar_rand_index(cfg: ExperimentConfig) -> tuple[Any, dict[str, Any]]:
+    r"""Trains section F's run of ``cfg`` and scores its clustering with the
+    Rand index every evaluated round."""
+    _load_example("fedcedar_case_study")  # registers the "topology" dataset, like the example
+    from pyg_fedgraph.datasets.topology import rand_index_callback
+
+    scores: list = []
+    sim, _ = run(cfg, callbacks=[rand_index_callback(scores)])
+    return sim, {"rand_index": [s["rand_index"] for s in scores],
+                 "scored_rounds": [s["round"] for s in scores],
+                 "num_clustered": [s["num_clustered"] for s in scores]}
+
+
+def fedcedar_section(rounds: int, per_group: int, epochs: int, run_missing: bool = True,
+                     flags: str = "") -> list[str]:
+    r"""Section F from its three study records (``rand-index``)."""
     title = ["## F. FedCEDAR Figure 3: Rand index over rounds", ""]
     if "fedcedar" not in STRATEGIES:
         return title + ["pending: strategy fedcedar not registered", ""]
-    _load_example("fedcedar_case_study")  # registers the "topology" dataset, like the example
-    from pyg_fedgraph.datasets.topology import rand_index_callback
     rows = ["| K | Rand index per round | first round at 1.0 | mean over rounds |",
             "|---|---|---:|---:|"]
+    entries = []
     for k in (3, 4, 5):
-        cfg = ExperimentConfig(
-            dataset="topology", strategy="fedcedar", rounds=rounds, seed=0,
-            clients=k * per_group,
-            overrides={"data.num_groups": k, "num_clusters": k, "sample_fraction": 0.3,
-                       "model": "mlp", "model.hidden_channels": 64, "lr": 0.05,
-                       "momentum": 0.9, "batch_size": 16, "epochs": epochs})
-        scores: list = []
-        run(cfg, callbacks=[rand_index_callback(scores)])
-        series = [s["rand_index"] for s in scores]
-        first = next((s["round"] for s in scores if s["rand_index"] == 1.0), None)
+        cfg = fedcedar_config(k, rounds, per_group, epochs)
+        entry = fetch_study(cfg, "rand-index", lambda cfg=cfg: fedcedar_rand_index(cfg),
+                            run_missing, "fedcedar", f"fedcedar, K = {k}",
+                            f"--only fedcedar{flags}")
+        entries.append(entry)
+        if entry is None:
+            rows.append(f"| {k} | pending | - | - |")
+            continue
+        series = entry["rand_index"]
+        first = next((r for r, v in zip(entry["scored_rounds"], series, strict=True)
+                      if v == 1.0), None)
         rows.append(f"| {k} | {' '.join(f'{v:.2f}' for v in series)} | {first or '-'} | "
                     f"{statistics.mean(series):.3f} |")
-        print(f"[cedar] K={k}: {series}", flush=True)
     return title + [
         "Paper (Fig. 3, MNIST, 200 rounds, periodic activation every 5 rounds): the Rand "
         "index reaches 1.0 early and stays there for K = 3; K = 4, 5 fluctuate more at the "
         "start. Ours: `examples/fedcedar_case_study.py`'s setting (topology dataset on "
         f"digits, {per_group} clients per node, 30% uniform sampling instead of periodic "
-        f"activation, {epochs} local epochs), {rounds} rounds, seed 0.", "", *rows, ""]
+        f"activation, {epochs} local epochs), {rounds} rounds, seed 0."
+        + records_sentence(entries), "", *rows, "", *pending_lines("fedcedar")]
 
 
 #: What we conclude from each reproduction section (written after the runs; the
@@ -1253,18 +1406,18 @@ def fmnist_t1_full_section(run_missing: bool, strategies: list[str] | None = Non
 
 
 # -------------------------------------------------------------------- main
-#: Sections computed on every call (digits and FL-60 case studies, minutes).
+#: Sections of digits runs (B-F: a few seconds to minutes per run).
 DIGITS_SECTIONS = ("t1", "t3", "fedaghn", "pfedgat", "fedcedar")
-#: Sections of recorded runs (results/claims_runs), read with --cached-only.
+#: Sections of long runs (FL-60 and Fashion-MNIST, minutes to hours per run).
 CACHED_SECTIONS = ("panacea", "fmnist-t1", "fmnist-pfedgat", "fmnist-t3", "pfedgraph-alpha",
-                   "fedaghn-rule", "fmnist-full", "fmnist-t1-full")
+                   "fedaghn-rule", "fmnist-full", "fmnist-t1-full", "subgraph-t1")
 
 
 #: The heading letter of each section in claims.md.
 LETTERS = {"panacea": "A", "t1": "B", "t3": "C", "fedaghn": "D", "pfedgat": "E",
            "fedcedar": "F", "fmnist-t1": "G", "fmnist-pfedgat": "H", "fmnist-t3": "I",
            "pfedgraph-alpha": "J", "fedaghn-rule": "K", "fmnist-full": "L",
-           "fmnist-t1-full": "M"}
+           "fmnist-t1-full": "M", "subgraph-t1": "N"}
 
 
 def split_sections(text: str) -> tuple[list[str], list[tuple[str, list[str]]]]:
@@ -1298,8 +1451,8 @@ def runs_section(rows: list[str]) -> list[str]:
     total = sum(float(c[2]) for c in own)
     cpu = sum(float(c[3]) for c in own if c[3] != "-")
     return ["## Runs", "",
-            "Every run of the cached sections above (their records in `claims_runs/`), one "
-            "process each on one torch thread, on the machine below (shared with other "
+            "Every run of the sections above (their records in `claims_runs/`), on one "
+            "torch thread, on the machine below (shared with other "
             "jobs: the load average says how busy it was). No GPU was available. Total: "
             f"{total / 3600:.1f} h of wall time, {cpu / 3600:.1f} h of CPU time where "
             "recorded (CPU time was not recorded for the first runs).", "",
@@ -1342,16 +1495,18 @@ def main(argv: list[str] | None = None) -> str:
                         help="comma list of sections (default: all; with --quick, A-F): "
                              "panacea,t1,t3,fedaghn,pfedgat,fedcedar,fmnist-t1,"
                              "fmnist-pfedgat,fmnist-t3,pfedgraph-alpha,fedaghn-rule,"
-                             "fmnist-full,fmnist-t1-full")
+                             "fmnist-full,fmnist-t1-full,subgraph-t1")
     parser.add_argument("--rounds", type=int, default=None, help="rounds of sections A-C, E")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--strategies", default=None,
-                        help="comma list: restrict the Fashion-MNIST sections to them")
+                        help="comma list: restrict the Fashion-MNIST sections to them; in "
+                             "sections A-C, run only their missing runs (the others are read "
+                             "from their records)")
     parser.add_argument("--levels", default=None,
                         help="comma list of heterogeneity levels of sections G-I to run")
     parser.add_argument("--cached-only", action="store_true",
-                        help="cached sections (A, G-L): only read the run records, run "
-                             "nothing, list what is missing with its command")
+                        help="only read the run records (every section), train nothing, "
+                             "list what is missing with its command")
     parser.add_argument("--update", action="store_true",
                         help="with --only: rewrite only those sections of the results file, "
                              "keeping the others as they are (their runs' records may be "
@@ -1366,9 +1521,9 @@ def main(argv: list[str] | None = None) -> str:
     logging.getLogger("pyg_fedgraph").setLevel(logging.ERROR)
     q = args.quick
     rounds = args.rounds or (10 if q else 30)
-    # Without --only: every section. The cached ones (A, G-L) run what is missing, which
-    # takes days on a CPU, unless --cached-only, which only reads the cache (and lists
-    # what is missing with its command); B-F are digits runs of a few minutes.
+    # Without --only: every section. Each runs what its records lack (A, G-M: days on a
+    # CPU; B-F: digits runs of seconds to minutes each), unless --cached-only, which only
+    # reads the records (and lists what is missing with its command).
     every = DIGITS_SECTIONS + (("panacea",) if q else CACHED_SECTIONS)
     sections = set((args.only or ",".join(every)).split(","))
     quick_few = ["local", "fedavg", "fedavg-ft", "cfl", "heurfedamp", "pfedgraph"]
@@ -1379,16 +1534,23 @@ def main(argv: list[str] | None = None) -> str:
              "Sections B-F: reduced scale and offline data: scikit-learn digits stand in for "
              "the papers' image datasets, models are small, runs are short, one seed. Read "
              "those rows for the pattern the paper claims, not for its absolute numbers. "
-             "Section A runs Panacea's own protocol on FL-60; sections G-L reproduce "
+             "Section A runs Panacea's own protocol on FL-60; sections G-M reproduce "
              "pFedGraph Table 1, pFedGAT Table 1 and pFedGraph Table 3 (direction) on the "
              "real Fashion-MNIST, and measure pFedGraph's alpha rules and FedAGHN's sign. "
-             "Each of their runs is a record in `claims_runs/` (committed; checkpointed every "
-             "round while it runs); `python benchmarks/claims.py --cached-only` rebuilds this "
-             "file from the records, and each section lists the runs it still lacks with the "
-             "command that runs them. The records of the runs made before 2026-11-24 (all of "
-             "sections G, I and K, the first cells of H and J) lived in the untracked `runs/` "
-             "and were lost with their machine: those sections stand as commit 656fc40 wrote "
-             "them from their records, and `--update` rebuilds only the sections it names "
+             "Every section is built from run records in `claims_runs/` (committed; the "
+             "FL-60 and Fashion-MNIST runs are checkpointed every round while they run; sections "
+             "D-F keep what they measure during a run, weights, allocation statistics and "
+             "Rand indices, in a record of their own): `python benchmarks/claims.py "
+             "--cached-only` rebuilds this file from the records without training anything, "
+             "and each section lists the runs it still lacks with the command that runs "
+             "them. Each of sections B-F says which torch release, device and CPU instruction "
+             "set made its records: on the CPU their numbers move with the instruction set "
+             "(AVX2 or AVX-512), not with the torch release (section B says by how much). "
+             "The records of the runs "
+             "made before 2026-11-24 (all of sections G, I and K, the first cells of H and "
+             "J) lived in the untracked `runs/` and were lost with their machine: those "
+             "sections stand as commit 656fc40 wrote them from their records, and `--update` "
+             "rebuilds only the sections it names "
              "(see the Machine section for which). Why FL-60's baselines differ from "
              "Panacea's: `fl60_protocol.md`. No GPU was available when they were made: the "
              "full protocol was run for the extreme level of pFedGraph's Table 1 and, in "
@@ -1403,16 +1565,22 @@ def main(argv: list[str] | None = None) -> str:
     levels = args.levels.split(",") if args.levels else None
     if "panacea" in sections:
         lines += panacea_section(rounds, q, run_missing, chosen)
+    # What the commands of the digits sections' missing runs repeat.
+    flags = (" --quick" if q else "") + (f" --rounds {args.rounds}" if args.rounds else "")
     if "t1" in sections:
-        lines += pfedgraph_t1_section(rounds, q, quick_few if q else None)
+        lines += pfedgraph_t1_section(rounds, q, quick_few if q else None, run_missing, chosen,
+                                      flags)
     if "t3" in sections:
-        lines += pfedgraph_t3_section(rounds, q, quick_few if q else None)
+        lines += pfedgraph_t3_section(rounds, q, quick_few if q else None, run_missing, chosen,
+                                      flags)
     if "fedaghn" in sections:
-        lines += fedaghn_section(6 if q else 20, setting("fedaghn_group_case_study")["clients"])
+        lines += fedaghn_section(6 if q else 20, setting("fedaghn_group_case_study")["clients"],
+                                 run_missing, flags)
     if "pfedgat" in sections:
-        lines += pfedgat_section(10 if q else max(rounds, 30), q)
+        lines += pfedgat_section(10 if q else max(rounds, 30), q, run_missing, flags)
     if "fedcedar" in sections:
-        lines += fedcedar_section(6 if q else 40, 10 if q else 20, 1 if q else 5)
+        lines += fedcedar_section(6 if q else 40, 10 if q else 20, 1 if q else 5, run_missing,
+                                  flags)
     if "fmnist-t1" in sections:
         lines += fmnist_t1_section(chosen, levels, run_missing)
     if "fmnist-pfedgat" in sections:
@@ -1427,6 +1595,8 @@ def main(argv: list[str] | None = None) -> str:
         lines += fmnist_full_section(run_missing, chosen)
     if "fmnist-t1-full" in sections:
         lines += fmnist_t1_full_section(run_missing, chosen, levels)
+    if "subgraph-t1" in sections:  # FED-PUB's table (benchmarks/subgraph_t1.py)
+        lines += subgraph_t1_section(run_missing, strategies=chosen)
     if USED:
         lines += runs_section(runs_table()[2:])
     lines += ["## Machine", "", *machine(load_start), "",

@@ -52,3 +52,12 @@ myst_enable_extensions = ["dollarmath"]
 
 html_theme = "furo"
 html_title = f"pyg_fedgraph {release}"
+
+# Packages that import their names on first use (PEP 562: ``train``, ``simulation``) hold
+# them only once touched; touch them all, so that autodoc finds every public name.
+import importlib  # noqa: E402
+
+for _package in ("pyg_fedgraph.train", "pyg_fedgraph.simulation"):
+    _module = importlib.import_module(_package)
+    for _name in getattr(_module, "__all__", ()):
+        getattr(_module, _name)

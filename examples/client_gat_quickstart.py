@@ -44,13 +44,30 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-import torch
-from torch import Tensor, nn
-from torch.func import functional_call, vmap
 
-from pyg_fedgraph.data import FederationGraph, ParamLayout
-from pyg_fedgraph.nn import ClientGAT
-from pyg_fedgraph.nn.client_gat import allocation_backward
+def build_parser() -> argparse.ArgumentParser:
+    r"""The example's options (argparse only: ``--help`` needs no torch)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="10 rounds instead of 30")
+    parser.add_argument("--rounds", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--gat-lr", type=float, default=0.001,
+                        help="server SGD learning rate (the paper's: 0.01, see above)")
+    parser.add_argument("--paper-gat", action="store_true",
+                        help="the paper's GAT (ClientGAT(similarity=False))")
+    return parser
+
+
+if __name__ == "__main__":  # --help and bad options answer before torch is imported
+    build_parser().parse_args()
+
+import torch  # noqa: E402
+from torch import Tensor, nn  # noqa: E402
+from torch.func import functional_call, vmap  # noqa: E402
+
+from pyg_fedgraph.data import ParamLayout  # noqa: E402
+from pyg_fedgraph.nn import ClientGAT  # noqa: E402
+from pyg_fedgraph.nn.client_gat import allocation_backward  # noqa: E402
 
 NUM_CLIENTS, IN_FEATURES, LOCAL_STEPS, LOCAL_LR = 8, 10, 10, 0.1
 Split = tuple[Tensor, Tensor]
@@ -120,15 +137,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         inside its group (chance: 3/7); ``"self_weight"``: per client,
         :math:`A_{ii}`; ``"allocation"``: the last :math:`A`.
     """
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="10 rounds instead of 30")
-    parser.add_argument("--rounds", type=int, default=None)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--gat-lr", type=float, default=0.001,
-                        help="server SGD learning rate (the paper's: 0.01, see above)")
-    parser.add_argument("--paper-gat", action="store_true",
-                        help="the paper's GAT (ClientGAT(similarity=False))")
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     rounds = args.rounds or (10 if args.quick else 30)
 
     group, data = make_federation(args.seed)
@@ -156,7 +165,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     models = {"pFedGAT": start, "Local": start, "FedAvg": start, "in-group average": start}
     for rnd in range(rounds):
         theta = train(models["pFedGAT"])
-        theta_tilde, allocation = gat(FederationGraph(x=theta))
+        theta_tilde, allocation = gat(theta)  # the complete client graph
         gat_optimizer.zero_grad()
         feedback = client_feedback(model, layout, theta_tilde, data["held-out"])
         allocation_backward(theta_tilde, feedback, mode="gradient")

@@ -23,29 +23,16 @@ Runs in about a minute on a CPU:
 import argparse
 from pathlib import Path
 
-import torch
-
-from pyg_fedgraph.experiment import ExperimentConfig, build_simulator
-from pyg_fedgraph.experiment.files import load_config
+from pyg_fedgraph.experiment.files import load_config  # torch-free: --help reads the file
 
 SETTING = load_config(Path(__file__).resolve().parents[1] / "configs"
                       / "fedaghn_group_case_study.yaml")
 
 
-def relation_weights(alpha: torch.Tensor, group: torch.Tensor) -> tuple[float, float, float]:
-    r"""Mean Self / Similar / Other weight of an (N, N) weight matrix."""
-    n = group.numel()
-    eye = torch.eye(n, dtype=torch.bool)
-    same = (group.unsqueeze(0) == group.unsqueeze(1)) & ~eye
-    other = group.unsqueeze(0) != group.unsqueeze(1)
-    self_w = alpha.diagonal().mean()
-    similar = ((alpha * same).sum(1) / same.sum(1).clamp_min(1)).mean()
-    different = ((alpha * other).sum(1) / other.sum(1)).mean()
-    return float(self_w), float(similar), float(different)
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def build_parser() -> argparse.ArgumentParser:
+    r"""The example's options, defaults from :data:`SETTING` (argparse only:
+    ``--help`` needs no torch)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--clients", type=int, default=SETTING["clients"])
     parser.add_argument("--rounds", type=int, default=SETTING["rounds"])
     parser.add_argument("--sharpness", type=float,
@@ -60,7 +47,31 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=SETTING["seed"])
     parser.add_argument("--quick", action="store_true",
                         help="a smoke run: 10 clients, 3 rounds (a few seconds)")
-    args = parser.parse_args()
+    return parser
+
+
+if __name__ == "__main__":  # --help and bad options answer before torch is imported
+    build_parser().parse_args()
+
+import torch  # noqa: E402
+
+from pyg_fedgraph.experiment import ExperimentConfig, build_simulator  # noqa: E402
+
+
+def relation_weights(alpha: torch.Tensor, group: torch.Tensor) -> tuple[float, float, float]:
+    r"""Mean Self / Similar / Other weight of an (N, N) weight matrix."""
+    n = group.numel()
+    eye = torch.eye(n, dtype=torch.bool)
+    same = (group.unsqueeze(0) == group.unsqueeze(1)) & ~eye
+    other = group.unsqueeze(0) != group.unsqueeze(1)
+    self_w = alpha.diagonal().mean()
+    similar = ((alpha * same).sum(1) / same.sum(1).clamp_min(1)).mean()
+    different = ((alpha * other).sum(1) / other.sum(1)).mean()
+    return float(self_w), float(similar), float(different)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     if args.quick:
         args.clients, args.rounds = 10, 3
 

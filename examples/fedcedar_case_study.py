@@ -20,21 +20,30 @@ On a busy machine with few cores, OMP_NUM_THREADS=1 avoids thread contention.
 """
 import argparse
 
-import torch
 
-from pyg_fedgraph.datasets.topology import rand_index_callback
-from pyg_fedgraph.experiment import ExperimentConfig, build_simulator
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def build_parser() -> argparse.ArgumentParser:
+    r"""The example's options (argparse only: ``--help`` needs no torch)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--groups", type=int, default=3, help="topology nodes (3, 4 or 5)")
     parser.add_argument("--clients-per-group", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true",
                         help="a smoke run: 5 clients per group, 3 rounds (a few seconds)")
-    args = parser.parse_args()
+    return parser
+
+
+if __name__ == "__main__":  # --help and bad options answer before torch is imported
+    build_parser().parse_args()
+
+import torch  # noqa: E402
+
+from pyg_fedgraph.datasets.topology import rand_index_callback  # noqa: E402
+from pyg_fedgraph.experiment import ExperimentConfig, build_simulator  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     if args.quick:
         args.clients_per_group, args.rounds = 5, 3
 

@@ -51,18 +51,53 @@ import math
 import time
 from pathlib import Path
 
-import torch
-
-from pyg_fedgraph.datasets import load_dataset
-from pyg_fedgraph.datasets.traffic import METRLA, TrafficDataset, read_speed_h5
-from pyg_fedgraph.experiment import ExperimentConfig, build_simulator
-from pyg_fedgraph.experiment.files import load_config
-from pyg_fedgraph.simulation.report import format_table
-from pyg_fedgraph.strategies import STRATEGIES
-from pyg_fedgraph.train.traffic_metrics import add_rmse
-from pyg_fedgraph.utils.errors import one_line
-
 REPO = Path(__file__).resolve().parents[1]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    r"""The example's options (argparse only: ``--help`` needs no torch)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--h5", help="the real metr-la.h5 (default: synthetic speeds)")
+    parser.add_argument("--npz", metavar="DIR",
+                        help="a folder of DCRNN's train/val/test.npz windows (or holding "
+                             "their METR-LA folder), instead of --h5")
+    parser.add_argument("--no-verify", action="store_true",
+                        help="read an --h5 file that is not the published metr-la.h5")
+    parser.add_argument("--graph", default=None,
+                        help="DCRNN's adj_mx.pkl or its folder (default: the road graph "
+                             "bundled with pyg_fedgraph)")
+    parser.add_argument("--quick", action="store_true", help="short run (< 3 min, 2 cores)")
+    parser.add_argument("--model", choices=("gru", "gru-seq2seq"), default="gru",
+                        help="client model: a GRU with a 12-step linear head (default), or "
+                             "the GRU encoder-decoder of CNFGNN that Panacea uses (62,501 "
+                             "parameters at hidden 100)")
+    parser.add_argument("--all", action="store_true", help="every registered strategy")
+    parser.add_argument("--strategies", help="comma list of strategies to run instead")
+    parser.add_argument("--rounds", type=int, help="override the number of rounds")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int,
+                        help="torch CPU threads (default: 1 with --quick, whose many small "
+                             "operations run faster on one thread, else torch's default)")
+    parser.add_argument("--out", default=str(REPO / "runs" / "metr_la_traffic"),
+                        help="where pictures go (default: runs/metr_la_traffic in the "
+                             "repository, which git ignores)")
+    return parser
+
+
+if __name__ == "__main__":  # --help and bad options answer before torch is imported
+    build_parser().parse_args()
+
+import torch  # noqa: E402
+
+from pyg_fedgraph.datasets import load_dataset  # noqa: E402
+from pyg_fedgraph.datasets.traffic import METRLA, TrafficDataset, read_speed_h5  # noqa: E402
+from pyg_fedgraph.experiment import ExperimentConfig, build_simulator  # noqa: E402
+from pyg_fedgraph.experiment.files import load_config  # noqa: E402
+from pyg_fedgraph.simulation.report import format_table  # noqa: E402
+from pyg_fedgraph.strategies import STRATEGIES  # noqa: E402
+from pyg_fedgraph.train.traffic_metrics import add_rmse  # noqa: E402
+from pyg_fedgraph.utils.errors import one_line  # noqa: E402
+
 MAIN = ("local", "fedavg", "fedavg-ft", "pfedgraph", "panacea")
 HORIZONS = (3, 6, 12)
 
@@ -147,37 +182,8 @@ def road_share(weight: torch.Tensor, edge_index: torch.Tensor, top_k: int = 2
     return float(hits), float(road.sum()) / (n * (n - 1))
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--h5", help="the real metr-la.h5 (default: synthetic speeds)")
-    parser.add_argument("--npz", metavar="DIR",
-                        help="a folder of DCRNN's train/val/test.npz windows (or holding "
-                             "their METR-LA folder), instead of --h5")
-    parser.add_argument("--no-verify", action="store_true",
-                        help="read an --h5 file that is not the published metr-la.h5")
-    parser.add_argument("--graph", default=None,
-                        help="DCRNN's adj_mx.pkl or its folder (default: the road graph "
-                             "bundled with pyg_fedgraph)")
-    parser.add_argument("--quick", action="store_true", help="short run (< 3 min, 2 cores)")
-    parser.add_argument("--model", choices=("gru", "gru-seq2seq"), default="gru",
-                        help="client model: a GRU with a 12-step linear head (default), or "
-                             "the GRU encoder-decoder of CNFGNN that Panacea uses (62,501 "
-                             "parameters at hidden 100)")
-    parser.add_argument("--all", action="store_true", help="every registered strategy")
-    parser.add_argument("--strategies", help="comma list of strategies to run instead")
-    parser.add_argument("--rounds", type=int, help="override the number of rounds")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int,
-                        help="torch CPU threads (default: 1 with --quick, whose many small "
-                             "operations run faster on one thread, else torch's default)")
-    parser.add_argument("--out", default=str(REPO / "runs" / "metr_la_traffic"),
-                        help="where pictures go (default: runs/metr_la_traffic in the "
-                             "repository, which git ignores)")
-    return parser
-
-
-def main() -> None:
-    args = build_parser().parse_args()
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     threads = args.threads or (1 if args.quick else None)
     if threads:
         torch.set_num_threads(threads)

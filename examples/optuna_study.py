@@ -29,16 +29,10 @@ The same study from the command line:
 import argparse
 from pathlib import Path
 
-import optuna
-from optuna.distributions import FloatDistribution
 
-from pyg_fedgraph.cli import run_command
-from pyg_fedgraph.experiment import ExperimentConfig
-from pyg_fedgraph.tune import study_summary, tune, write_study
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def build_parser() -> argparse.ArgumentParser:
+    r"""The example's options (argparse only: ``--help`` needs neither torch nor optuna)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trials", type=int, default=12, help="trials this run adds")
     parser.add_argument("--rounds", type=int, default=5, help="rounds per trial")
     parser.add_argument("--strategy", default="pfedgraph")
@@ -46,7 +40,22 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true",
                         help="a smoke run: 2 trials of 2 rounds (its own study in <out>)")
-    args = parser.parse_args()
+    return parser
+
+
+if __name__ == "__main__":  # --help and bad options answer before torch and optuna are imported
+    build_parser().parse_args()
+
+import optuna  # noqa: E402
+from optuna.distributions import FloatDistribution  # noqa: E402
+
+from pyg_fedgraph.cli import run_command  # noqa: E402
+from pyg_fedgraph.experiment import ExperimentConfig  # noqa: E402
+from pyg_fedgraph.tune import study_summary, tune, write_study  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     if args.quick:
         args.trials, args.rounds = 2, 2
         if args.out == Path("runs/optuna_study"):  # keep the real study apart

@@ -28,10 +28,25 @@ import argparse
 import time
 from pathlib import Path
 
-import torch
 
-from pyg_fedgraph.experiment import ExperimentConfig, build_simulator
-from pyg_fedgraph.viz import plot_collaboration_matrix
+def build_parser() -> argparse.ArgumentParser:
+    r"""The example's options (argparse only: ``--help`` needs no torch)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default="runs/pfedgraph_graphs",
+                        help="directory for the heatmaps (default: runs/pfedgraph_graphs)")
+    parser.add_argument("--rounds", type=int, default=10, help="communication rounds per run")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--quick", action="store_true", help="a smoke run: 2 rounds per run")
+    return parser
+
+
+if __name__ == "__main__":  # --help and bad options answer before torch is imported
+    build_parser().parse_args()
+
+import torch  # noqa: E402
+
+from pyg_fedgraph.experiment import ExperimentConfig, build_simulator  # noqa: E402
+from pyg_fedgraph.viz import plot_collaboration_matrix  # noqa: E402
 
 
 def train_graph(partition: str, rounds: int, seed: int, **data) -> tuple[torch.Tensor,
@@ -62,14 +77,8 @@ def pair_check(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return off.argmax(dim=1) == pair, weight[torch.arange(n), pair]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default="runs/pfedgraph_graphs",
-                        help="directory for the heatmaps (default: runs/pfedgraph_graphs)")
-    parser.add_argument("--rounds", type=int, default=10, help="communication rounds per run")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--quick", action="store_true", help="a smoke run: 2 rounds per run")
-    args = parser.parse_args()
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     if args.quick:
         args.rounds = 2
     out = Path(args.out)

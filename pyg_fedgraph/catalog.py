@@ -15,9 +15,9 @@ __all__ = ["STRATEGY_NAMES", "DATASET_NAMES", "MODEL_NAMES"]
 #: Every registered strategy, sorted.
 STRATEGY_NAMES: tuple[str, ...] = (
     "cfl", "ditto", "fedaghn", "fedala", "fedamp", "fedavg", "fedavg-ft", "fedcedar",
-    "fedprox", "fedprox-ft", "fedrep", "fedrod", "gcfl", "gcfl-plus", "heurfedamp", "ifca",
-    "knn-per", "local", "panacea", "per-fedavg", "pfedgat", "pfedgraph", "pfedhn", "pfedla",
-    "pfedme", "sfl",
+    "fedprox", "fedprox-ft", "fedpub", "fedrep", "fedrod", "gcfl", "gcfl-plus", "heurfedamp",
+    "ifca", "knn-per", "local", "panacea", "per-fedavg", "pfedgat", "pfedgraph", "pfedhn",
+    "pfedla", "pfedme", "sfl",
 )
 #: Every registered dataset (normalized names), sorted.
 DATASET_NAMES: tuple[str, ...] = (
@@ -26,4 +26,4 @@ DATASET_NAMES: tuple[str, ...] = (
 )
 #: Every registered client model.
 MODEL_NAMES: tuple[str, ...] = ("mlp", "cnn", "cnn-bn", "gru", "gru-seq2seq", "gcn", "sage",
-                               "gat", "gin", "gcn-pool")
+                               "gat", "gin", "gcn-pool", "masked-gcn")

@@ -24,7 +24,8 @@ from torch import Tensor
 from pyg_fedgraph.engine.history import History
 
 __all__ = ["ClientOrder", "client_order", "block_weights", "plot_learning_curves",
-           "plot_collaboration_matrix", "plot_collaboration_network", "plot_layer_graphs"]
+           "plot_collaboration_matrix", "plot_collaboration_network", "plot_layer_graphs",
+           "plot_client_accuracy"]
 
 #: Axis labels shared by every heatmap of a collaboration matrix.
 ROW_LABEL = "client i (aggregates; row i = weights client i gives)"
@@ -308,6 +309,94 @@ def plot_learning_curves(histories: Mapping[str, History | Sequence[History]],
     if title:
         fig.suptitle(title)
     fig.tight_layout(rect=(0, 0.045 * rows + 0.01, 1, 1))
+    return fig
+
+
+def plot_client_accuracy(values: Mapping[str, Tensor | Sequence[float]],
+                         groups: Tensor | None = None, baseline: str | None = None,
+                         metric: str = "test accuracy", title: str | None = None):
+    r"""Every client's metric under several strategies, side by side: one
+    group of bars per client, one bar per strategy; with a ``baseline``
+    strategy (``"local"``: no collaboration), a second panel of each
+    strategy's gain over it per client,
+
+    .. math::
+        g_i^{(s)} = a_i^{(s)} - a_i^{(\mathrm{baseline})},
+
+    so who gains and who loses from collaboration reads at a glance (bars
+    below zero). Clients are ordered by ``groups`` (then by id) when given,
+    with the groups named under the axis; a client whose value is NaN (not
+    evaluated) gets no bar.
+
+    Args:
+        values (dict): strategy -> the metric of every client :math:`(N,)`
+            (e.g. ``history.records[history.best_index].test["accuracy"]``,
+            or a run record's ``test_clients``), in the order of the bars.
+        groups (torch.Tensor, optional): each client's group :math:`(N,)`.
+        baseline (str, optional): a key of ``values`` to draw gains over
+            (default: :obj:`None`, no gain panel).
+        metric (str, optional): the y-axis label (default: ``"test accuracy"``).
+        title (str, optional): figure title.
+    """
+    if not values:
+        raise ValueError("plot_client_accuracy needs the values of at least one strategy")
+    table = {k: torch.as_tensor(v, dtype=torch.double).reshape(-1) for k, v in values.items()}
+    sizes = {k: v.numel() for k, v in table.items()}
+    n = next(iter(sizes.values()))
+    if len(set(sizes.values())) != 1:
+        raise ValueError(f"every strategy needs one value per client; got sizes {sizes}")
+    if baseline is not None and baseline not in table:
+        raise ValueError(f"baseline {baseline!r} is not one of the strategies "
+                         f"{', '.join(table)}")
+    if groups is not None and groups.numel() != n:
+        raise ValueError(f"groups has {groups.numel()} entries for {n} clients")
+    # By group, then by client id (a stable sort of the groups).
+    order = (torch.arange(n) if groups is None
+             else torch.sort(groups.cpu().long(), stable=True).indices)
+    plt = _plt()
+    panels = 1 if baseline is None else 2
+    fig, axes = plt.subplots(panels, 1, figsize=(min(24.0, max(6.0, 0.3 * n * len(table))),
+                                                 3.2 * panels + 0.6),
+                             sharex=True, squeeze=False)
+    x = torch.arange(n, dtype=torch.double)
+    shown = [(axes[0][0], table, metric)]
+    if baseline is not None:
+        base = table[baseline]
+        shown.append((axes[1][0], {k: v - base for k, v in table.items() if k != baseline},
+                      f"gain over {baseline}"))
+    colors = {name: f"C{k}" for k, name in enumerate(table)}
+    for ax, rows, label in shown:
+        width = 0.8 / len(rows)
+        for k, (name, v) in enumerate(rows.items()):
+            ax.bar((x + (k - (len(rows) - 1) / 2) * width).tolist(), v[order].tolist(),
+                   width=width, label=name, color=colors[name])
+        ax.set_ylabel(label)
+        ax.grid(axis="y", alpha=0.3)
+        if baseline is not None and rows is not table:
+            ax.axhline(0.0, color="black", linewidth=0.8)
+    bottom = axes[-1][0]
+    ticks = _thinned(n, 60)
+    bottom.set_xticks([float(i) for i in ticks])
+    bottom.set_xticklabels([str(int(order[i])) for i in ticks],
+                           rotation=90 if n > 20 else 0, fontsize=7)
+    bottom.set_xlabel("client" + ("" if groups is None else " (ordered by group)"))
+    if groups is not None:
+        sorted_groups = groups.cpu()[order]
+        starts = [0] + ((sorted_groups[1:] != sorted_groups[:-1]).nonzero().view(-1) + 1).tolist()
+        for ax_row in axes:
+            for i in starts[1:]:
+                ax_row[0].axvline(i - 0.5, color="grey", linewidth=0.6, linestyle=":")
+        for j, i in enumerate(starts):
+            end = starts[j + 1] if j + 1 < len(starts) else n
+            axes[0][0].annotate(f"group {int(sorted_groups[i])}", ((i + end - 1) / 2, 1.0),
+                                xycoords=("data", "axes fraction"), ha="center", va="bottom",
+                                fontsize=7)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 5), fontsize=8,
+               frameon=False)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     return fig
 
 

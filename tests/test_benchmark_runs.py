@@ -215,3 +215,191 @@ def test_dispatch_counts_calls_and_kernels_by_hand(monkeypatch):
     assert counts["calls"] == len(names) and {"aten::t", "aten::view", "aten::mm"} <= set(names)
     assert counts["compute"] == 2 and counts["launches"] == 0
     assert dispatch.fmt(2378.0) == "2,378" and dispatch.fmt(6.0e-8) == "6.0e-08"
+
+
+# ---------------------------------------------- sections B-F: built from records only
+DIGITS_ONLY = "t1,t3,fedaghn,pfedgat,fedcedar"
+
+
+def no_training(monkeypatch) -> None:
+    r"""Makes any simulator construction or round raise: what runs under it
+    trains nothing."""
+    from pyg_fedgraph.experiment import build
+    from pyg_fedgraph.simulation.simulator import Simulator
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a rebuild from records trained a model")
+
+    monkeypatch.setattr(Simulator, "__init__", refuse)
+    monkeypatch.setattr(Simulator, "step", refuse)
+    monkeypatch.setattr(build, "build_simulator", refuse)
+
+
+def run_main(claims, argv: list[str]) -> None:
+    r"""``claims.main(argv)``, leaving torch's thread count and the package's
+    log level as they were (main sets both)."""
+    import logging
+
+    threads, level = torch.get_num_threads(), logging.getLogger("pyg_fedgraph").level
+    try:
+        claims.main(argv)
+    finally:
+        torch.set_num_threads(threads)
+        logging.getLogger("pyg_fedgraph").setLevel(level)
+
+
+def block(text: str, letter: str) -> str:
+    r"""The characters of section ``letter`` of a results file, from its
+    heading up to the next heading."""
+    start = text.index(f"\n## {letter}. ")
+    return text[start:text.index("\n## ", start + 1)]
+
+
+@pytest.fixture
+def committed(monkeypatch):
+    r"""``claims`` on the repository's own records (``claims_runs/``)."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    for name in ("claims", "_runs"):
+        sys.modules.pop(name, None)
+    runs = importlib.import_module("_runs")
+    monkeypatch.setattr(runs, "USED", {})
+    module = importlib.import_module("claims")
+    monkeypatch.setattr(module, "PENDING", {})
+    yield module
+    for name in ("claims", "_runs"):
+        sys.modules.pop(name, None)
+
+
+def test_committed_sections_b_to_f_rebuild_identical_from_their_records(committed,
+                                                                        monkeypatch, tmp_path):
+    results = BENCH / "results" / "claims.md"
+    no_training(monkeypatch)
+    out = tmp_path / "claims.md"
+    run_main(committed, ["--cached-only", "--only", DIGITS_ONLY, "--out", str(out)])
+    rebuilt, kept = out.read_text(), results.read_text()
+    for letter in "BCDEF":
+        assert block(rebuilt, letter) == block(kept, letter), f"section {letter}"
+        assert "pending" not in block(rebuilt, letter)
+    assert "Records made with torch " in block(rebuilt, "B")
+
+
+def test_cached_only_without_records_trains_nothing_and_lists_commands(claims, runs,
+                                                                       monkeypatch, tmp_path):
+    no_training(monkeypatch)
+    out = tmp_path / "claims.md"
+    run_main(claims, ["--cached-only", "--only", DIGITS_ONLY, "--out", str(out)])
+    text = out.read_text()
+    assert not runs.RECORDS.exists() and not runs.CACHE.exists()  # nothing run, nothing kept
+    cmd = "`python benchmarks/claims.py --no-write --only {}`"
+    # 15 strategies x 4 levels; 13 strategies x 4 attacks; 2 signs; 2 splits; 3 values of K.
+    for letter, count, row in [
+            ("B", 60, "| fedavg, extreme | not started | "
+                      f"{cmd.format('t1 --strategies fedavg')} |"),
+            ("C", 52, "| pfedgraph, attack gaussian | not started | "
+                      f"{cmd.format('t3 --strategies pfedgraph')} |"),
+            ("D", 2, f"| fedaghn hn_rule=code | not started | {cmd.format('fedaghn')} |"),
+            ("E", 2, f"| pfedgat, pathological | not started | {cmd.format('pfedgat')} |"),
+            ("F", 3, f"| fedcedar, K = 4 | not started | {cmd.format('fedcedar')} |")]:
+        section = block(text, letter)
+        assert f"Not yet run ({count} runs;" in section and row in section, letter
+        assert "Records made with" not in section
+    assert "| local | pending | pending | pending | pending | pending | 95.02 | 80.39 |" in text
+    assert "Best average here: **pending**." in block(text, "B")
+    # The commands of --quick (and of another --rounds) repeat them.
+    claims.PENDING.clear()
+    run_main(claims, ["--cached-only", "--quick", "--rounds", "3", "--only", "t1",
+                      "--out", str(out)])
+    assert (f"| cfl, modest | not started | "
+            f"{cmd.format('t1 --strategies cfl --quick --rounds 3')} |") in out.read_text()
+
+
+def write_study(runs, cfg: ExperimentConfig, study: str, entry: dict) -> None:
+    r"""A study record of ``cfg`` in the benchmarks' record folder, as
+    ``_runs.study_run`` writes them."""
+    from pyg_fedgraph.experiment.runner import plain_settings
+
+    runs.RECORDS.mkdir(parents=True, exist_ok=True)
+    entry = {"config": plain_settings(cfg.to_dict()), "study": study, "seconds": 1.0,
+             "load": [0.0, 0.0], "date": "today", **entry}
+    (runs.RECORDS / f"{runs.study_key(cfg, study)}.json").write_text(json.dumps(entry))
+
+
+def test_fedaghn_section_from_study_records_by_hand(claims, runs, monkeypatch):
+    no_training(monkeypatch)
+    rounds = 20
+    summary = {"test": 0.8, "test_per_client_best": 0.75}
+    for rule, version in (("pfedhn", "9.1+cpu"), ("code", "9.2+cpu")):
+        # Round r: Self 0.1, Similar 0.2 + r / 100, Other r / 100.
+        weights = [[0.1, 0.2 + r / 100, r / 100] for r in range(1, rounds + 1)]
+        write_study(runs, claims.fedaghn_config(rounds, 20, rule), "relation-weights",
+                    {"relation_weights": weights, "summary": summary, "torch": version,
+                     "device": "cpu", "self_weight": {"mean": 0.1, "at_zero": 2, "count": 60}})
+    text = "\n".join(claims.fedaghn_section(rounds, 20, run_missing=False))
+    # Rounds 2, 11 and 20: Similar / Other = 0.22 / 0.02, 0.31 / 0.11, 0.40 / 0.20.
+    assert "| pfedhn | 2 | 0.1000 | 0.2200 | 0.0200 | 11.00 |" in text
+    assert "| code | 11 | 0.1000 | 0.3100 | 0.1100 | 2.82 |" in text
+    assert "| code | 20 | 0.1000 | 0.4000 | 0.2000 | 2.00 |" in text
+    assert ("`code`: test 80.0 (best-round) / 75.0 (per-client-best), final mean q 0.100 "
+            "(2 of 60 at the threshold 0)") in text
+    assert "Records made with torch 9.1+cpu on cpu (1 runs), torch 9.2+cpu on cpu (1 runs)." \
+        in text
+    # A record under the key whose settings differ is not this run's.
+    write_study(runs, claims.fedaghn_config(rounds, 20, "code"), "relation-weights",
+                {"config": {"dataset": "other"}})
+    assert runs.load_study(claims.fedaghn_config(rounds, 20, "code"), "relation-weights") is None
+
+
+def test_study_run_records_what_made_it_and_reads_back(runs):
+    cfg = ExperimentConfig(dataset="digits", strategy="fedavg", clients=3, rounds=2)
+    measured = []
+
+    class Finished:  # what a study hands back: the simulator of its run
+        device = torch.device("cpu")
+
+        def summary(self):
+            return {"test": 0.5}
+
+    def measure():
+        measured.append(cfg)
+        return Finished(), {"series": [0.25, 1.0]}
+
+    entry = runs.study_run(cfg, "series", measure)
+    assert entry["series"] == [0.25, 1.0] and entry["summary"] == {"test": 0.5}
+    assert entry["torch"] == torch.__version__ and entry["device"] == "cpu"
+    assert entry["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert (runs.RECORDS / f"{runs.study_key(cfg, 'series')}.json").is_file()
+    # Read back, not measured again; the run's own record (another key) is untouched.
+    assert runs.study_run(cfg, "series", measure) == entry and len(measured) == 1
+    assert runs.load_cached(cfg) is None and runs.load_study(cfg, "other") is None
+    assert "| digits fedavg N=3 (study: series) | 2 |" in "\n".join(runs.runs_table())
+    assert runs.made_with([entry, None]) == (f"torch {torch.__version__} on cpu "
+                                             f"({torch.backends.cpu.get_cpu_capability()})")
+@pytest.mark.parametrize("model", ["gcn", "sage", "gat"])
+def test_subgraph_speed_loop_trains_what_the_library_trains(monkeypatch, model):
+    # benchmarks/subgraph_speed.py compares the library's round with a per-client PyG
+    # loop (PyG's layers at their defaults): both must compute the same round. From the
+    # same start, one round each: the clients' parameters agree, and the loop's server
+    # model is their FedAvg (weights: training nodes).
+    from pyg_fedgraph.datasets import planted_graphs
+    from pyg_fedgraph.models import build_model
+    from pyg_fedgraph.simulation import Simulator
+    from pyg_fedgraph.strategies import build_strategy
+
+    monkeypatch.syspath_prepend(str(BENCH))
+    speed = importlib.import_module("subgraph_speed")
+    data = planted_graphs(num_clients=4, num_nodes=120)
+    torch.manual_seed(0)
+    net = build_model(model, data.input_shape, data.num_classes, **speed.MODELS[model][0])
+    sim = Simulator(data, net, build_strategy("fedavg"), rounds=10, local=speed.FEDPUB,
+                    eval_every=10, seed=0)
+    loop = speed.PerClientLoop(data, model, net.state_dict(), speed.FEDPUB)
+    sim.step()
+    loop.round()
+    local = loop.local_params(sim.layout)
+    torch.testing.assert_close(local, sim.local_params, rtol=0, atol=1e-5)
+    assert float((local - sim.layout.flatten(net)).abs().max()) > 1e-4  # they did train
+    counts = data.num_samples("train").to(local.dtype)
+    server = torch.cat([s.reshape(-1) for s in loop.server])
+    torch.testing.assert_close(server, (counts / counts.sum()) @ local, rtol=0, atol=1e-6)
+    assert set(loop.clock.seconds) == {"gradients", "training", "round"}
+    sys.modules.pop("subgraph_speed", None)

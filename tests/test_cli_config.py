@@ -204,6 +204,31 @@ def test_every_shipped_config_is_valid(path):
 
 
 # --------------------------------------------------------------- the default job
+def _planned_runs(argv):
+    r"""The strategies, seeds and settings ``run`` plans for ``argv`` (as run_main)."""
+    from pyg_fedgraph.cli import build_parser
+    from pyg_fedgraph.cli.run import _strategy_list, apply_config, default_job
+
+    args = apply_config(build_parser().parse_args(argv), argv)
+    if args.dataset is None:
+        args = default_job(args)
+    names = _strategy_list(args.strategy)
+    seeds = args.seeds or [args.seed]
+    return names, seeds, [ExperimentConfig.from_args(args, strategy=n, seed=s).to_dict()
+                          for n in names for s in seeds]
+
+
+def test_the_quickstart_config_is_the_default_job():
+    # configs/quickstart.yaml is the Quickstart's job written out: the same runs, setting for
+    # setting, as `pyg-fedgraph run` without options.
+    quickstart = Path(__file__).resolve().parent.parent / "configs" / "quickstart.yaml"
+    from_file = _planned_runs(["run", "--config", str(quickstart)])
+    assert from_file == _planned_runs(["run"])
+    assert from_file[0] == ["local", "fedavg", "fedavg-ft", "pfedgraph"]
+    # And it is not so by accident: a change to the file shows.
+    assert _planned_runs(["run", "--config", str(quickstart), "--clients", "39"]) != from_file
+
+
 def test_the_default_job_fills_only_what_is_not_given():
     from pyg_fedgraph.cli import DEFAULT_JOB, build_parser
     from pyg_fedgraph.cli.run import default_job

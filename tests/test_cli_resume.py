@@ -128,6 +128,32 @@ def test_ctrl_c_stops_after_the_round_with_a_checkpoint_and_exit_130(tmp_path):
     assert load_checkpoint(out / "fedavg")["round"] == reached + 1
 
 
+@pytest.mark.slow
+def test_a_closed_output_pipe_stops_the_run_like_ctrl_c(tmp_path):
+    # `pyg-fedgraph run ... 2>&1 | head -1`: standard output and error share one pipe, whose
+    # reader leaves after the first line. The run stops as a Ctrl-C stops it: exit 130, a
+    # checkpoint of its last finished round (before the 50th), the history of those rounds.
+    out = tmp_path / "run"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "pyg_fedgraph.cli", "run", *FL60, "--strategy", "fedavg",
+           "--rounds", "50", "--out", str(out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        proc.stdout.close()
+        code = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert first.startswith(b"FederatedDataset(fl60")
+    assert code == 130
+    reached = int(load_checkpoint(out)["round"])
+    assert 1 <= reached < 50
+    assert [int(row["round"]) for row in history(out)] == list(range(1, reached + 1))
+
+
 def _start(out, steps):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "pyg_fedgraph.cli", "run", "--dataset", "fl60", "--clients", "6",

@@ -22,6 +22,16 @@ from pyg_fedgraph.datasets.mnist import DEBIAN_FASHION_MNIST
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
+# ../shared/data next to the project root (one level further up from a git worktree).
+SHARED = next((p / "shared" / "data" for p in ROOT.parents if (p / "shared" / "data").is_dir()),
+              ROOT.parent / "shared" / "data")
+#: Examples that read the user's files: the options naming them and a file they need
+#: (skipped, with the reason, where the shared copy is absent).
+EXAMPLE_DATA = {"subgraph_fl_cora": (["--root", str(SHARED / "planetoid")],
+                                     SHARED / "planetoid" / "ind.cora.x")}
+#: Folders the README gives as the reader's own that the shared data holds (a file they
+#: need): where the shared copy is present, a command naming one runs on it for real.
+README_DATA = {"/data/planetoid": SHARED / "planetoid" / "ind.cora.x"}
 #: Commands not run here, by their start: they install (CI's job) or start a server.
 NOT_RUN = {"python3.11 -m venv": "installs (what .ci/run does)",
            "tensorboard ": "starts a server", "mlflow ui": "starts a server",
@@ -78,6 +88,28 @@ def _shortened(argv: list[str], tmp: Path, index: int) -> list[str]:
     return argv
 
 
+def _on_shared_data(argv: list[str]) -> list[str]:
+    r"""``argv`` with the folders of :data:`README_DATA` replaced by the shared
+    copies that are present."""
+    out = []
+    for arg in argv:
+        for folder, needed in README_DATA.items():
+            if needed.is_file():
+                arg = re.sub(re.escape(folder) + r"(?=/|$)", str(needed.parent), arg)
+        out.append(arg)
+    return out
+
+
+def test_readme_folders_of_shared_data_are_replaced_only_where_present():
+    argv = ["--set", "data.root=/data/planetoid", "--h5", "/data/planetoids/x.h5",
+            "--set", "data.root=/data"]
+    moved = _on_shared_data(argv)
+    present = README_DATA["/data/planetoid"].is_file()
+    expected = (f"data.root={README_DATA['/data/planetoid'].parent}" if present
+                else "data.root=/data/planetoid")
+    assert moved == ["--set", expected, *argv[2:]]  # other folders untouched
+
+
 @pytest.mark.slow
 def test_every_readme_command_runs(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(ROOT)  # the README's commands run from the repository's root
@@ -92,8 +124,9 @@ def test_every_readme_command_runs(tmp_path, monkeypatch, capsys):
         if words[0] == "python" and words[1].startswith("examples/"):
             continue  # examples run in test_every_example_runs_quick (own processes)
         assert words[0] == "pyg-fedgraph", f"README command of an unknown kind: {command}"
-        argv = _shortened(words[1:], tmp_path, index)
-        user_data = [a for a in argv if "/data" in a and not a.startswith(str(tmp_path))]
+        argv = _on_shared_data(_shortened(words[1:], tmp_path, index))
+        user_data = [a for a in argv if "/data" in a and not a.startswith(str(tmp_path))
+                     and str(SHARED) not in a]
         if "fashion-mnist" in argv and not DEBIAN_FASHION_MNIST.is_dir():
             continue  # needs the dataset-fashion-mnist package (CI installs it)
         code = main(argv)
@@ -123,6 +156,11 @@ def test_every_example_runs_quick(path, tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg",
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     args = [sys.executable, str(path), "--quick"]
+    if path.stem in EXAMPLE_DATA:
+        options, needed = EXAMPLE_DATA[path.stem]
+        if not needed.is_file():
+            pytest.skip(f"{needed} (the shared copy of the data {path.name} reads) not present")
+        args += options
     if "--out" in path.read_text():
         args += ["--out", str(tmp_path / "out")]
     done = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True,

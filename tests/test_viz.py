@@ -345,3 +345,39 @@ def test_a_flat_dense_matrix_is_drawn_as_a_few_blocks():
     fig = plot_collaboration_network(_ring(30, 10), top_k=3)
     nodes = [c for c in fig.axes[0].collections if not hasattr(c, "get_segments")][0]
     assert len(nodes.get_offsets()) == 30
+
+
+def _bar_heights(ax):
+    return [round(p.get_height(), 6) for p in ax.patches]
+
+
+def test_client_accuracy_bars_side_by_side_and_gains_over_the_baseline():
+    from pyg_fedgraph.viz import plot_client_accuracy
+    acc = {"local": torch.tensor([0.5, 0.8, 0.6]), "fedpub": torch.tensor([0.7, 0.7, 0.9]),
+           "pfedgraph": [0.6, 0.9, float("nan")]}
+    groups = torch.tensor([1, 0, 1])
+    fig = plot_client_accuracy(acc, groups=groups, baseline="local", title="cora")
+    top, gains = fig.axes
+    # Clients ordered by group (then id): 1, 0, 2; three bars per client.
+    assert [t.get_text() for t in gains.get_xticklabels()] == ["1", "0", "2"]
+    assert _bar_heights(top)[:3] == [0.8, 0.5, 0.6]           # local
+    assert _bar_heights(top)[3:6] == [0.7, 0.7, 0.9]          # fedpub
+    # Gains over local: fedpub loses on client 1, gains on 0 and 2; no bar for a NaN.
+    assert _bar_heights(gains)[:3] == [-0.1, 0.2, 0.3]
+    assert _bar_heights(gains)[3:5] == [0.1, 0.1]
+    assert np.isnan(gains.patches[5].get_height())
+    assert gains.get_ylabel() == "gain over local"
+    assert _legend_labels(fig) == ["local", "fedpub", "pfedgraph"]
+    assert [t.get_text() for t in top.texts] == ["group 0", "group 1"]
+    assert fig._suptitle.get_text() == "cora"
+    assert len(plot_client_accuracy({"a": [0.1, 0.2]}).axes) == 1
+
+
+def test_client_accuracy_errors():
+    from pyg_fedgraph.viz import plot_client_accuracy
+    with pytest.raises(ValueError, match="one value per client; got sizes"):
+        plot_client_accuracy({"a": [0.1, 0.2], "b": [0.3]})
+    with pytest.raises(ValueError, match="baseline 'local' is not one of the strategies a"):
+        plot_client_accuracy({"a": [0.1]}, baseline="local")
+    with pytest.raises(ValueError, match="needs the values of at least one strategy"):
+        plot_client_accuracy({})

@@ -12,10 +12,16 @@ Building the parser and ``--help`` import neither torch nor PyG (the names
 come from the table :mod:`pyg_fedgraph.catalog`).
 Bad input ends with one line on stderr and exit code 2 before any work; an
 interrupted run with exit code 130 (see :mod:`~pyg_fedgraph.cli.run`).
+
+``run`` and ``tune`` first make the C allocator keep freed memory
+(:func:`~pyg_fedgraph.utils.retain_freed_memory`: batched clients' large
+temporaries are then reused instead of page-faulted in on every use), unless
+the environment variable ``PYG_FEDGRAPH_KEEP_MEMORY`` is ``0``.
 """
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import warnings
 from collections.abc import Sequence
@@ -66,6 +72,17 @@ def _one_line(err: BaseException) -> str:
     return " ".join(str(text).split()) or type(err).__name__
 
 
+def _keep_freed_memory() -> None:
+    r"""The application's allocator choice (see
+    :func:`~pyg_fedgraph.utils.retain_freed_memory`), skipped when
+    ``PYG_FEDGRAPH_KEEP_MEMORY=0``. Imported here: ``--help`` never gets this
+    far, and the package's import stays free of it."""
+    from pyg_fedgraph.utils.allocator import KEEP_MEMORY_ENV, retain_freed_memory
+
+    if os.environ.get(KEEP_MEMORY_ENV, "1").strip() != "0":
+        retain_freed_memory()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     r"""Runs the command line on ``argv`` (default: :data:`sys.argv`) and
     returns the exit code: 0, :data:`EXIT_USAGE` (bad input, one line),
@@ -78,6 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # torch's deprecation of TorchScript, raised by PyG on import, is not the user's concern.
     warnings.filterwarnings("ignore", message=r".*torch\.jit\.script.*is deprecated",
                             category=FutureWarning)
+    _keep_freed_memory()
     try:
         if args.command == "tune":
             from pyg_fedgraph.cli.run import apply_config

@@ -154,18 +154,20 @@ def _execute(plan: Comparison, quiet: bool, before_run) -> int:
         stop = StopSignal(hard_abort=True)
         with stop.installed():
             outcome = plan.execute(dataset, stop=stop, progress=RoundProgress(quiet=quiet),
-                                   announce=lambda line: print(line, file=sys.stderr))
+                                   announce=lambda line: _print(line, err=True))
         return _finish(plan, dataset, outcome)
 
 
-def _print(text: str = "") -> None:
-    r"""A line of results on standard output; a closed pipe (``| head``)
-    silences the rest instead of failing the run."""
+def _print(text: str = "", err: bool = False) -> None:
+    r"""A line of results on standard output (``err``: a note on standard
+    error); a closed pipe (``| head``, ``2>&1 | head``) silences the rest of
+    that stream instead of failing the run."""
+    stream = sys.stderr if err else sys.stdout
     try:
-        print(text, flush=True)
+        print(text, file=stream, flush=True)
     except BrokenPipeError:
-        # Python would fail again flushing at exit: point stdout at nothing.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        # Python would fail again flushing at exit: point the stream at nothing.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
 
 
 def _finish(plan: Comparison, dataset: FederatedDataset, outcome: Outcome) -> int:
@@ -177,9 +179,9 @@ def _finish(plan: Comparison, dataset: FederatedDataset, outcome: Outcome) -> in
     if outcome.stopped is not None:
         label, rnd, rounds, path = outcome.stopped
         why = "the output pipe closed: " if outcome.broken_pipe else ""
-        print(f"pyg-fedgraph: {why}{label} stopped after round {rnd} of {rounds}, checkpoint "
-              f"in {path.parent}; continue with: pyg-fedgraph run --resume "
-              f"{shlex.quote(str(root))}", file=sys.stderr)
+        _print(f"pyg-fedgraph: {why}{label} stopped after round {rnd} of {rounds}, "
+               f"checkpoint in {path.parent}; continue with: pyg-fedgraph run --resume "
+               f"{shlex.quote(str(root))}", err=True)
         return EXIT_INTERRUPTED
     rows = plan.write_comparison(outcome, dataset)
     if len(plan.seeds) > 1:
@@ -191,13 +193,15 @@ def _finish(plan: Comparison, dataset: FederatedDataset, outcome: Outcome) -> in
         columns = (["strategy", "metric", "test", "test_final", "best_round", "rounds",
                     "seconds"] + (["test_novel"] if base.novel_clients else [])
                    + (["test_benign"] if base.attack else []))
+    if any("adjusted_rand_index" in r for r in rows):  # runs that scored their graph
+        columns.append("adjusted_rand_index")
     _print()
     _print(format_table(rows, columns))
     _print(f"\nresults written to {root}")
     if outcome.nothing_learned:
-        print(f"pyg-fedgraph: error: no client update was accepted in any round of "
-              f"{', '.join(outcome.nothing_learned)} (see the warnings above): the results "
-              f"are those of the initial model", file=sys.stderr)
+        _print(f"pyg-fedgraph: error: no client update was accepted in any round of "
+               f"{', '.join(outcome.nothing_learned)} (see the warnings above): the results "
+               f"are those of the initial model", err=True)
         return EXIT_NOTHING_LEARNED
     return 0
 
@@ -206,10 +210,10 @@ def _aborted(plan: Comparison, outcome: Outcome) -> int:
     hint = f"continue with: pyg-fedgraph run --resume {shlex.quote(str(plan.root))}"
     if outcome.stopped is not None:
         label, rnd, _, path = outcome.stopped
-        print(f"\npyg-fedgraph: aborted during {label}; its checkpoint of round {rnd} in "
-              f"{path.parent} is kept; {hint}", file=sys.stderr)
+        _print(f"\npyg-fedgraph: aborted during {label}; its checkpoint of round {rnd} in "
+               f"{path.parent} is kept; {hint}", err=True)
     else:
-        print(f"\npyg-fedgraph: aborted; {hint} (from what was checkpointed)", file=sys.stderr)
+        _print(f"\npyg-fedgraph: aborted; {hint} (from what was checkpointed)", err=True)
     return EXIT_INTERRUPTED
 
 

@@ -129,11 +129,11 @@ class ClientGraphs:
 class GraphFederatedDataset(FederatedDataset):
     r"""A federation of clients that hold graphs (node classification; see
     the module docstring). ``splits[s]`` lists each client's :math:`s`-nodes;
-    ``graphs`` holds the graphs themselves.
+    ``graphs`` holds the graphs themselves. The other arguments are those
+    of :class:`~pyg_fedgraph.data.FederatedDataset`.
 
     Args:
         graphs (ClientGraphs): the clients' padded graphs.
-        (the other arguments as :class:`~pyg_fedgraph.data.FederatedDataset`)
     """
     graphs: ClientGraphs | None = None
 

@@ -576,8 +576,11 @@ def build_federated_dataset(name: str, x: Tensor, y: Tensor, partition: Sequence
 
 def with_dominant_labels(dataset: FederatedDataset) -> FederatedDataset:
     r"""A copy of a classification ``dataset`` whose ``client_labels`` are each
-    client's dominant training class (see :func:`dominant_class`)."""
+    client's dominant training class (see :func:`dominant_class`), marked as
+    such in ``info["client_labels"]`` (they are not true groups)."""
     if dataset.num_classes is None:
         raise ValueError("with_dominant_labels needs a classification dataset with num_classes")
     labels = dominant_class(dataset.splits["train"], dataset.num_classes)
-    return replace(dataset, client_labels=labels)
+    # Not true groups: said in info, so that group-recovery scores leave them alone.
+    return replace(dataset, client_labels=labels,
+                   info={**dataset.info, "client_labels": "dominant class"})

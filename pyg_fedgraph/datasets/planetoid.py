@@ -306,7 +306,8 @@ def read_planetoid(name: str, root: str | Path, *, download: bool = False,
         looked = ", ".join(str(f) for f in _folders(key, root)[1:])
         raise ValueError(
             f"{PLANETOID_NAMES[key]} raw files missing in {root}: {', '.join(missing)} "
-            f"(also looked in {looked}); get them with download=True, or from "
+            f"(also looked in {looked}); get them with download=True (on the command "
+            f"line --set data.download=true), or from "
             f"{PLANETOID_URL}/ind.{key}.<x|tx|allx|y|ty|ally|graph|test.index>")
     return _read_folder(key, folder)
 

@@ -20,7 +20,7 @@ edges between their subgraphs), so Panacea and SFL run on a graph that comes
 from the data. Where clients have true groups (the overlapping setting's
 parts, the synthetic graph's communities) they are the data set's
 ``client_labels``, which the graph-recovery metric compares a strategy's
-collaboration graph with (:func:`~pyg_fedgraph.datasets.group_recovery_callback`).
+collaboration graph with (:class:`~pyg_fedgraph.simulation.recovery.GroupRecoveryCallback`).
 """
 from __future__ import annotations
 
@@ -57,11 +57,11 @@ GraphSplitName = Literal["metis", "overlapping", "louvain", "random-nodes"]
 GRAPH_SPLITS: tuple[str, ...] = ("metis", "overlapping", "louvain", "random-nodes")
 
 #: FED-PUB's client protocol (Baek et al., ICML 2023, its released code): a
-#: two-layer GCN of width 128 with a linear classifier, Adam (lr 0.01, weight
-#: decay 1e-6) whose state each client keeps across rounds, one local epoch of
-#: full-batch training on its subgraph, 100 rounds.
+#: two-layer GCN of width 128 with dropout 0.5 and a linear classifier, Adam
+#: (lr 0.01, weight decay 1e-6) whose state each client keeps across rounds,
+#: one local epoch of full-batch training on its subgraph, 100 rounds.
 SUBGRAPH_DEFAULTS = DatasetDefaults(
-    "gcn", {"hidden_channels": 128, "num_layers": 2},
+    "gcn", {"hidden_channels": 128, "num_layers": 2, "dropout": 0.5},
     {"optimizer": "adam", "lr": 0.01, "weight_decay": 1e-6, "full_batch": True, "epochs": 1,
      "keep_optimizer_state": True},
     rounds=100)
@@ -95,8 +95,9 @@ def federate_graph(data: Data, name: str, num_clients: int = 10,
     report = partition_report(data, clients)
     empty = [i for i, c in enumerate(clients) if int(c.train_mask.sum()) == 0]
     if empty:
-        raise ValueError(f"clients {empty} of the {partition} split hold no training node; "
-                         f"use fewer clients")
+        shown = ", ".join(map(str, empty[:5])) + (", ..." if len(empty) > 5 else "")
+        raise ValueError(f"{len(empty)} of the {len(clients)} clients of the {partition} split "
+                         f"hold no training node ({shown}); use fewer clients")
     num_classes = int(data.y.max()) + 1
     return GraphFederatedDataset.from_clients(
         name, clients, num_classes, edge_index=edge_index, edge_weight=edge_weight,

@@ -10,6 +10,7 @@ import torch
 from pyg_fedgraph.data.federated_dataset import FederatedDataset
 from pyg_fedgraph.data.partition import build_federated_dataset
 from pyg_fedgraph.datasets.registry import register_dataset
+from pyg_fedgraph.utils.recovery import partition_scores
 
 __all__ = ["topology", "ring_topology", "topology_edges", "rand_index_callback"]
 
@@ -158,16 +159,17 @@ def rand_index_callback(scores: list, *, adjusted: bool = False
     and sets ``record.extra["rand_index"]`` (a ``history.csv`` column). The
     strategy must have a ``last_assignment()`` method returning the clustered
     client ids and their clusters (e.g.
-    :class:`~pyg_fedgraph.strategies.fedcedar.FedCEDAR`).
+    :class:`~pyg_fedgraph.strategies.fedcedar.FedCEDAR`). The scores are
+    :func:`~pyg_fedgraph.utils.partition_scores`; runs built by
+    :mod:`pyg_fedgraph.experiment` record both with
+    :class:`~pyg_fedgraph.simulation.recovery.GroupRecoveryCallback`, which also
+    reads strategies that have only a collaboration graph.
 
     Args:
         scores (list): list the caller owns; one dict is appended per round.
         adjusted (bool, optional): score with the adjusted Rand index
             instead (default: :obj:`False`).
     """
-    from sklearn.metrics import adjusted_rand_score, rand_score
-
-    score_fn = adjusted_rand_score if adjusted else rand_score
     key = "adjusted_rand_index" if adjusted else "rand_index"
 
     def callback(simulator: Any, record: Any) -> None:
@@ -180,7 +182,7 @@ def rand_index_callback(scores: list, *, adjusted: bool = False
             raise ValueError(f"dataset {simulator.dataset.name!r} has no client_labels to "
                              f"score the clustering against; use the 'topology' dataset")
         clients, assignment = strategy.last_assignment()
-        score = float(score_fn(truth.cpu()[clients.cpu()].numpy(), assignment.cpu().numpy()))
+        score = partition_scores(assignment, truth.cpu()[clients.cpu()])[key]
         scores.append({"round": record.round, key: score, "num_clustered": clients.numel()})
         record.extra[key] = score
 

@@ -31,7 +31,7 @@ from pyg_fedgraph.experiment.settings import (
 _LAZY = {
     **{n: "pyg_fedgraph.experiment.build" for n in (
         "DATASET_DEFAULTS", "build_dataset", "build_simulator", "check_config",
-        "resolved_defaults", "resolved_model", "route_overrides", "parse_value",
+        "check_partition", "resolved_defaults", "resolved_model", "route_overrides", "parse_value",
         "dataset_options")},
     **{n: "pyg_fedgraph.experiment.runner" for n in (
         "Runner", "RunResult", "StopSignal", "RoundProgress")},
@@ -42,10 +42,10 @@ _LAZY = {
 }
 
 __all__ = ["ExperimentConfig", "RunOptions", "TuneOptions", "CONFIG_SCHEMA", "DATASET_DEFAULTS",
-           "build_dataset", "build_simulator", "check_config", "resolved_defaults",
-           "resolved_model", "route_overrides", "parse_value", "dataset_options", "Runner",
-           "RunResult", "StopSignal", "RoundProgress", "Comparison", "load_config",
-           "resolved_config", "write_results", "RecordCache"]
+           "build_dataset", "build_simulator", "check_config", "check_partition",
+           "resolved_defaults", "resolved_model", "route_overrides", "parse_value",
+           "dataset_options", "Runner", "RunResult", "StopSignal", "RoundProgress", "Comparison",
+           "load_config", "resolved_config", "write_results", "RecordCache"]
 
 if TYPE_CHECKING:
     from pyg_fedgraph.experiment.build import (
@@ -53,6 +53,7 @@ if TYPE_CHECKING:
         build_dataset,
         build_simulator,
         check_config,
+        check_partition,
         dataset_options,
         parse_value,
         resolved_defaults,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import typing
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,22 +16,28 @@ import torch
 
 from pyg_fedgraph.attacks import Attack
 from pyg_fedgraph.data.federated_dataset import FederatedDataset
+from pyg_fedgraph.data.graph_dataset import GraphFederatedDataset
 from pyg_fedgraph.data.layout import ParamLayout
+from pyg_fedgraph.data.partition import PARTITIONS
 from pyg_fedgraph.datasets import DATASETS, dataset_key, load_dataset
+from pyg_fedgraph.datasets.subgraphs import GRAPH_SPLITS
 from pyg_fedgraph.engine.rounds import num_sampled
 from pyg_fedgraph.experiment.settings import CONFIG_SCHEMA, ExperimentConfig
 from pyg_fedgraph.hparams import parse_text, schema
 from pyg_fedgraph.models import MODELS, build_model, model_options
 from pyg_fedgraph.simulation.config import SIM_KEYS, SIM_SCHEMA
+from pyg_fedgraph.simulation.recovery import GroupRecoveryCallback
 from pyg_fedgraph.simulation.simulator import Simulator
 from pyg_fedgraph.strategies import STRATEGIES, Strategy, build_strategy
 from pyg_fedgraph.train.config import LOCAL_SCHEMA, LocalConfig
 from pyg_fedgraph.train.private import PrivateParameters, private_prefixes
+from pyg_fedgraph.typing import WITH_PYMETIS
 from pyg_fedgraph.utils.device import resolve_device
 from pyg_fedgraph.utils.seeds import derive_seed, make_generator
 
 __all__ = ["DATASET_DEFAULTS", "build_dataset", "build_simulator", "resolved_defaults",
-           "resolved_model", "route_overrides", "check_config", "parse_value", "dataset_options"]
+           "resolved_model", "route_overrides", "check_config", "check_partition",
+           "parse_value", "dataset_options"]
 
 log = logging.getLogger(__name__)
 
@@ -135,10 +142,73 @@ def dataset_options(name: str) -> set[str]:
     return set(inspect.signature(DATASETS[key]).parameters)
 
 
+#: The partitions that need METIS (:mod:`pymetis`, the extra ``metis``).
+_METIS_SPLITS = ("metis", "overlapping")
+
+
+def _either(names: tuple[str, ...]) -> str:
+    return ", ".join(names[:-1]) + " or " + names[-1]
+
+
+def check_partition(name: str, partition: str | None) -> None:
+    r"""Checks, before any data is read, that ``partition`` can split dataset
+    ``name``: samples are split by their labels
+    (:data:`~pyg_fedgraph.data.partition.PARTITIONS`), one graph by its nodes
+    (:data:`~pyg_fedgraph.datasets.subgraphs.GRAPH_SPLITS`). A dataset is a
+    graph split over clients when its builder is declared to return a
+    :class:`~pyg_fedgraph.data.GraphFederatedDataset`, one of samples when it
+    returns another :class:`~pyg_fedgraph.data.FederatedDataset`; a builder
+    declaring neither is not checked. A METIS split (``partition``, or the
+    builder's default where ``partition`` is :obj:`None`) needs
+    :mod:`pymetis`.
+
+    Args:
+        name (str): the dataset's name.
+        partition (str, optional): the partition asked for (``--partition``);
+            :obj:`None` for the dataset's default.
+
+    Raises:
+        ValueError: one line, for an unknown dataset or a partition of the
+            other kind, naming those that fit.
+        ImportError: naming the extra ``metis``, for a METIS split without
+            :mod:`pymetis`.
+    """
+    options = dataset_options(name)  # an unknown dataset: one line listing the known ones
+    builder = DATASETS[dataset_key(name)]
+    takes = "partition" in options
+    given = partition is not None
+    if partition is None:
+        default = inspect.signature(builder).parameters["partition"].default if takes else None
+        partition = default if isinstance(default, str) else None
+    if partition is None:
+        return
+    try:
+        returned = typing.get_type_hints(builder).get("return")
+    except (NameError, TypeError):  # a builder of the user's with annotations we cannot read
+        returned = None
+    if isinstance(returned, type) and issubclass(returned, FederatedDataset):
+        graph = issubclass(returned, GraphFederatedDataset)
+        if graph and partition not in GRAPH_SPLITS:
+            how = f"choose {_either(GRAPH_SPLITS)}" if takes else "it takes no --partition"
+            raise ValueError(f"--partition {partition} splits samples by their labels, but the "
+                             f"clients of dataset {name!r} hold subgraphs of one graph: {how}")
+        if not graph and partition in GRAPH_SPLITS:
+            how = f"choose {_either(PARTITIONS)}" if takes else "it takes no --partition"
+            raise ValueError(f"--partition {partition} splits one graph into subgraphs by its "
+                             f"nodes, but the clients of dataset {name!r} hold samples: {how}")
+    if partition in _METIS_SPLITS and not WITH_PYMETIS:
+        which = "" if given else f" (the default of dataset {name!r})"
+        raise ImportError(f"--partition {partition}{which} needs METIS through 'pymetis': "
+                          f"install it with pip install 'pyg-fedgraph[metis]'"
+                          + ("" if given else " or choose another --partition"))
+
+
 def build_dataset(cfg: ExperimentConfig, extra: dict[str, Any] | None = None
                   ) -> FederatedDataset:
-    r"""Loads ``cfg.dataset`` passing only the options its builder accepts."""
+    r"""Loads ``cfg.dataset`` passing only the options its builder accepts,
+    after :func:`check_partition`."""
     accepted = dataset_options(cfg.dataset)
+    check_partition(cfg.dataset, cfg.partition)
     wanted = {"num_clients": cfg.clients, "partition": cfg.partition, "beta": cfg.beta,
               "classes_per_client": cfg.classes_per_client, "seed": cfg.seed,
               **(extra or {})}
@@ -257,7 +327,12 @@ def build_simulator(cfg: ExperimentConfig, *, dataset: FederatedDataset | None =
     :data:`DATASET_DEFAULTS` entry of ``cfg.dataset`` for a dataset without
     them); ``cfg`` overrides them. The model is initialised from the stream
     ``(cfg.seed, "model-init")`` so that every strategy of a comparison starts
-    from the same weights."""
+    from the same weights. On a dataset with known client groups
+    (``client_labels``), a strategy with a collaboration graph or clusters
+    gets a :class:`~pyg_fedgraph.simulation.recovery.GroupRecoveryCallback` after
+    ``callbacks``: its history (``history.csv``) has the columns
+    ``rand_index`` and ``adjusted_rand_index``, and its summary the last
+    round's."""
     data = dataset if dataset is not None else build_dataset(
         cfg, route_overrides(cfg)["data"])
     plan = _plan(cfg, data)
@@ -270,6 +345,8 @@ def build_simulator(cfg: ExperimentConfig, *, dataset: FederatedDataset | None =
     attack = None
     if cfg.attack is not None:
         attack = Attack(cfg.attack, cfg.attack_ratio)
+    if GroupRecoveryCallback.applies(data, plan.strategy):
+        callbacks = (*callbacks, GroupRecoveryCallback())
     return Simulator(data, model, plan.strategy, rounds=plan.rounds, local=plan.local,
                      seed=cfg.seed, held_out=held_out, callbacks=callbacks,
                      attack=attack, dropout=cfg.dropout, reject_policy=cfg.reject_policy,

@@ -4,7 +4,8 @@ A reproduction run on real data takes minutes to hours, so each finished
 run's outcome is kept as a record (``<records>/<key>.json``: its settings,
 the summary, the mean validation and test metric per round, the clients'
 test values, the final collaboration graph, timing, machine load, torch
-version and device). A record is reused only when its settings are
+version, device and the CPU's vector instruction set that torch's kernels
+used). A record is reused only when its settings are
 identical; its key is :func:`config_key`, a hash of
 :meth:`ExperimentConfig.to_dict() <pyg_fedgraph.experiment.ExperimentConfig.to_dict>`
 (settings added later leave that dict while at their defaults, so that keys
@@ -44,7 +45,8 @@ log = logging.getLogger(__name__)
 #: ``traces``, ``final_self_weight`` and the like from
 #: :meth:`Strategy.diagnostics <pyg_fedgraph.strategies.Strategy.diagnostics>`).
 RECORD_FIELDS = ("config", "summary", "val", "test", "test_clients", "graph", "seconds",
-                 "cpu_seconds", "load", "torch_threads", "torch", "device", "date")
+                 "cpu_seconds", "load", "torch_threads", "torch", "device", "cpu_capability",
+                 "date")
 
 
 def config_key(cfg: ExperimentConfig) -> str:
@@ -181,9 +183,12 @@ class RecordCache:
             "cpu_seconds": cpu_seconds,
             "load": [load_start, os.getloadavg()[0]],
             "torch_threads": torch.get_num_threads(),
-            # What ran it: results can move with the torch version and the device.
+            # What ran it: results can move with the torch version and the device, and on
+            # the CPU with the vector instructions torch's kernels use (AVX2, AVX512, ...:
+            # the same code and torch give other numbers on a CPU without AVX-512).
             "torch": torch.__version__,
             "device": device,
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "date": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
             **extra,
         }

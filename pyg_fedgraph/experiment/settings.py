@@ -182,8 +182,9 @@ class ExperimentConfig:
     device: str = setting("auto", "auto (CUDA when available), cpu, cuda, cuda:N or mps "
                                   "(default: auto)", metavar="DEVICE", resume=True)
     threads: Annotated[int | None, Range(ge=1)] = setting(
-        None, "torch's intra-op threads (default: torch's choice; 1 is often fastest on a "
-              "machine shared with other jobs)", metavar="N", resume=True)
+        None, "torch's intra-op threads (default: 1 on the CPU, much faster for small "
+              "models on a machine shared with other jobs; torch's choice when "
+              "OMP_NUM_THREADS is set or on a GPU)", metavar="N", resume=True)
     precision: Precision = setting(
         "fp32", "autocast precision of local training and evaluation; parameters and "
                 "aggregation stay float32 (default: fp32)")

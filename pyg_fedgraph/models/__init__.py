@@ -1,6 +1,6 @@
 r"""Reference client models (plain :class:`torch.nn.Module`, vmap-friendly)."""
 from pyg_fedgraph.models.cnn import CNNBN, SimpleCNN
-from pyg_fedgraph.models.gnn import GAT, GCN, GraphSAGE
+from pyg_fedgraph.models.gnn import GAT, GCN, GraphSAGE, MaskedGCN
 from pyg_fedgraph.models.graph_classifiers import GIN, GCNPool
 from pyg_fedgraph.models.gru import GRUCell, GRUForecaster
 from pyg_fedgraph.models.mlp import MLP
@@ -25,6 +25,7 @@ __all__ = [
     "GAT",
     "GIN",
     "GCNPool",
+    "MaskedGCN",
     "MODELS",
     "ModelSpec",
     "register_model",

@@ -10,7 +10,7 @@ from torch import nn
 
 from pyg_fedgraph.hparams import HParam, schema
 from pyg_fedgraph.models.cnn import CNNBN, SimpleCNN
-from pyg_fedgraph.models.gnn import GAT, GCN, GraphSAGE
+from pyg_fedgraph.models.gnn import GAT, GCN, GraphSAGE, MaskedGCN
 from pyg_fedgraph.models.graph_classifiers import GIN, GCNPool
 from pyg_fedgraph.models.gru import GRUForecaster
 from pyg_fedgraph.models.mlp import MLP
@@ -151,6 +151,11 @@ def _build_gcn_pool(shape: tuple[int, ...], num_outputs: int, **kwargs: Any) -> 
     return GCNPool(_node_features("gcn-pool", shape), num_outputs, **kwargs)
 
 
+@register_model("masked-gcn", MaskedGCN, inputs="graph")
+def _build_masked_gcn(shape: tuple[int, ...], num_outputs: int, **kwargs: Any) -> nn.Module:
+    return MaskedGCN(_node_features("masked-gcn", shape), num_outputs, **kwargs)
+
+
 def model_options(name: str) -> dict[str, HParam]:
     r"""The options a user may pass to model ``name`` (``--set model.<arg>``):
     its constructor's declared parameters, less those :func:`build_model`
@@ -179,6 +184,8 @@ def build_model(name: str, dataset_input_shape: Sequence[int], num_outputs: int,
     seq2seq                          traffic model)
     gcn      :class:`GCN`            a client's graph, node features
                                      :math:`(F,)`
+    masked-  :class:`MaskedGCN`      as for ``gcn`` (FED-PUB's client: masks
+    gcn                              kept on the client)
     sage     :class:`GraphSAGE`      as for ``gcn``
     gat      :class:`GAT`            as for ``gcn``
     gin      :class:`GIN`            a batch of a client's graphs, node

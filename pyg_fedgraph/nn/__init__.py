@@ -28,6 +28,8 @@ from pyg_fedgraph.nn.hypernetwork import GCNHypernetwork, hypernetwork_grads, hy
 from pyg_fedgraph.nn.khop import KHopPropagation
 from pyg_fedgraph.nn.knn import knn_vote
 from pyg_fedgraph.nn.layer_aggregation import LayerAggregationHypernetwork, layerwise_aggregate
+from pyg_fedgraph.nn.masked_gcn_conv import MaskedGCNConv
+from pyg_fedgraph.nn.masked_linear import MaskedLinear, pruned_mask
 
 __all__ = [
     "GraphAggregation",
@@ -60,4 +62,7 @@ __all__ = [
     "knn_vote",
     "LayerAggregationHypernetwork",
     "layerwise_aggregate",
+    "MaskedGCNConv",
+    "MaskedLinear",
+    "pruned_mask",
 ]

@@ -17,14 +17,17 @@ _LAZY = {
     "sample_clients": "pyg_fedgraph.engine",
     "read_models": "pyg_fedgraph.simulation.report",
     "write_models": "pyg_fedgraph.simulation.report",
+    "GroupRecoveryCallback": "pyg_fedgraph.simulation.recovery",
+    "strategy_clusters": "pyg_fedgraph.simulation.recovery",
 }
 
 __all__ = ["Simulator", "SimulatorConfig", "History", "RoundRecord", "sample_clients",
-           "read_models", "write_models"]
+           "read_models", "write_models", "GroupRecoveryCallback", "strategy_clusters"]
 
 if TYPE_CHECKING:
     from pyg_fedgraph.engine import History, RoundRecord, sample_clients
     from pyg_fedgraph.simulation.config import SimulatorConfig
+    from pyg_fedgraph.simulation.recovery import GroupRecoveryCallback, strategy_clusters
     from pyg_fedgraph.simulation.report import read_models, write_models
     from pyg_fedgraph.simulation.simulator import Simulator
 

@@ -37,6 +37,7 @@ from pyg_fedgraph.train.private import PrivateParameters, private_prefixes
 from pyg_fedgraph.train.trainer import ClientTrainer
 from pyg_fedgraph.typing import CompileMode, ExecutionName, Precision
 from pyg_fedgraph.utils.device import resolve_device
+from pyg_fedgraph.utils.recovery import RECOVERY_KEYS
 from pyg_fedgraph.utils.seeds import make_generator
 
 __all__ = ["Simulator", "sample_clients"]
@@ -439,8 +440,14 @@ class Simulator:
 
     def summary(self) -> dict:
         r"""The engine's summary (the papers' protocol; ``test_novel`` when
-        clients are held out), plus the attack's figures under attack."""
+        clients are held out), plus the attack's figures under attack, and
+        the last evaluated round's graph recovery (``rand_index``,
+        ``adjusted_rand_index``) when a round callback recorded it
+        (:class:`~pyg_fedgraph.simulation.recovery.GroupRecoveryCallback`)."""
         out = self.engine.summary()
+        if len(self.history):
+            last = self.history.records[-1].extra
+            out.update({k: float(last[k]) for k in RECOVERY_KEYS if k in last})
         if self.attack is not None and len(self.history):
             # The history already averages over benign clients only.
             out["test_benign"] = out["test"]

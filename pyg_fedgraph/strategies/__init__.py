@@ -10,6 +10,7 @@ from pyg_fedgraph.strategies.fedamp import FedAMP, HeurFedAMP
 from pyg_fedgraph.strategies.fedavg import FedAvg, FedAvgFT, Local, weighted_average
 from pyg_fedgraph.strategies.fedcedar import FedCEDAR
 from pyg_fedgraph.strategies.fedprox import FedProx, FedProxFT
+from pyg_fedgraph.strategies.fedpub import FedPUB
 from pyg_fedgraph.strategies.fedrep import FedRep
 from pyg_fedgraph.strategies.fedrod import FedRoD
 from pyg_fedgraph.strategies.gcfl import GCFL, GCFLPlus
@@ -62,6 +63,7 @@ __all__ = [
     "KNNPer",
     "FedALA",
     "PFedLA",
+    "FedPUB",
     "GCFL",
     "GCFLPlus",
 ]

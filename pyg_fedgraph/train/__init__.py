@@ -22,6 +22,9 @@ _LAZY = {
     "KNNInterpolation": "pyg_fedgraph.train.knn",
     "AdaptiveLocalAggregation": "pyg_fedgraph.train.ala",
     "PrivateParameters": "pyg_fedgraph.train.private",
+    "FunctionalEmbedding": "pyg_fedgraph.train.jobs",
+    "functional_embeddings": "pyg_fedgraph.train.embedding",
+    "proxy_graph": "pyg_fedgraph.train.embedding",
     # The objective lives with the data (pyg_fedgraph.data); kept here for imports
     # written against earlier versions.
     "Objective": "pyg_fedgraph.data.objective",
@@ -32,7 +35,8 @@ _LAZY = {
 
 __all__ = ["ClientTrainer", "TrainResult", "batch_schedule", "LocalConfig", "Regularizer",
            "ProximalTerm", "register_regularizer", "SGD", "Adam", "KNNInterpolation",
-           "AdaptiveLocalAggregation", "PrivateParameters", "Objective", "classification_objective",
+           "AdaptiveLocalAggregation", "PrivateParameters", "FunctionalEmbedding",
+           "functional_embeddings", "proxy_graph", "Objective", "classification_objective",
            "regression_objective", "objective_for"]
 
 if TYPE_CHECKING:
@@ -44,6 +48,8 @@ if TYPE_CHECKING:
     )
     from pyg_fedgraph.train.ala import AdaptiveLocalAggregation
     from pyg_fedgraph.train.config import LocalConfig
+    from pyg_fedgraph.train.embedding import functional_embeddings, proxy_graph
+    from pyg_fedgraph.train.jobs import FunctionalEmbedding
     from pyg_fedgraph.train.knn import KNNInterpolation
     from pyg_fedgraph.train.private import PrivateParameters
     from pyg_fedgraph.train.regularizers import ProximalTerm, Regularizer, register_regularizer

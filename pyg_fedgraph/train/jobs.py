@@ -47,6 +47,7 @@ import torch
 from torch import Tensor
 
 from pyg_fedgraph.train.config import LocalConfig
+from pyg_fedgraph.train.embedding import functional_embeddings, proxy_inputs
 from pyg_fedgraph.train.regularizers import Regularizer, per_client, select_rows
 from pyg_fedgraph.train.rules import SGD, LocalRule
 from pyg_fedgraph.train.trainer import ClientTrainer
@@ -57,7 +58,8 @@ if TYPE_CHECKING:
 from pyg_fedgraph.utils.seeds import derive_seeds
 
 __all__ = ["ClientStart", "Job", "ClientJob", "StartJob", "JOBS", "register_job", "per_client",
-           "TrainPlan", "PersonalTraining", "LossGradient", "ChooseModel", "SharedBody",
+           "TrainPlan", "PersonalTraining", "LossGradient", "FunctionalEmbedding", "ChooseModel",
+           "SharedBody",
            "FineTune",
            "EvaluatePlan", "ClientResult", "run_plan",
            "finetuned", "evaluate_clients", "select_rows", "Evaluator"]
@@ -113,7 +115,20 @@ class Job:
 
 
 class ClientJob(Job):
-    r"""Client work run after the main training, from the same starting point."""
+    r"""Client work run after the main training, from the same starting point
+    (or, when :attr:`on_trained`, on the trained model).
+
+    Attributes:
+        on_trained (bool): :meth:`run` gets the clients' models as the main
+            training left them (``start.params`` and ``start.buffers`` the
+            trained ones) instead of where it started.
+        knows_private (bool): the job works with models that keep a private
+            part on the client (:mod:`pyg_fedgraph.train.private`): it reads
+            the client's full parameters and its output reveals nothing of
+            the private part beyond what the server is meant to receive.
+    """
+    on_trained: ClassVar[bool] = False
+    knows_private: ClassVar[bool] = False
 
     def run(self, trainer: ClientTrainer, start: ClientStart, *, seed: int, rnd: int) -> Tensor:
         r"""The job's result for the clients of ``start`` :math:`(S, \ldots)`."""
@@ -164,6 +179,7 @@ class PersonalTraining(ClientJob):
         rule (LocalRule, optional): its update rule (default: SGD).
     """
     output: ClassVar[str] = "personal_x"
+    knows_private: ClassVar[bool] = True
     params: Tensor = per_client()
     regularizer: Regularizer | None = per_client(None)
     config: LocalConfig | None = None
@@ -190,10 +206,60 @@ class LossGradient(ClientJob):
             (default: ``"val"``).
     """
     output: ClassVar[str] = "feedback"
+    knows_private: ClassVar[bool] = True
     split: str = "val"
 
     def run(self, trainer: ClientTrainer, start: ClientStart, *, seed: int, rnd: int) -> Tensor:
         return trainer.loss_gradient(start.rows, start.params, start.buffers, self.split)[0]
+
+
+@register_job("functional-embedding")
+@dataclass
+class FunctionalEmbedding(ClientJob):
+    r"""Each client's functional embedding, FED-PUB's summary of what its
+    model computes (Baek et al., `"Personalized Subgraph Federated Learning"
+    <https://arxiv.org/abs/2206.10206>`_, ICML 2023, Sec. 4): the mean of
+    its node embeddings on a random proxy graph that every client builds
+    from the same seed (:mod:`pyg_fedgraph.train.embedding`),
+
+    .. math::
+        \mathbf{h}_i = \frac{1}{P} \sum_{v=1}^{P}
+        f_v(\tilde{\mathcal{G}};\, \theta_i),
+
+    with the model the round's training produced (FED-PUB's client computes
+    it just before uploading), in evaluation mode, through the model's
+    ``embed`` method (:meth:`GCN.embed <pyg_fedgraph.models.GCN.embed>`: the
+    last layer's output before its activation). Lands on
+    ``graph.embedding`` :math:`(S, H)`.
+
+    Args:
+        seed (int, optional): the seed of the proxy (the run's)
+            (default: :obj:`0`).
+        num_graphs (int, optional): blocks of the proxy graph (default:
+            :obj:`5`, FED-PUB's ``--n-proxy``).
+        nodes_per_graph (int, optional): nodes per block (default:
+            :obj:`100`, FED-PUB's).
+        p_in (float, optional): edge probability within a block (default:
+            :obj:`0.1`, FED-PUB's).
+    """
+    output: ClassVar[str] = "embedding"
+    on_trained: ClassVar[bool] = True
+    knows_private: ClassVar[bool] = True
+    seed: int = 0
+    num_graphs: int = 5
+    nodes_per_graph: int = 100
+    p_in: float = 0.1
+
+    def run(self, trainer: ClientTrainer, start: ClientStart, *, seed: int, rnd: int) -> Tensor:
+        inputs = proxy_inputs(trainer.dataset, self.num_graphs, self.nodes_per_graph,
+                              self.p_in, self.seed)
+        home = start.params.device
+        parts = [functional_embeddings(trainer.model, trainer.layout,
+                                       start.params[c].to(trainer.device),
+                                       start.buffers[c].to(trainer.device), inputs,
+                                       batched=trainer.execution == "vmap")
+                 for c in trainer.chunks(start.params.size(0))]
+        return torch.cat(parts).to(home)
 
 
 @register_job("choose-model")
@@ -452,7 +518,8 @@ def run_plan(trainer: ClientTrainer, plan: TrainPlan, start: ClientStart, *, see
     r"""Carries out ``plan`` for the clients of ``start``: its start job,
     if any, which may move the starting point; the main training from there
     (batch order ``(seed, "batches", rnd, id)``); then every job of
-    ``plan.jobs`` from the same starting point."""
+    ``plan.jobs`` from the same starting point (on the trained models for a
+    job that is :attr:`~ClientJob.on_trained`)."""
     outputs: dict[str, Tensor] = {}
     if plan.start_job is not None:
         params, outputs = plan.start_job.prepare(trainer, start, seed=seed, rnd=rnd)
@@ -462,10 +529,12 @@ def run_plan(trainer: ClientTrainer, plan: TrainPlan, start: ClientStart, *, see
                            config=plan.config, rule=plan.rule, generator=seeds,
                            state=start.optimizer_state)
     outputs.update(result.extra)
+    trained = dataclasses.replace(start, params=result.params, buffers=result.buffers)
     for job in plan.jobs:
         if job.output in outputs:
             raise ValueError(f"two pieces of client work write {job.output!r}")
-        outputs[job.output] = job.run(trainer, start, seed=seed, rnd=rnd)
+        outputs[job.output] = job.run(trainer, trained if job.on_trained else start, seed=seed,
+                                      rnd=rnd)
     return ClientResult(result.params, result.buffers, result.loss, result.steps, outputs,
                         start.params, result.state)
 

@@ -46,7 +46,6 @@ from pyg_fedgraph.data.layout import ParamLayout
 from pyg_fedgraph.train.jobs import (
     ClientResult,
     EvaluatePlan,
-    LossGradient,
     PersonalTraining,
     TrainPlan,
 )
@@ -193,7 +192,7 @@ class PrivateParameters:
                                  f"per-coordinate data, which needs whole models; it cannot "
                                  f"run with private parameters {list(self.prefixes)}")
             for job in plan.jobs:
-                if not isinstance(job, (PersonalTraining, LossGradient)):
+                if not job.knows_private:
                     raise ValueError(f"{who} asks for the client job {job.kind!r}, which "
                                      f"does not know private parameters")
 

@@ -354,7 +354,8 @@ class ClientTrainer:
         # serves every round.
         self._compiled: dict[tuple[Any, ...], Callable[..., Any]] = {}
         self.parallel_clients = parallel_clients if parallel_clients is not None else \
-            auto_chunk(self.model, self.dataset.input_shape, self.config.batch_size, self.device)
+            auto_chunk(self.model, self.dataset.input_shape, self.config.batch_size, self.device,
+                       example=self._graph_example() if self.device.type == "cuda" else None)
         # Integer buffers (BatchNorm's num_batches_tracked) are bookkeeping, not
         # federated state: fresh zeros are passed so functional_call can mutate them.
         self._int_buffers = {n: b for n, b in self.model.named_buffers()
@@ -367,6 +368,27 @@ class ClientTrainer:
         self._running_statistics = any(
             isinstance(m, nn.modules.batchnorm._NormBase) and m.track_running_stats
             for m in self.model.modules())
+        #: The model's own term of the local loss, ``local_penalty(params)`` of its
+        #: named parameters (FED-PUB's L1 norm of the masks), or ``None``.
+        self.local_penalty: Callable[[dict[str, Tensor]], Tensor] | None = getattr(
+            self.model, "local_penalty", None)
+
+    def _graph_example(self) -> tuple[Tensor, ...] | None:
+        r"""For clients that hold graphs, one client's model inputs as
+        training passes them (its padded graph and a batch of node
+        positions, all training nodes in full-batch mode), for
+        :func:`~pyg_fedgraph.train.execution.auto_chunk`'s estimate: a graph
+        model propagates over the whole graph, however few nodes the batch
+        holds. ``None`` for other data (a batch of samples of
+        ``input_shape``)."""
+        if self.dataset.input_kind != "graph":
+            return None
+        counts = self.dataset.num_samples("train")
+        size = int(counts.max()) if self.config.full_batch else self.config.batch_size
+        index = torch.zeros(1, max(size, 1), dtype=torch.long, device=self.device)
+        client = counts.argmax().view(1).to(self.device)
+        xb, _ = self.dataset.batch("train", index, client)
+        return model_args(xb, 0)
 
     def _check_output_size(self) -> None:
         r"""For classification, a probe forward on two training samples: the
@@ -511,11 +533,17 @@ class ClientTrainer:
         parameter tensors' gradients (plus the regularizer's) in the backward
         pass, and the function transforms see a single input tensor. With
         sample weights ``w`` (full batches: 1 for a sample, 0 for a filler) the
-        loss is the mean over the weighted samples."""
+        loss is the mean over the weighted samples. A model with a
+        ``local_penalty(params)`` method (a pure function of its named
+        parameters, e.g. :class:`~pyg_fedgraph.models.MaskedGCN`'s L1 norm of
+        its masks) adds it to every client's loss, here and in the
+        per-client loop."""
         per_sample = self.objective.loss(self._forward(theta, buffers, xb), yb)
         loss = per_sample.mean() if w is None else (per_sample * w).sum() / w.sum().clamp(min=1)
         if reg_fn is not None:
             loss = loss + reg_fn(theta, *refs)
+        if self.local_penalty is not None:
+            loss = loss + self.local_penalty(self.layout.unflatten(theta))
         return loss if scale is None else loss * scale
 
     # ---------------------------------------------------------------- train
@@ -818,6 +846,8 @@ class ClientTrainer:
                 if reg is not None:
                     flat = torch.cat([p.reshape(-1) for p in model.parameters()])
                     loss = loss + reg.penalty(flat, *(r[i] for r in reg.refs))
+                if self.local_penalty is not None:
+                    loss = loss + self.local_penalty(dict(model.named_parameters()))
                 loss.backward()
                 opt.step()
                 total += float(loss.detach())

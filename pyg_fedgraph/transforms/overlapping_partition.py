@@ -94,7 +94,7 @@ class OverlappingPartition(GraphPartition):
                 raise ValueError(
                     f"METIS part {p} has {len(nodes)} nodes: too few for "
                     f"{self.clients_per_part} overlapping clients holding "
-                    f"{self.sample_ratio:.0%} of them each (a part needs at least as many "
+                    f"{100 * self.sample_ratio:g}% of them each (a part needs at least as many "
                     f"nodes as clients, and each client one node); use fewer clients "
                     f"per part, fewer parts or a larger sample_ratio")
             for c in range(self.clients_per_part):

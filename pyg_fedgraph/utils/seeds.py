@@ -61,6 +61,8 @@ PURPOSES: dict[str, str] = {
                           "(keys: part, client of the part)",
     "node-split": "a graph's random train / validation / test node split (no keys)",
     "synthetic-graph": "the draws of a synthetic graph with planted communities (keys: step)",
+    "proxy-graph": "the random proxy graph and its node features of functional embeddings "
+                   "(FED-PUB; keys: 0 edges, 1 features)",
     "graph-federation": "which graphs each client of a graph-level federation holds, and their "
                         "train / val / test split (keys: CRC-32 of the dataset's name)",
 }

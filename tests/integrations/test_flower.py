@@ -340,6 +340,7 @@ PARITY_KWARGS = {
     "fedavg-ft": {"finetune_epochs": 1},          # fine-tuning before evaluation
     "fedprox": {"mu": 0.5},                       # regularizer rebuilt on the client
     "fedprox-ft": {"mu": 0.5, "finetune_epochs": 1},
+    "fedpub": {"scale": 3.0, "l2": 0.01},         # an embedding job on the trained model
     "ditto": {"lam": 1.0},                        # a second (personal) client job
     "fedamp": {},                                 # no starting model: the client sends its update
     "pfedgat": {"feedback": "gradient", "heads": 2, "hidden_channels": 4},  # gradient job

@@ -34,9 +34,15 @@ def gcn(data):
     return build_model("gcn", data.input_shape, data.num_classes, hidden_channels=8)
 
 
-def both(name, data, rounds=3, private=None, local=LOCAL):
-    app = make_client_app(gcn(data), data, local=local, private=private)
-    gs = GraphStrategy.from_dataset(build_strategy(name, **KWARGS.get(name, {})), gcn(data),
+def masked_gcn(data):
+    torch.manual_seed(0)
+    return build_model("masked-gcn", data.input_shape, data.num_classes, hidden_channels=8,
+                       l1=0.01)
+
+
+def both(name, data, rounds=3, private=None, local=LOCAL, model=gcn):
+    app = make_client_app(model(data), data, local=local, private=private)
+    gs = GraphStrategy.from_dataset(build_strategy(name, **KWARGS.get(name, {})), model(data),
                                     data, local=local, fraction_train=1.0, private=private)
     grid = LocalGrid(app, data.num_clients)
     grid.replies = []
@@ -48,7 +54,7 @@ def both(name, data, rounds=3, private=None, local=LOCAL):
 
     grid.app = recorded
     gs.start(grid, num_rounds=rounds)
-    sim = Simulator(data, gcn(data), build_strategy(name, **KWARGS.get(name, {})),
+    sim = Simulator(data, model(data), build_strategy(name, **KWARGS.get(name, {})),
                     rounds=rounds, local=local, seed=0, sample_fraction=1.0, private=private)
     sim.run()
     assert gs.dropped == []
@@ -111,3 +117,28 @@ def test_server_and_strategy_refuse_a_private_part_they_cannot_keep(data):
     with pytest.raises(ValueError, match="strategy 'fedrep' works on whole models"):
         GraphStrategy.from_dataset(build_strategy("fedrep"), gcn(data), data,
                                    private="classifier")
+
+
+def test_fedpub_under_flower_matches_the_simulator_and_keeps_the_masks_home(data):
+    # FED-PUB's client: masked GCN, masks private (declared by the model), L1 on them,
+    # functional embeddings computed by the nodes, the proximal term rebuilt on them.
+    gs, grid, sim = both("fedpub", data, rounds=2, model=masked_gcn)
+    assert sim.private is not None and sim.private.private_names == [
+        "convs.0.mask", "convs.1.mask", "classifier.mask"]
+    names = set()
+    for message in grid.sent + grid.replies:
+        for record in message.content.array_records.values():
+            names.update(record.keys())
+    assert "convs.0.weight" in names and not any("mask" in k for k in names)
+    assert gs.layout.num_params == sim.private.num_shared
+    for key in ("personal_params", "weights", "embeddings", "global_params"):
+        torch.testing.assert_close(getattr(gs.strategy, key), getattr(sim.strategy, key),
+                                   rtol=0, atol=1e-5)
+    for context in grid.contexts.values():
+        pid = int(context.node_config["partition-id"])
+        kept = torch.from_numpy(context.state["pyg-fedgraph"]["params"].numpy().copy())
+        torch.testing.assert_close(kept, sim.local_params[pid], rtol=0, atol=1e-5)
+    acc = torch.tensor([gs.evaluate_metrics[2][i]["test-accuracy"]
+                        for i in range(data.num_clients)])
+    torch.testing.assert_close(acc, sim.history.records[-1].test["accuracy"], rtol=0,
+                               atol=1e-6)

@@ -8,16 +8,17 @@ import math
 import pytest
 import torch
 from robustness_helpers import tiny_config
+from torch_geometric.nn import GCNConv
 
 from pyg_fedgraph.attacks import Attack
 from pyg_fedgraph.cli import main
-from pyg_fedgraph.datasets import digits
+from pyg_fedgraph.datasets import digits, planted_graphs
 from pyg_fedgraph.engine.validation import check_dataset
 from pyg_fedgraph.experiment import ExperimentConfig, build_dataset, build_simulator
-from pyg_fedgraph.models import CNNBN, MLP, SimpleCNN
+from pyg_fedgraph.models import CNNBN, GCN, MLP, SimpleCNN, build_model
 from pyg_fedgraph.nn import bipartition
 from pyg_fedgraph.strategies import STRATEGIES
-from pyg_fedgraph.train import LocalConfig
+from pyg_fedgraph.train import LocalConfig, execution
 from pyg_fedgraph.train import trainer as train_trainer
 from pyg_fedgraph.train.execution import EXECUTION_TABLE, choose_execution, model_family
 from pyg_fedgraph.train.trainer import ClientTrainer
@@ -303,6 +304,50 @@ def test_execution_table_and_model_families():
     assert choose_execution(MLP(4, 8, 2), torch.device("cuda")) == "vmap"
     with pytest.raises(ValueError, match="execution must be"):
         choose_execution(MLP(4, 8, 2), cpu, "threads")  # type: ignore[arg-type]
+
+
+def test_execution_of_graph_models():
+    # Any model with a message-passing layer is a GNN, whatever else it holds; the CPU
+    # entry is the measured one (benchmarks/results/subgraph_speed.md).
+    assert all(model_family(build_model(name, (16,), 4)) == "gnn"
+               for name in ("gcn", "sage", "gat"))
+    wrapped = torch.nn.Sequential(torch.nn.Conv1d(1, 1, 1), GCNConv(3, 4))
+    assert model_family(wrapped) == "gnn"
+    cpu = torch.device("cpu")
+    assert choose_execution(build_model("gcn", (16,), 4), cpu) == EXECUTION_TABLE[("gnn", "cpu")]
+    assert choose_execution(build_model("gat", (16,), 4), torch.device("cuda")) == "vmap"
+
+
+def test_auto_chunk_counts_a_graph_models_activations(monkeypatch):
+    # GCN(3 -> 4 -> 2 classes), one layer, on 5 nodes and 7 edges, outputs for 2 nodes.
+    # Module outputs: GCNConv's lin (5 x 4), its aggregation (5 x 4) and the layer
+    # itself (5 x 4), one message per edge (7 x 4), the classifier and the model
+    # (2 x 2 each): 20 + 20 + 20 + 28 + 4 + 4 = 96 elements.
+    model = GCN(3, 2, hidden_channels=4, num_layers=1)
+    example = (torch.randn(5, 3), torch.tensor([[0, 1, 2, 3, 4, 0, 1], [1, 2, 3, 4, 0, 0, 1]]),
+               torch.rand(7), torch.tensor([0, 3]))
+    assert execution._activation_elements(model, example) == 96
+    free = 10 ** 9
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free, 2 * free))
+    cuda = torch.device("cuda")
+    d = sum(p.numel() for p in model.parameters())  # 3 * 4 + 4 + 4 * 2 + 2 = 26
+    assert d == 26
+    assert execution.auto_chunk(model, (3,), 64, cuda, example=example) == \
+        math.floor(0.5 * free / (4 * (8 * d + 3 * 96)))
+    # Without the graph, a batch of node features is no input for a graph model: the
+    # estimate falls back to its conservative guess.
+    assert execution.auto_chunk(model, (3,), 64, cuda) == 64
+    # The trainer hands one client's inputs as training passes them: the padded graph and
+    # all training nodes of the largest client (full batch).
+    data = planted_graphs(num_clients=4, num_nodes=80)
+    trainer = ClientTrainer(build_model("gcn", data.input_shape, 4), data,
+                            config=LocalConfig(full_batch=True, epochs=1))
+    x, edge_index, edge_weight, nodes = trainer._graph_example()
+    assert data.graphs is not None
+    assert x.shape == data.graphs.x.shape[1:]
+    assert edge_index.shape == data.graphs.edge_index.shape[1:]
+    assert edge_weight.shape == data.graphs.edge_weight.shape[1:]
+    assert nodes.shape == (int(data.num_samples("train").max()),)
 
 
 @pytest.mark.slow

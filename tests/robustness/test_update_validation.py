@@ -64,6 +64,29 @@ def test_overflowing_norm_is_rejected():
     assert check.reasons[0] == "absurd norm: the update norm overflows torch.float32"
 
 
+def test_every_kind_of_row_in_one_batch_against_a_reference():
+    # The norm is computed first and the values searched only where it is not finite:
+    # each row must still get its own reason and the others their exact norms.
+    x = torch.tensor([[3.0, 4.0, 0.0],        # fine: norm 5 against zeros
+                      [math.nan, 1.0, 1.0],   # NaN upload
+                      [1.0, 1.0, 1.0],        # finite upload, Inf reference
+                      [math.inf, 1.0, 1.0],   # Inf upload against an Inf reference
+                      [3e38, 3e38, 0.0],      # finite, but the norm overflows
+                      [1.0, 2.0, 2.0]])       # fine: norm 3
+    ref = torch.zeros(6, 3)
+    ref[2, 1] = math.inf
+    ref[3, 0] = math.inf
+    ref[4] = torch.tensor([-3e38, -3e38, 0.0])
+    check = check_updates(x, 3, reference=ref, max_norm=None)
+    assert check.keep.tolist() == [True, False, False, False, False, True]
+    assert check.reasons[1] == "non-finite values: 1 of 3 parameters are NaN or Inf"
+    assert check.reasons[3] == "non-finite values: 1 of 3 parameters are NaN or Inf"
+    assert check.reasons[2] == check.reasons[4] == \
+        "absurd norm: the update norm overflows torch.float32"
+    assert check.norm[[0, 5]].tolist() == pytest.approx([5.0, 3.0])
+    assert math.isnan(float(check.norm[1])) and math.isnan(float(check.norm[3]))
+
+
 def test_relative_norm_bound():
     x = torch.tensor([[1.0, 0.0], [0.0, 1.2], [0.9, 0.0], [50.0, 0.0]])
     assert bool(check_updates(x, 2).keep.all())

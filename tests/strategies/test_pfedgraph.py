@@ -65,7 +65,8 @@ def test_registered_hparams_and_repr():
     s = build_strategy("pfedgraph", lam=0.1, layers=["head"])
     assert s.hparams() == {"alpha": None, "alpha_rule": "paper", "lam": 0.1, "threshold": 0.9,
                            "layers": ["head"], "normalized_aggregate": True,
-                           "solver": "projection", "evaluate": "local"}
+                           "solver": "projection", "evaluate": "local",
+                           "similarity": "updates"}
     assert "lam=0.1" in str(s) and "CollaborationQP(alpha=0.08*N" in str(s)
     # Appendix C.1.4: alpha = 0.08 N, resolved for the whole federation at setup.
     s = _strategy(10, torch.zeros(3))
