@@ -78,6 +78,12 @@ def gcn_self_loop_weights(edge_index: Tensor, num_nodes: int) -> tuple[Tensor, T
 class _GraphClassifier(nn.Module):
     r"""GCFL's frame (see the module docstring)."""
 
+    #: The family :func:`~pyg_fedgraph.train.execution.choose_execution`
+    #: looks up: one disjoint union of a client's graphs per step, measured
+    #: apart from clients that hold one graph
+    #: (``benchmarks/results/graph_classification_batching.md``).
+    execution_family = "graph-set"
+
     def __init__(self, in_channels: int, out_channels: int, hidden_channels: int,
                  num_layers: int, dropout: float, pool: PoolName, share: ShareName) -> None:
         super().__init__()
@@ -102,7 +108,7 @@ class _GraphClassifier(nn.Module):
         self.post = nn.Linear(hidden_channels, hidden_channels)
         self.classifier = nn.Linear(hidden_channels, out_channels)
 
-    def _layers(self, h: Tensor, edge_index: Tensor) -> Tensor:
+    def _layers(self, h: Tensor, edge_index: Tensor, last_activation: bool = True) -> Tensor:
         raise NotImplementedError
 
     def _activate(self, h: Tensor) -> Tensor:
@@ -129,6 +135,17 @@ class _GraphClassifier(nn.Module):
         if class_mask is not None:
             out = out.masked_fill(~class_mask.to(torch.bool), torch.finfo(out.dtype).min)
         return out
+
+    def embed(self, x: Tensor, edge_index: Tensor, batch: Tensor | None = None,
+              graph_size: Tensor | None = None, class_mask: Tensor | None = None) -> Tensor:
+        r"""Node embeddings :math:`(V, H)`: the output of the last
+        message-passing layer *before* its activation, the representation
+        FED-PUB's functional embedding averages (as
+        :meth:`~pyg_fedgraph.models.GCN.embed`; see
+        :class:`~pyg_fedgraph.train.FunctionalEmbedding`). ``batch``,
+        ``graph_size`` and ``class_mask`` are accepted, as :meth:`forward`
+        takes them, and not used."""
+        return self._layers(self.pre(x), edge_index, last_activation=False)
 
     def reset_parameters(self) -> None:
         self.pre.reset_parameters()
@@ -191,9 +208,11 @@ class GIN(_GraphClassifier):
                 nn.Linear(hidden_channels, hidden_channels), nn.ReLU(),
                 nn.Linear(hidden_channels, hidden_channels))))
 
-    def _layers(self, h: Tensor, edge_index: Tensor) -> Tensor:
-        for conv in self.convs:
-            h = self._activate(conv(h, edge_index))
+    def _layers(self, h: Tensor, edge_index: Tensor, last_activation: bool = True) -> Tensor:
+        for k, conv in enumerate(self.convs):
+            h = conv(h, edge_index)
+            if last_activation or k < len(self.convs) - 1:
+                h = self._activate(h)
         return h
 
 
@@ -240,9 +259,11 @@ class GCNPool(_GraphClassifier):
             self.convs.append(GCNConv(hidden_channels, hidden_channels, normalize=False,
                                       add_self_loops=False))
 
-    def _layers(self, h: Tensor, edge_index: Tensor) -> Tensor:
+    def _layers(self, h: Tensor, edge_index: Tensor, last_activation: bool = True) -> Tensor:
         ei, weight = gcn_self_loop_weights(edge_index, h.size(0))
         weight = weight.to(h.dtype)
-        for conv in self.convs:
-            h = self._activate(conv(h, ei, weight))
+        for k, conv in enumerate(self.convs):
+            h = conv(h, ei, weight)
+            if last_activation or k < len(self.convs) - 1:
+                h = self._activate(h)
         return h
