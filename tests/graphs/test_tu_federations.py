@@ -99,7 +99,7 @@ def test_a_graph_set_model_on_a_node_level_federation_is_refused(tmp_path, capsy
     assert code == 2 and err.count("\n") == 1
     assert ("model 'gin' takes a batch of a client's graphs, but dataset 'planted-graphs' "
             "gives a client's graph: choose a model for its data with --model (gcn, sage, "
-            "gat)") in err
+            "gat, masked-gcn)") in err
 
 
 @pytest.mark.slow
