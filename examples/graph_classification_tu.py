@@ -65,10 +65,10 @@ def dataset_grouping_ari(weight: torch.Tensor, datasets: torch.Tensor) -> float:
     from sklearn.cluster import SpectralClustering
     from sklearn.metrics import adjusted_rand_score
     w = weight.detach().double().cpu()
-    w = ((w + w.t()) / 2).clamp(min=0).numpy()
+    affinity = ((w + w.t()) / 2).clamp(min=0).numpy()
     k = int(datasets.max()) + 1
     labels = SpectralClustering(n_clusters=k, affinity="precomputed",
-                                random_state=0).fit_predict(w)
+                                random_state=0).fit_predict(affinity)
     return float(adjusted_rand_score(datasets.tolist(), labels.tolist()))
 
 
