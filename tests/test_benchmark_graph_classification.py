@@ -98,3 +98,13 @@ def test_report_by_hand(bench):
     assert ("  - fedaghn: accuracy 75.0 (above), ARI 1.00 (at least 0.9 in 1 of 1 rounds; 1 "
             "seed): met") in text
     assert "  - goal: **met**" in text
+
+
+def test_the_committed_results_are_rebuilt_from_the_committed_records(monkeypatch):
+    pytest.importorskip("sklearn")
+    monkeypatch.syspath_prepend(str(BENCH))
+    module = importlib.import_module("graph_classification_tu")
+    try:
+        assert module.report() == (BENCH / "results" / "graph_classification_tu.md").read_text()
+    finally:
+        sys.modules.pop("graph_classification_tu", None)
