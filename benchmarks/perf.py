@@ -160,7 +160,7 @@ def aghn_rows(sizes: list[int], image: int, repeats: int) -> list[dict]:
         conv = AGHNConv(n, layout.num_layers)
 
         def batched(conv=conv, x=x, delta=delta, delta_new=delta_new):
-            out = conv(x, delta, ptr)
+            out = conv(x, delta=delta, layer_ptr=ptr)
             gp, gq = torch.autograd.grad(out, [conv.sharpness, conv.self_weight],
                                          grad_outputs=-delta_new)
             return out.detach(), gp, gq

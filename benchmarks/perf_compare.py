@@ -3,8 +3,9 @@ strategy in the two trees, as the ratio of the minima over the repetitions and a
 the per-alternation ratios (the two runs of one alternation see nearly the same machine load),
 with their geometric means.
 
-With ``--steady`` output (``OUT_DIR/steady.txt``, lines ``tree name seconds`` from
-``steady_rounds.py``) the same two readings for warm rounds.
+With ``--steady`` or ``--operators`` output (``OUT_DIR/steady.txt``, lines ``tree name
+seconds`` from ``steady_rounds.py`` or ``operator_speed.py``) the same two readings for warm
+rounds or operator calls.
 
 Usage::
 
@@ -80,7 +81,8 @@ def compare(out_dir: Path) -> list[str]:
 
 
 def compare_steady(out_dir: Path) -> list[str]:
-    r"""Markdown table of warm rounds (``perf_alternate.sh ... --steady``)."""
+    r"""Markdown table of warm rounds or operator calls (``perf_alternate.sh ... --steady``
+    or ``--operators``)."""
     pairs = read_steady(out_dir / "steady.txt")
     if not pairs:
         raise SystemExit(f"no alternations in {out_dir / 'steady.txt'}")

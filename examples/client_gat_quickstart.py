@@ -65,7 +65,7 @@ import torch  # noqa: E402
 from torch import Tensor, nn  # noqa: E402
 from torch.func import functional_call, vmap  # noqa: E402
 
-from pyg_fedgraph.data import FederationGraph, ParamLayout  # noqa: E402
+from pyg_fedgraph.data import ParamLayout  # noqa: E402
 from pyg_fedgraph.nn import ClientGAT  # noqa: E402
 from pyg_fedgraph.nn.client_gat import allocation_backward  # noqa: E402
 
@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     models = {"pFedGAT": start, "Local": start, "FedAvg": start, "in-group average": start}
     for rnd in range(rounds):
         theta = train(models["pFedGAT"])
-        theta_tilde, allocation = gat(FederationGraph(x=theta))
+        theta_tilde, allocation = gat(theta)  # the complete client graph
         gat_optimizer.zero_grad()
         feedback = client_feedback(model, layout, theta_tilde, data["held-out"])
         allocation_backward(theta_tilde, feedback, mode="gradient")

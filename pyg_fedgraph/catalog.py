@@ -15,14 +15,15 @@ __all__ = ["STRATEGY_NAMES", "DATASET_NAMES", "MODEL_NAMES"]
 #: Every registered strategy, sorted.
 STRATEGY_NAMES: tuple[str, ...] = (
     "cfl", "ditto", "fedaghn", "fedala", "fedamp", "fedavg", "fedavg-ft", "fedcedar",
-    "fedprox", "fedprox-ft", "fedpub", "fedrep", "fedrod", "heurfedamp", "ifca", "knn-per", "local",
-    "panacea", "per-fedavg", "pfedgat", "pfedgraph", "pfedhn", "pfedla", "pfedme", "sfl",
+    "fedprox", "fedprox-ft", "fedpub", "fedrep", "fedrod", "gcfl", "gcfl-plus", "heurfedamp",
+    "ifca", "knn-per", "local", "panacea", "per-fedavg", "pfedgat", "pfedgraph", "pfedhn",
+    "pfedla", "pfedme", "sfl",
 )
 #: Every registered dataset (normalized names), sorted.
 DATASET_NAMES: tuple[str, ...] = (
     "cifar10", "cifar100", "citeseer", "cora", "digits", "fashion-mnist", "fl60", "metr-la",
-    "mnist", "pems-bay", "planted-graphs", "pubmed", "topology",
+    "mnist", "pems-bay", "planted-graphs", "pubmed", "topology", "tu",
 )
 #: Every registered client model.
 MODEL_NAMES: tuple[str, ...] = ("mlp", "cnn", "cnn-bn", "gru", "gru-seq2seq", "gcn", "sage",
-                               "gat", "masked-gcn")
+                               "gat", "gin", "gcn-pool", "masked-gcn")

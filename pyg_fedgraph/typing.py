@@ -31,6 +31,9 @@ ExecutionName = Literal["auto", "vmap", "loop"]
 #: :func:`torch.compile` modes a trainer accepts (``compile=True`` is ``"default"``).
 CompileMode = Literal["default", "reduce-overhead", "max-autotune",
                       "max-autotune-no-cudagraphs"]
+#: How a graph classifier pools its node representations
+#: (:func:`~pyg_fedgraph.nn.functional.global_pool`).
+PoolName = Literal["sum", "mean"]
 #: Experiment trackers (:mod:`pyg_fedgraph.tracking`).
 TrackerName = Literal["tensorboard", "mlflow"]
 

@@ -3,11 +3,17 @@ r"""Federated data sets: builders returning a
 graphs to partition into clients (:mod:`pyg_fedgraph.transforms`)."""
 from pyg_fedgraph.datasets.digits import digits
 from pyg_fedgraph.datasets.fl60 import angle_knn_graph, fl60, read_grda_toy
+from pyg_fedgraph.datasets.graph_classification import (
+    GCFL_DEFAULTS,
+    federate_graph_sets,
+    tu,
+    tu_names,
+)
 from pyg_fedgraph.datasets.graph_federation import (
     GCFL_FRACTIONS,
     GRAPH_PARTITIONS,
-    GraphClient,
     GraphFederation,
+    GraphSetClient,
     GraphSplitName,
     cross_dataset_federation,
     gcfl_chunks,
@@ -84,7 +90,7 @@ __all__ = [
     "GCFL_GROUPS",
     "GCFL_FRACTIONS",
     "GRAPH_PARTITIONS",
-    "GraphClient",
+    "GraphSetClient",
     "GraphFederation",
     "GraphSplitName",
     "cross_dataset_federation",
@@ -92,4 +98,8 @@ __all__ = [
     "one_dataset_federation",
     "pad_node_features",
     "stratified_split",
+    "tu",
+    "tu_names",
+    "federate_graph_sets",
+    "GCFL_DEFAULTS",
 ]

@@ -38,7 +38,7 @@ from pyg_fedgraph.data.partition import _check_fractions, _split_sizes, dirichle
 from pyg_fedgraph.datasets.tu import TUGraphs, check_tu_names, read_tu
 from pyg_fedgraph.utils.seeds import make_generator
 
-__all__ = ["GraphClient", "GraphFederation", "GraphSplitName", "GRAPH_PARTITIONS",
+__all__ = ["GraphSetClient", "GraphFederation", "GraphSplitName", "GRAPH_PARTITIONS",
            "GCFL_FRACTIONS", "gcfl_chunks", "stratified_split", "pad_node_features",
            "one_dataset_federation", "cross_dataset_federation"]
 
@@ -50,7 +50,7 @@ _SPLITS = ("train", "val", "test")
 
 
 @dataclass(frozen=True, eq=False)
-class GraphClient:
+class GraphSetClient:
     r"""One client of a graph-level federation.
 
     Args:
@@ -82,7 +82,7 @@ class GraphClient:
         return len(self.train) + len(self.val) + len(self.test)
 
     def __repr__(self) -> str:
-        return (f"GraphClient({self.dataset}, train={len(self.train)}, val={len(self.val)}, "
+        return (f"GraphSetClient({self.dataset}, train={len(self.train)}, val={len(self.val)}, "
                 f"test={len(self.test)})")
 
 
@@ -94,7 +94,7 @@ class GraphFederation:
     marked by :meth:`class_mask`.
 
     Args:
-        clients (tuple of GraphClient): the clients, grouped by dataset.
+        clients (tuple of GraphSetClient): the clients, grouped by dataset.
         datasets (tuple of str): dataset of each group.
         num_features (int): node-feature width of every graph (the widest
             dataset's).
@@ -103,7 +103,7 @@ class GraphFederation:
             padding.
         dataset_num_classes (tuple of int): each dataset's classes.
     """
-    clients: tuple[GraphClient, ...]
+    clients: tuple[GraphSetClient, ...]
     datasets: tuple[str, ...]
     num_features: int
     num_classes: int
@@ -151,10 +151,10 @@ class GraphFederation:
     def __len__(self) -> int:
         return len(self.clients)
 
-    def __getitem__(self, index: int) -> GraphClient:
+    def __getitem__(self, index: int) -> GraphSetClient:
         return self.clients[index]
 
-    def __iter__(self) -> Iterator[GraphClient]:
+    def __iter__(self) -> Iterator[GraphSetClient]:
         return iter(self.clients)
 
     def __repr__(self) -> str:
@@ -330,14 +330,14 @@ def _dataset_generator(seed: int, name: str) -> torch.Generator:
 
 def _clients(data: TUGraphs, parts: Sequence[Tensor], group: int,
              fractions: tuple[float, float, float], generator: torch.Generator,
-             graphs: Sequence[Data]) -> list[GraphClient]:
+             graphs: Sequence[Data]) -> list[GraphSetClient]:
     # A loop over clients: one-off data preparation, a stratified split each.
     out = []
     for part in parts:
         positions = stratified_split(data.y[part], fractions, generator=generator)
         index = [part[p] for p in positions]
         split = [tuple(graphs[int(i)] for i in idx) for idx in index]
-        out.append(GraphClient(dataset=data.name, group=group, num_classes=data.num_classes,
+        out.append(GraphSetClient(dataset=data.name, group=group, num_classes=data.num_classes,
                                train=split[0], val=split[1], test=split[2],
                                train_index=index[0], val_index=index[1], test_index=index[2]))
     return out
@@ -485,7 +485,7 @@ def cross_dataset_federation(datasets: Sequence[str | TUGraphs], clients_per_dat
                              f"{clients_per_dataset * per_client} in all; use at most "
                              f"{len(data) // per_client} clients per dataset")
     width = max(d.num_node_features for d in datas)
-    clients: list[GraphClient] = []
+    clients: list[GraphSetClient] = []
     for group, data in enumerate(datas):
         generator = _dataset_generator(seed, data.name)
         order = torch.randperm(len(data), generator=generator)

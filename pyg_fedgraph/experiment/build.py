@@ -299,7 +299,8 @@ def check_config(cfg: ExperimentConfig, dataset: FederatedDataset) -> None:
                                    dataset.edge_index is not None)
     inputs = MODELS[plan.model_name].inputs
     if inputs != dataset.input_kind:
-        what = {"graph": "a client's graph", "tensor": "a batch of samples"}
+        what = {"graph": "a client's graph", "tensor": "a batch of samples",
+                "graph-set": "a batch of a client's graphs"}
         fits = ", ".join(n for n, m in MODELS.items() if m.inputs == dataset.input_kind)
         raise ValueError(f"model {plan.model_name!r} takes {what.get(inputs, inputs)}, but "
                          f"dataset {cfg.dataset!r} gives {what.get(dataset.input_kind, '?')}: "
@@ -311,8 +312,11 @@ def check_config(cfg: ExperimentConfig, dataset: FederatedDataset) -> None:
     if prefixes:
         PrivateParameters(ParamLayout.from_module(model), prefixes)  # names checked
         if not plan.strategy.supports_private_parameters:
+            hint = ("; the model keeps them private: --set model.share=all federates all of it"
+                    if "private" not in plan.parts["sim"]
+                    and "share" in model_options(plan.model_name) else "")
             raise ValueError(f"strategy {cfg.strategy!r} works on whole models and cannot "
-                             f"leave parameters {list(prefixes)} private to the clients")
+                             f"leave parameters {list(prefixes)} private to the clients{hint}")
 
 
 def build_simulator(cfg: ExperimentConfig, *, dataset: FederatedDataset | None = None,

@@ -42,7 +42,8 @@ log = logging.getLogger(__name__)
 
 #: The fields of a record (``derived_from`` and ``note`` only in a record made
 #: inside another run, ``novel_client_metrics`` only when clients are held out,
-#: ``final_self_weight`` and the like from
+#: ``traces`` only with :meth:`RecordCache.run`'s ``traces``, ``final_self_weight``
+#: and the like from
 #: :meth:`Strategy.diagnostics <pyg_fedgraph.strategies.Strategy.diagnostics>`).
 RECORD_FIELDS = ("config", "summary", "val", "test", "test_clients", "test_client_metrics",
                  "graph", "seconds", "cpu_seconds", "load", "torch_threads", "torch", "device",
@@ -213,7 +214,8 @@ class RecordCache:
         }
 
     def run(self, cfg: ExperimentConfig, *, refresh: bool = False,
-            local_models_as: ExperimentConfig | None = None) -> dict[str, Any]:
+            local_models_as: ExperimentConfig | None = None,
+            traces: dict[str, Any] | None = None) -> dict[str, Any]:
         r"""The record of ``cfg``: read back when it exists (unless
         ``refresh``), else run (or continued from its checkpoint) and stored.
 
@@ -221,7 +223,11 @@ class RecordCache:
         ``finetune_from="local"`` identical to ``cfg`` but for the strategy),
         the same run also evaluates the clients' local models each round
         (:class:`LocalModelsCallback`) and stores that history as the record
-        of ``local_models_as``."""
+        of ``local_models_as``. ``traces`` are further round callbacks with
+        state (:class:`~pyg_fedgraph.experiment.runner.StatefulCallback`,
+        kept by the checkpoints), such as a benchmark's per-round record of
+        the clients' grouping: the record keeps each one's final
+        ``state_dict()`` under ``traces[name]``."""
         from pyg_fedgraph.engine import History
         from pyg_fedgraph.experiment.build import build_simulator
 
@@ -231,7 +237,7 @@ class RecordCache:
                                       or self.load(local_models_as) is not None):
                 return entry
         sim = build_simulator(cfg)
-        callbacks: dict[str, Any] = {}
+        callbacks: dict[str, Any] = dict(traces or {})
         second = None
         if local_models_as is not None:
             second = History(sim.history.metric, sim.history.higher_is_better,
@@ -249,9 +255,12 @@ class RecordCache:
             raise RuntimeError(f"the run of {config_key(cfg)} was stopped at round "
                                f"{result.round}; its checkpoint is {result.checkpoint}")
         device = str(sim.device)
+        extra = dict(sim.strategy.diagnostics())
+        if traces:
+            extra["traces"] = {name: trace.state_dict() for name, trace in traces.items()}
         entry = self._entry(cfg, sim.summary(), sim.history, sim.strategy.collaboration_graph(),
                             result.seconds, result.cpu_seconds, result.load_start, device,
-                            novel=sim.novel_history, **sim.strategy.diagnostics())
+                            novel=sim.novel_history, **extra)
         self._store(cfg, entry)
         if second is not None and local_models_as is not None:
             summary = second.summary()

@@ -1,6 +1,7 @@
 r"""Reference client models (plain :class:`torch.nn.Module`, vmap-friendly)."""
 from pyg_fedgraph.models.cnn import CNNBN, SimpleCNN
 from pyg_fedgraph.models.gnn import GAT, GCN, GraphSAGE, MaskedGCN
+from pyg_fedgraph.models.graph_classifiers import GIN, GCNPool
 from pyg_fedgraph.models.gru import GRUCell, GRUForecaster
 from pyg_fedgraph.models.mlp import MLP
 from pyg_fedgraph.models.registry import (
@@ -22,6 +23,8 @@ __all__ = [
     "GCN",
     "GraphSAGE",
     "GAT",
+    "GIN",
+    "GCNPool",
     "MaskedGCN",
     "MODELS",
     "ModelSpec",

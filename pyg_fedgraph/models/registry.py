@@ -11,6 +11,7 @@ from torch import nn
 from pyg_fedgraph.hparams import HParam, schema
 from pyg_fedgraph.models.cnn import CNNBN, SimpleCNN
 from pyg_fedgraph.models.gnn import GAT, GCN, GraphSAGE, MaskedGCN
+from pyg_fedgraph.models.graph_classifiers import GIN, GCNPool
 from pyg_fedgraph.models.gru import GRUForecaster
 from pyg_fedgraph.models.mlp import MLP
 from pyg_fedgraph.models.seq2seq import GRUSeq2Seq
@@ -31,9 +32,10 @@ class ModelSpec:
         build (callable): the builder.
         derived (tuple of str): constructor arguments the builder derives
             from the dataset, which are therefore not options.
-        inputs (str): what the model takes: ``"tensor"`` (a batch of samples)
-            or ``"graph"`` (a client's graph and the nodes to predict); it
-            must match the data set's
+        inputs (str): what the model takes: ``"tensor"`` (a batch of
+            samples), ``"graph"`` (a client's graph and the nodes to
+            predict) or ``"graph-set"`` (a batch of a client's graphs to
+            classify); it must match the data set's
             :attr:`~pyg_fedgraph.data.FederatedDataset.input_kind`.
     """
     cls: type[nn.Module]
@@ -139,6 +141,16 @@ def _build_gat(shape: tuple[int, ...], num_outputs: int, **kwargs: Any) -> nn.Mo
     return GAT(_node_features("gat", shape), num_outputs, **kwargs)
 
 
+@register_model("gin", GIN, inputs="graph-set")
+def _build_gin(shape: tuple[int, ...], num_outputs: int, **kwargs: Any) -> nn.Module:
+    return GIN(_node_features("gin", shape), num_outputs, **kwargs)
+
+
+@register_model("gcn-pool", GCNPool, inputs="graph-set")
+def _build_gcn_pool(shape: tuple[int, ...], num_outputs: int, **kwargs: Any) -> nn.Module:
+    return GCNPool(_node_features("gcn-pool", shape), num_outputs, **kwargs)
+
+
 @register_model("masked-gcn", MaskedGCN, inputs="graph")
 def _build_masked_gcn(shape: tuple[int, ...], num_outputs: int, **kwargs: Any) -> nn.Module:
     return MaskedGCN(_node_features("masked-gcn", shape), num_outputs, **kwargs)
@@ -176,6 +188,9 @@ def build_model(name: str, dataset_input_shape: Sequence[int], num_outputs: int,
     gcn                              kept on the client)
     sage     :class:`GraphSAGE`      as for ``gcn``
     gat      :class:`GAT`            as for ``gcn``
+    gin      :class:`GIN`            a batch of a client's graphs, node
+                                     features :math:`(F,)`
+    gcn-pool :class:`GCNPool`        as for ``gin``
     ======== ======================= ===========================================
 
     Args:

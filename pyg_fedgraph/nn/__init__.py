@@ -1,7 +1,7 @@
 r"""Operators: tensors in, tensors out (no rounds, no I/O, no device choice)."""
 from pyg_fedgraph.nn.aggregation import GraphAggregation, dense_to_edges
 from pyg_fedgraph.nn.aghn_conv import AGHNConv
-from pyg_fedgraph.nn.bipartition import bipartition
+from pyg_fedgraph.nn.bipartition import bipartition, min_cut
 from pyg_fedgraph.nn.client_gat import AllocationLogits, ClientGAT, allocation_backward
 from pyg_fedgraph.nn.cluster_propagation import (
     ClusterGraphPropagation,
@@ -19,6 +19,7 @@ from pyg_fedgraph.nn.collaboration_qp import (
 from pyg_fedgraph.nn.functional import (
     cluster_mean,
     dtw_distance,
+    global_pool,
     pairwise_cosine,
     pairwise_dtw,
     sample_shares,
@@ -51,6 +52,8 @@ __all__ = [
     "hypernetwork_update",
     "KHopPropagation",
     "bipartition",
+    "min_cut",
+    "global_pool",
     "pairwise_cosine",
     "sample_shares",
     "cluster_mean",

@@ -6,7 +6,9 @@ import warnings
 import torch
 from torch import Tensor
 from torch_geometric.nn.conv import MessagePassing
-from torch_geometric.utils import dense_to_sparse, spmm, to_torch_csr_tensor
+from torch_geometric.typing import OptTensor
+from torch_geometric.utils import coalesce, dense_to_sparse, spmm, to_torch_csr_tensor
+from torch_geometric.utils.sparse import ptr2index
 
 from pyg_fedgraph.utils.graph import complete_graph
 
@@ -30,11 +32,14 @@ class GraphAggregation(MessagePassing):
     .. math::
         \tilde{\theta}_i^{(l)} = \sum_j W^{(l)}_{ij}\, \theta_j^{(l)} .
 
-    Aggregation runs through :meth:`message_and_aggregate` as a sparse (or,
-    for graphs with at least :math:`N^2/4` edges or a dense ``weight``,
-    dense) matrix product, so no :math:`(|E|, D)` message tensor is ever
-    built: extra memory is :math:`O(ND + |E|)`. A loop over layers (not over
-    clients) handles the per-layer form.
+    An edge list goes through :meth:`propagate` as a sparse adjacency (with one
+    value column per layer in the per-layer form, see :func:`edge_adjacency`)
+    to :meth:`message_and_aggregate`, a CSR product (a dense one of the same
+    matrix for graphs with at least :math:`N^2/4` edges), so no
+    :math:`(|E|, D)` message tensor is ever built: extra memory is
+    :math:`O(ND + |E|)`. A dense ``weight`` has no edges to propagate: it is
+    multiplied directly (:math:`W\Theta`, one product per layer). A loop over
+    layers (not over clients) handles the per-layer form.
 
     Args:
         normalize (bool, optional): if ``True``, divide each row of the weights
@@ -50,6 +55,10 @@ class GraphAggregation(MessagePassing):
           for the per-layer forms.
         - **output:** aggregated parameters :math:`(|\mathcal{V}|, D)`.
     """
+
+    # The arguments of propagate(): forward() passes a sparse adjacency and its
+    # values (see edge_adjacency); a plain edge_index runs the edge-wise message().
+    propagate_type = {"x": Tensor, "edge_weight": OptTensor, "layer_ptr": OptTensor}
 
     def __init__(self, normalize: bool = False) -> None:
         super().__init__(aggr="add")
@@ -77,27 +86,27 @@ class GraphAggregation(MessagePassing):
             raise ValueError("pass exactly one of edge_index or a dense weight=")
         if weight is not None:
             mats = self._dense_mats(weight, n)
-        else:
-            assert edge_index is not None  # exactly one of the two, checked above
-            mats = self._sparse_mats(edge_index, edge_weight, n, x)
-        if len(mats) == 1:
-            return self.propagate(mats[0], x=x) if mats[0].is_sparse_csr else \
-                self.message_and_aggregate(mats[0], x)
-        if layer_ptr is None:
-            raise ValueError(f"{len(mats)} per-layer weight matrices given but no layer_ptr")
-        if layer_ptr.numel() != len(mats) + 1 or int(layer_ptr[-1]) != x.size(1):
-            raise ValueError(f"layer_ptr {layer_ptr.tolist()} does not describe {len(mats)} "
-                             f"layers covering {x.size(1)} parameters")
-        out = torch.empty_like(x)
-        bounds = layer_ptr.tolist()
-        for layer, adj in enumerate(mats):
-            xs = x[:, bounds[layer]:bounds[layer + 1]]
-            out[:, bounds[layer]:bounds[layer + 1]] = (self.propagate(adj, x=xs)
-                                                       if adj.is_sparse_csr
-                                               else self.message_and_aggregate(adj, xs))
-        return out
+            if mats.size(0) > 1:
+                _check_layer_ptr(layer_ptr, mats.size(0), x.size(1))
+            return dense_aggregate(mats, x, layer_ptr)
+        assert edge_index is not None  # exactly one of the two, checked above
+        check_edge_index(edge_index, n)
+        e = edge_index.size(1)
+        if edge_weight is None:
+            edge_weight = x.new_ones(e)
+        if edge_weight.size(0) != e:
+            raise ValueError(f"edge_weight has {edge_weight.size(0)} rows for {e} edges")
+        ew = edge_weight.to(x.dtype).reshape(e, -1)
+        if ew.size(1) > 1:
+            _check_layer_ptr(layer_ptr, ew.size(1), x.size(1))
+        if self.normalize:
+            deg = x.new_zeros(n, ew.size(1)).index_add_(0, edge_index[1], ew)
+            ew = ew / deg[edge_index[1]].masked_fill(deg[edge_index[1]] == 0, 1.0)
+        adj_t = edge_adjacency(edge_index, ew, n)
+        return self.propagate(adj_t, x=x, edge_weight=ew if ew.size(1) > 1 else ew.view(-1),
+                              layer_ptr=layer_ptr if ew.size(1) > 1 else None)
 
-    def _dense_mats(self, weight: Tensor, n: int) -> list[Tensor]:
+    def _dense_mats(self, weight: Tensor, n: int) -> Tensor:
         shape = tuple(weight.shape)
         if weight.dim() == 2:
             weight = weight.unsqueeze(0)
@@ -105,55 +114,147 @@ class GraphAggregation(MessagePassing):
             raise ValueError(f"dense weight must be ({n}, {n}) or (L, {n}, {n}), got {shape}")
         if self.normalize:
             weight = _row_normalize(weight)
-        return list(weight.unbind(0))
+        return weight
 
-    def _sparse_mats(self, edge_index: Tensor, edge_weight: Tensor | None, n: int,
-                     x: Tensor) -> list[Tensor]:
-        if edge_index.dim() != 2 or edge_index.size(0) != 2:
-            raise ValueError(f"edge_index must be (2, E), got {tuple(edge_index.shape)}")
-        if edge_index.numel() and int(edge_index.max()) >= n:
-            raise ValueError(f"edge_index refers to client {int(edge_index.max())} "
-                             f"but x has {n} clients")
-        e = edge_index.size(1)
-        if edge_weight is None:
-            edge_weight = x.new_ones(e)
-        if edge_weight.size(0) != e:
-            raise ValueError(f"edge_weight has {edge_weight.size(0)} rows for {e} edges")
-        ew = edge_weight.to(x.dtype).reshape(e, -1)
-        if self.normalize:
-            deg = x.new_zeros(n, ew.size(1)).index_add_(0, edge_index[1], ew)
-            ew = ew / deg[edge_index[1]].masked_fill(deg[edge_index[1]] == 0, 1.0)
-        if e * 4 >= n * n:
-            # Nearly complete graph: a dense (N, N) product is several times faster
-            # than CSR and still never builds an (E, D) tensor.
-            dense = x.new_zeros(ew.size(1), n, n)
-            for layer in range(ew.size(1)):
-                dense[layer].index_put_((edge_index[1], edge_index[0]), ew[:, layer],
-                                        accumulate=True)
-            return list(dense.unbind(0))
-        # Row i of adj_t gathers from the sources of the edges that end at i.
-        flipped = edge_index.flip(0)
-        # The indices were checked above and PyG sorts them: no invariant checks
-        # (what torch does by default, said explicitly so that it does not warn),
-        # and not torch's note that CSR tensors are in beta, once per process.
-        with warnings.catch_warnings(), torch.sparse.check_sparse_tensor_invariants(False):
-            warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta",
-                                    category=UserWarning)
-            return [to_torch_csr_tensor(flipped, ew[:, layer].contiguous(), size=(n, n))
-                    for layer in range(ew.size(1))]
-
-    def message(self, x_j: Tensor, edge_weight: Tensor | None = None) -> Tensor:
-        # Edge-wise form, used only if someone propagates over a plain edge_index:
+    def message(self, x_j: Tensor, edge_weight: Tensor | None = None,
+                layer_ptr: Tensor | None = None) -> Tensor:
+        # The edge-wise form, for a propagate() over a plain edge_index:
         # forward() always goes through message_and_aggregate.
-        return x_j if edge_weight is None else edge_weight.view(-1, 1) * x_j
+        return weighted_messages(x_j, edge_weight, layer_ptr)
 
-    def message_and_aggregate(self, adj_t: Tensor, x: Tensor) -> Tensor:
-        if adj_t.layout == torch.strided:
-            return adj_t @ x
-        return spmm(adj_t, x, reduce="sum")
+    def message_and_aggregate(self, adj_t: Tensor, x: Tensor, edge_weight: Tensor | None = None,
+                              layer_ptr: Tensor | None = None) -> Tensor:
+        return sparse_aggregate(adj_t, x, edge_weight, layer_ptr)
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}(normalize={self.normalize})"
+
+
+def check_edge_index(edge_index: Tensor, num_nodes: int) -> None:
+    r"""Raises unless ``edge_index`` is an integer :math:`(2, E)` tensor of
+    nodes in :math:`[0, N)`."""
+    if not isinstance(edge_index, Tensor):
+        raise TypeError(f"edge_index must be a (2, E) tensor, got {type(edge_index).__name__}")
+    if edge_index.dim() != 2 or edge_index.size(0) != 2:
+        raise ValueError(f"edge_index must be (2, E), got {tuple(edge_index.shape)}")
+    if edge_index.is_floating_point() or edge_index.is_complex() \
+            or edge_index.dtype == torch.bool:
+        raise ValueError(f"edge_index must hold integer node ids, got {edge_index.dtype}")
+    if edge_index.numel():
+        low, high = int(edge_index.min()), int(edge_index.max())
+        if low < 0 or high >= num_nodes:
+            bad = low if low < 0 else high
+            raise ValueError(f"edge_index refers to node {bad}, outside [0, {num_nodes}) "
+                             f"for the {num_nodes} rows of x")
+
+
+def _check_layer_ptr(layer_ptr: Tensor | None, num_layers: int, num_params: int) -> None:
+    if layer_ptr is None:
+        raise ValueError(f"{num_layers} per-layer weight matrices given but no layer_ptr")
+    if layer_ptr.numel() != num_layers + 1 or int(layer_ptr[-1]) != num_params:
+        raise ValueError(f"layer_ptr {layer_ptr.tolist()} does not describe {num_layers} "
+                         f"layers covering {num_params} parameters")
+
+
+def edge_adjacency(edge_index: Tensor, edge_weight: Tensor, num_nodes: int) -> Tensor:
+    r"""The transposed weighted adjacency :math:`W` of edges :math:`j
+    \rightarrow i` (row :math:`i` holds what node :math:`i` gathers), the
+    input :meth:`~MessagePassing.propagate` takes: a sparse COO tensor with the
+    edges in their given order, not coalesced (duplicate edges count as the sum
+    of their weights), :math:`(N, N)` for weights :math:`(E,)` or
+    :math:`(E, 1)`, a hybrid :math:`(N, N, L)` for one weight column per
+    layer.
+
+    Its values are detached: the operators pass ``edge_weight`` itself to
+    :meth:`propagate` as well, so that gradients reach it without a backward
+    pass through a sparse tensor (which costs more than the whole aggregation
+    on CPU), and building it sorts nothing.
+    """
+    if edge_weight.dim() == 2 and edge_weight.size(1) == 1:
+        edge_weight = edge_weight.squeeze(1)
+    # The indices are checked by the callers: no invariant checks (what torch
+    # does by default, said explicitly so that it does not warn).
+    with torch.sparse.check_sparse_tensor_invariants(False):
+        return torch.sparse_coo_tensor(edge_index.flip(0), edge_weight.detach(),
+                                       (num_nodes, num_nodes, *edge_weight.shape[1:]),
+                                       is_coalesced=False)
+
+
+def sparse_aggregate(adj_t: Tensor, x: Tensor, edge_weight: Tensor | None = None,
+                     layer_ptr: Tensor | None = None) -> Tensor:
+    r"""The product :math:`W\Theta` of a sparse adjacency, COO or CSR (per layer
+    for a hybrid :math:`(N, N, L)` one, with ``layer_ptr``), the body of the
+    operators' :meth:`message_and_aggregate`; ``edge_weight``, if given,
+    replaces the adjacency's values (in their storage order, see
+    :func:`edge_adjacency`). A graph with at least :math:`N^2/4` entries is
+    multiplied as a dense matrix, several times faster than CSR at these sizes
+    and still without an :math:`(E, D)` tensor; a sparser one as CSR."""
+    n, m = adj_t.size(0), adj_t.size(1)
+    if adj_t.dim() == 3 and layer_ptr is None:
+        raise ValueError(f"a per-layer adjacency ({adj_t.size(2)} layers) needs a layer_ptr")
+    if adj_t.layout == torch.sparse_csr:
+        row, col = ptr2index(adj_t.crow_indices()), adj_t.col_indices()
+        weight = adj_t.values() if edge_weight is None else edge_weight
+    elif edge_weight is None:
+        adj_t = adj_t.coalesce()
+        (row, col), weight = adj_t.indices(), adj_t.values()
+    else:
+        (row, col), weight = adj_t._indices(), edge_weight
+    if weight.size(0) * 4 >= n * m:
+        dense = weight.new_zeros(n, m, *weight.shape[1:]).index_put_(
+            (row, col), weight, accumulate=True)
+        if dense.dim() == 2:
+            return dense @ x
+        return dense_aggregate(dense.permute(2, 0, 1).contiguous(), x, layer_ptr)
+    # Sorted once (duplicates summed), then one CSR product per layer.
+    index, weight = coalesce(torch.stack([row, col]), weight, max(n, m))
+    with warnings.catch_warnings(), torch.sparse.check_sparse_tensor_invariants(False):
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta",
+                                category=UserWarning)
+        if weight.dim() == 1:
+            mat = to_torch_csr_tensor(index, weight, size=(n, m), is_coalesced=True)
+            return spmm(mat, x, reduce="sum")
+        assert layer_ptr is not None  # checked above
+        out = torch.empty(n, x.size(1), dtype=x.dtype, device=x.device)
+        bounds = layer_ptr.tolist()
+        for layer in range(weight.size(1)):
+            mat = to_torch_csr_tensor(index, weight[:, layer].contiguous(), size=(n, m),
+                                      is_coalesced=True)
+            out[:, bounds[layer]:bounds[layer + 1]] = spmm(
+                mat, x[:, bounds[layer]:bounds[layer + 1]], reduce="sum")
+    return out
+
+
+def dense_aggregate(weight: Tensor, x: Tensor, layer_ptr: Tensor | None = None) -> Tensor:
+    r"""The dense product :math:`W\Theta` for ``weight`` :math:`(N, N)` or
+    :math:`(1, N, N)`, or per layer for :math:`(L, N, N)` with ``layer_ptr``."""
+    if weight.dim() == 2:
+        return weight @ x
+    if weight.size(0) == 1:
+        return weight[0] @ x
+    assert layer_ptr is not None  # checked by the callers
+    out = torch.empty(weight.size(1), x.size(1), dtype=x.dtype, device=x.device)
+    bounds = layer_ptr.tolist()
+    for layer in range(weight.size(0)):
+        out[:, bounds[layer]:bounds[layer + 1]] = weight[layer] @ x[
+            :, bounds[layer]:bounds[layer + 1]]
+    return out
+
+
+def weighted_messages(x_j: Tensor, edge_weight: Tensor | None,
+                      layer_ptr: Tensor | None = None) -> Tensor:
+    r"""The edge-wise messages :math:`w_{j \rightarrow i} \theta_j`
+    :math:`(E, D)` (per layer for weights :math:`(E, L)`), the reference form
+    of :func:`sparse_aggregate` for a :meth:`~MessagePassing.propagate` over
+    a plain ``edge_index``."""
+    if edge_weight is None:
+        return x_j
+    if edge_weight.dim() == 1 or edge_weight.size(1) == 1:
+        return edge_weight.view(-1, 1) * x_j
+    if layer_ptr is None:
+        raise ValueError(f"per-layer edge weights ({edge_weight.size(1)} layers) "
+                         f"need a layer_ptr")
+    return edge_weight.repeat_interleave(layer_ptr.diff(), dim=1) * x_j
 
 
 def _row_normalize(weight: Tensor) -> Tensor:

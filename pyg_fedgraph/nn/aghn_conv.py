@@ -7,9 +7,15 @@ import torch
 from torch import Tensor
 from torch.nn import Parameter
 from torch_geometric.nn.conv import MessagePassing
+from torch_geometric.typing import OptTensor
 from torch_geometric.utils import remove_self_loops, scatter, softmax
 
-from pyg_fedgraph.nn.aggregation import GraphAggregation
+from pyg_fedgraph.nn.aggregation import (
+    check_edge_index,
+    edge_adjacency,
+    sparse_aggregate,
+    weighted_messages,
+)
 from pyg_fedgraph.nn.functional import pairwise_cosine
 from pyg_fedgraph.utils.graph import complete_graph
 
@@ -43,57 +49,14 @@ class AGHNConv(MessagePassing):
         \qquad \tilde{\theta}_i^{(l)} = \sum_{j} \alpha_{ij}^{(l)}\, \theta_j^{(l)},
 
     so the self share is :math:`\alpha_{ii}^{(l)} = q/(1+q)` whenever client
-    :math:`i` has at least one in-neighbour. All clients and all layers are
-    computed in one pass: the cosine matrices :math:`(L, N, N)` come from the
-    per-layer normalized deltas (a loop over layers, never over clients), the
-    softmax is :func:`torch_geometric.utils.softmax` over the edges grouped by
-    target, and the aggregation is :class:`GraphAggregation` with one weight
-    column per layer, which never builds an :math:`(|\mathcal{E}|, D)` tensor.
-    The authors' implementation runs the same rule one client at a time and
-    stores each client's hypernetwork on disk between rounds; here the
-    :math:`(N, L)` tables are two :class:`~torch.nn.Parameter` of this module
-    and live in its :meth:`state_dict`.
-
-    **Round 0.** With ``delta=None`` (no update exists yet) every client
-    averages itself and its in-neighbours uniformly,
-    :math:`\alpha_{ij} = 1/(|\mathcal{N}(i)| + 1)`, i.e. :math:`1/N` on the
-    complete graph, and :math:`\tilde{\theta}` does not depend on :math:`p, q`
-    (skip the hypernetwork step that round). The authors' code instead feeds
-    all-ones placeholder deltas, which makes all cosines 1, the others share
-    :math:`1/(1+q)` equally and the self share is :math:`q/(1+q)`; pass
-    ``delta=torch.ones_like(x)`` to reproduce that.
-
-    **Update of p and q** (paper eq. (10), the pFedHN / pFedLA hypernetwork
-    rule). :math:`\tilde{\theta}` is differentiable w.r.t. :attr:`sharpness`
-    and :attr:`self_weight` only (``x`` and ``delta`` are detached). After
-    client :math:`i` trains from :math:`\tilde{\theta}_i` and returns its new
-    update :math:`\Delta\theta_i^{\text{new}}`, the server takes
-
-    .. code-block:: python
-
-        grads = torch.autograd.grad(theta_tilde, [conv.sharpness, conv.self_weight],
-                                    grad_outputs=-delta_new)
-
-    (rows of ``delta_new`` for clients that did not train are zero), sets
-    them as ``.grad`` and steps an SGD optimizer (paper: learning rate
-    0.005, Table 2 and Sec. 4; the authors' code has a momentum argument whose
-    default is 0, i.e. plain SGD). Then it may call
-    :meth:`clamp_self_weight_`, as the authors' code clamps the stored
-    :math:`q` to the threshold. The client's next node feature is
-    :math:`\theta_i \leftarrow \tilde{\theta}_i + \Delta\theta_i^{\text{new}}`.
-    (The authors' code feeds ``grad_outputs`` of the opposite sign; see
-    :class:`~pyg_fedgraph.strategies.FedAGHN`'s ``hn_rule``.)
-
-    **A self weight at the threshold stays there.** The forward pass uses
-    :math:`\max(q, q_{\min})` with no gradient at or below the bound (written
-    out with :func:`torch.where`: the gradient of :func:`torch.clamp` exactly
-    at its bound differs between torch releases, 2.13 passes it, 2.14 does
-    not); so once :math:`q_{il}` reaches :math:`q_{\min}`
-    (stepped below it and projected back by :meth:`clamp_self_weight_`, or
-    not), its gradient is 0 and plain SGD never moves it again: the client
-    gives itself weight :math:`q_{\min}/(1+q_{\min})` (0 for the default
-    threshold) in layer :math:`l` for the rest of the run. Only a momentum
-    buffer built before can still move it.
+    :math:`i` has at least one in-neighbour. All clients and layers are
+    computed in one pass; the :math:`(N, L)` tables are two
+    :class:`~torch.nn.Parameter` of this module, and :math:`\tilde{\theta}` is
+    differentiable w.r.t. them only (paper eq. (10) updates them with the
+    hypernetwork rule; :meth:`clamp_self_weight_` projects :math:`q`). With
+    ``delta=None`` (round 0) every client averages itself and its
+    in-neighbours uniformly. Round 0, the update of :math:`p, q`, and why a
+    self weight at the threshold stays there: :doc:`/methods/fedaghn`.
 
     Args:
         num_clients (int): number of rows :math:`N` of the parameter tables.
@@ -108,16 +71,26 @@ class AGHNConv(MessagePassing):
             authors' code (default: :obj:`0.0`)
 
     Shapes:
-        - **input:** parameters ``x`` :math:`(N, D)`, updates ``delta``
+        - **input:** parameters ``x`` :math:`(N, D)`, optional ``edge_index``
+          :math:`(2, |\mathcal{E}|)` (edges :math:`j \rightarrow i`, complete
+          graph without self loops when omitted), updates ``delta``
           :math:`(N, D)` or ``None``, ``layer_ptr`` :math:`(L + 1)`, optional
-          ``edge_index`` :math:`(2, |\mathcal{E}|)` (edges :math:`j \rightarrow i`,
-          complete graph without self loops when omitted), optional
           ``client_id`` :math:`(N)`.
         - **output:** personalized parameters :math:`(N, D)`, and with
           ``return_attention_weights=True`` the dense weights
           :math:`(L, N, N)` (row :math:`i` holds client :math:`i`'s
           :math:`\alpha_{i\cdot}^{(l)}`).
+
+    Example:
+        >>> conv = AGHNConv(num_clients=4, num_layers=2)
+        >>> x, delta = torch.randn(4, 10), torch.randn(4, 10)
+        >>> conv(x, delta=delta, layer_ptr=torch.tensor([0, 6, 10])).shape
+        torch.Size([4, 10])
     """
+
+    # The arguments of propagate(): forward() passes a sparse adjacency and its
+    # values (see edge_adjacency); a plain edge_index runs the edge-wise message().
+    propagate_type = {"x": Tensor, "edge_weight": OptTensor, "layer_ptr": OptTensor}
 
     def __init__(self, num_clients: int, num_layers: int, sharpness: float = 5.0,
                  self_weight: float = 0.1, self_weight_min: float = 0.0) -> None:
@@ -131,7 +104,6 @@ class AGHNConv(MessagePassing):
         self.initial_sharpness = float(sharpness)
         self.initial_self_weight = float(self_weight)
         self.self_weight_min = float(self_weight_min)
-        self.aggregation = GraphAggregation(normalize=False)
         self.sharpness = Parameter(torch.empty(self.num_clients, self.num_layers))
         self.self_weight = Parameter(torch.empty(self.num_clients, self.num_layers))
         self.reset_parameters()
@@ -172,40 +144,42 @@ class AGHNConv(MessagePassing):
         docstring)."""
         self.self_weight.clamp_(min=self.self_weight_min)
 
-    def forward(self, x: Tensor, delta: Tensor | None, layer_ptr: Tensor,
-                edge_index: Tensor | None = None, *, client_id: Tensor | None = None,
-                return_attention_weights: bool = False
+    def forward(self, x: Tensor, edge_index: Tensor | None = None,
+                delta: Tensor | None = None, layer_ptr: Tensor | None = None, *,
+                client_id: Tensor | None = None, return_attention_weights: bool = False
                 ) -> Tensor | tuple[Tensor, Tensor]:
         r"""Computes the personalized initial models of all clients.
 
         Args:
             x (torch.Tensor): client parameters :math:`\theta` :math:`(N, D)`
                 (treated as constants).
-            delta (torch.Tensor, optional): previous round's updates
-                :math:`(N, D)` (treated as constants), or ``None`` in round 0
-                for uniform weights.
-            layer_ptr (torch.Tensor): layer pointer :math:`(L + 1)`; layer
-                :math:`l` owns ``[layer_ptr[l], layer_ptr[l + 1])``.
             edge_index (torch.Tensor, optional): candidate collaborators,
                 edges :math:`j \rightarrow i`; self loops are dropped because
                 the self weight is :math:`q`. Should hold no duplicate edges.
                 (default: complete graph)
+            delta (torch.Tensor, optional): previous round's updates
+                :math:`(N, D)` (treated as constants), or ``None`` in round 0
+                for uniform weights (default: ``None``)
+            layer_ptr (torch.Tensor, optional): layer pointer :math:`(L + 1)`;
+                layer :math:`l` owns ``[layer_ptr[l], layer_ptr[l + 1])``
+                (default: one layer, ``[0, D]``, only for ``num_layers=1``)
             client_id (torch.Tensor, optional): row of the parameter tables
                 for every node of ``x``, when ``x`` holds a subset of the
                 federation (default: ``arange(N)``)
             return_attention_weights (bool, optional): also return the dense
                 weights :math:`\alpha` :math:`(L, N, N)` (default: ``False``)
         """
+        if isinstance(edge_index, Tensor) and edge_index.is_floating_point():
+            raise TypeError(f"edge_index must be an integer (2, E) tensor, got a "
+                            f"{edge_index.dtype} one of shape {tuple(edge_index.shape)}: "
+                            f"the arguments are (x, edge_index, delta, layer_ptr); pass "
+                            f"delta= and layer_ptr= by name")
         n, layer_ptr, client_id = self._check_inputs(x, delta, layer_ptr, client_id)
         x = x.detach()
         if edge_index is None:
             edge_index = complete_graph(n, self_loops=False, device=x.device)
         else:
-            if edge_index.dim() != 2 or edge_index.size(0) != 2:
-                raise ValueError(f"edge_index must be (2, E), got {tuple(edge_index.shape)}")
-            if edge_index.numel() and (int(edge_index.min()) < 0 or int(edge_index.max()) >= n):
-                raise ValueError(f"edge_index refers to clients outside [0, {n}): "
-                                 f"x has {n} rows")
+            check_edge_index(edge_index, n)
             edge_index, _ = remove_self_loops(edge_index.to(torch.long))
         src, tgt = edge_index[0], edge_index[1]
         num_edges = src.numel()
@@ -233,7 +207,9 @@ class AGHNConv(MessagePassing):
         loops = torch.arange(n, device=x.device)
         full_index = torch.cat([edge_index, torch.stack([loops, loops])], dim=1)
         full_alpha = torch.cat([edge_alpha, self_alpha], dim=0)  # (E + N, L)
-        out = self.aggregation(x, full_index, full_alpha, layer_ptr=layer_ptr)
+        out = self.propagate(edge_adjacency(full_index, full_alpha, n), x=x,
+                             edge_weight=full_alpha.squeeze(1) if self.num_layers == 1
+                             else full_alpha, layer_ptr=layer_ptr)
 
         if not return_attention_weights:
             return out
@@ -241,7 +217,16 @@ class AGHNConv(MessagePassing):
         dense[:, full_index[1], full_index[0]] = full_alpha.t()
         return out, dense
 
-    def _check_inputs(self, x: Tensor, delta: Tensor | None, layer_ptr: Tensor,
+    def message(self, x_j: Tensor, edge_weight: Tensor | None = None,
+                layer_ptr: Tensor | None = None) -> Tensor:
+        # The edge-wise form, for a propagate() over a plain edge_index.
+        return weighted_messages(x_j, edge_weight, layer_ptr)
+
+    def message_and_aggregate(self, adj_t: Tensor, x: Tensor, edge_weight: Tensor | None = None,
+                              layer_ptr: Tensor | None = None) -> Tensor:
+        return sparse_aggregate(adj_t, x, edge_weight, layer_ptr)
+
+    def _check_inputs(self, x: Tensor, delta: Tensor | None, layer_ptr: Tensor | None,
                       client_id: Tensor | None) -> tuple[int, Tensor, Tensor]:
         if x.dim() != 2:
             raise ValueError(f"x must be (num_clients, num_params), got {tuple(x.shape)}")
@@ -249,6 +234,11 @@ class AGHNConv(MessagePassing):
         if delta is not None and delta.shape != x.shape:
             raise ValueError(f"delta has shape {tuple(delta.shape)} but x has "
                              f"{tuple(x.shape)}: pass one update per client and parameter")
+        if layer_ptr is None:
+            if self.num_layers != 1:
+                raise ValueError(f"pass layer_ptr: this AGHNConv has {self.num_layers} "
+                                 f"layers (only num_layers=1 defaults to [0, D])")
+            layer_ptr = torch.tensor([0, d])
         layer_ptr = torch.as_tensor(layer_ptr, dtype=torch.long)
         if layer_ptr.dim() != 1 or layer_ptr.numel() != self.num_layers + 1:
             raise ValueError(f"layer_ptr must have {self.num_layers + 1} entries for "

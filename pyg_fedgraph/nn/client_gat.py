@@ -2,15 +2,18 @@ r"""pFedGAT's server operator: a graph attention network over the clients
 decides how much each client takes from every other client."""
 from __future__ import annotations
 
+import warnings
 from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.nn import Parameter
+from torch_geometric.data import Data
 from torch_geometric.nn.conv import GATConv
+from torch_geometric.utils import add_self_loops, remove_self_loops, softmax
 
-from pyg_fedgraph.nn.aggregation import GraphAggregation
+from pyg_fedgraph.nn.aggregation import GraphAggregation, check_edge_index
 from pyg_fedgraph.nn.functional import pairwise_cosine
 from pyg_fedgraph.utils.graph import complete_graph
 
@@ -19,13 +22,15 @@ __all__ = ["ClientGAT", "AllocationLogits", "allocation_backward", "client_simil
 FEEDBACK_MODES = ("gradient", "delta")
 
 
-def _client_params(graph_or_x: Any) -> Tensor:
-    # Accepts a bare (N, D) tensor or anything carrying one as `.x`
-    # (a FederationGraph, a plain PyG Data).
-    x = graph_or_x if isinstance(graph_or_x, Tensor) else getattr(graph_or_x, "x", None)
+def _client_params(x: Tensor) -> Tensor:
+    if isinstance(x, Data) and isinstance(x.x, Tensor):
+        # Accepted before the (x, edge_index) signature; its edges were never used.
+        warnings.warn(f"passing a {type(x).__name__} in place of x is deprecated and will "
+                      f"stop working: pass its x (graph.x)", FutureWarning, stacklevel=3)
+        x = x.x
     if not isinstance(x, Tensor):
-        raise TypeError(f"expected a (num_clients, num_params) tensor or a graph with a "
-                        f"tensor attribute 'x', got {type(graph_or_x).__name__}")
+        raise TypeError(f"expected client parameters as a (num_clients, num_params) tensor, "
+                        f"got {type(x).__name__}")
     if x.dim() != 2:
         raise ValueError(f"client parameters must be (num_clients, num_params), "
                          f"got shape {tuple(x.shape)}")
@@ -42,6 +47,16 @@ def _client_params(graph_or_x: Any) -> Tensor:
                          f"clients (rows {shown}): one such client would make every client's "
                          f"weights NaN; drop or repair those clients first")
     return x
+
+
+def _candidate_edges(edge_index: Tensor, num_clients: int) -> Tensor:
+    # The given edges j -> i with exactly one self loop per client, as on the
+    # complete graph (GATConv's add_self_loops, done here so that the
+    # similarity term knows which edges are loops).
+    check_edge_index(edge_index, num_clients)
+    edge_index, _ = remove_self_loops(edge_index.to(torch.long))
+    edge_index, _ = add_self_loops(edge_index, num_nodes=num_clients)
+    return edge_index
 
 
 def check_similarity_options(similarity: Any, similarity_scale: Any) -> None:
@@ -80,9 +95,11 @@ class ClientGAT(torch.nn.Module):
     (Zhou et al.), that allocates aggregation weights between clients.
 
     Node :math:`i` of a fully connected client graph (all :math:`N^2` edges,
-    self loops included) carries :math:`h_i = \mathrm{LayerNorm}(\theta_i)`
-    (no affine parameters; paper eq. 3). One :class:`~torch_geometric.nn.conv.GATConv`
-    layer with :math:`K` heads scores every pair (eq. 4-6) and only its
+    self loops included; or the edges of ``edge_index`` and a self loop per
+    client, with :math:`A_{ij} = 0` off the graph) carries
+    :math:`h_i = \mathrm{LayerNorm}(\theta_i)` (no affine parameters; paper
+    eq. 3). One :class:`~torch_geometric.nn.conv.GATConv` layer with :math:`K`
+    heads scores every pair (eq. 4-6) and only its
     attention coefficients are kept; their mean over heads is the allocation
     matrix (eq. 7) and the personalized models are its product with the
     parameters (eq. 8):
@@ -97,90 +114,26 @@ class ClientGAT(torch.nn.Module):
         A_{ij} &= \frac{1}{K} \sum_{k=1}^K \alpha_{ij}^k, \qquad
         \tilde{\theta}_i = \sum_{j=1}^N A_{ij}\, \theta_j .
 
-    The terms in :math:`\beta_k` and :math:`\gamma_k` are **our addition**
-    (``similarity=True``, the default); without them (``similarity=False``)
-    this is exactly the paper's GAT. :math:`s_{ij}` is the cosine similarity
-    of two clients' deviations from the mean model (:func:`client_similarity`);
-    :math:`\beta_k` (:attr:`similarity_coefficients`) says how strongly head
-    :math:`k` prefers a client's look-alikes among the *other* clients, and
-    :math:`\gamma_k` (:attr:`self_coefficients`) how strongly it prefers the
-    client itself, as FedAGHN's sharpness and self weight. Both are
-    :math:`\tau` (``similarity_scale``) times a learned parameter
-    (:obj:`similarity_weight`, :obj:`self_weight`), start at 0 (a fresh
-    module scores exactly like the paper's GAT), and enter GATConv as edge
-    features (``edge_dim=K``) whose projection and attention vector are
-    fixed so that feature :math:`k` is added to head :math:`k`'s score
-    unchanged. They are functions of the same node features and need
-    nothing else from the clients.
-
-    Why a similarity term: GATConv's attention is "static" (Brody et al.,
-    GATv2). Within one head :math:`e_{ij}^k` is monotone in
-    :math:`\mathbf{a}_{src}^{k\top} \mathbf{W}^k h_j` for every :math:`i`,
-    so all clients rank the others in the same order; a row can only sharpen
-    or flatten a head (the LeakyReLU kink), and the mean over heads has fixed
-    weights :math:`1/K`. Client :math:`i` preferring :math:`j` over
-    :math:`j'` while client :math:`i'` prefers :math:`j'` over :math:`j`
-    cannot be expressed, yet that is what the clients' feedback asks for on a
-    pathological split: its descent direction follows :math:`s_{ij}`, while
-    its column means, the only part static attention can follow, are noise.
-    Without the term the GAT learns no structure there; GATv2Conv, dynamic
-    but left to find the similarity in :math:`D` dimensions, learns it
-    unstably.
-
-    Why the diagonal has its own coefficient: a single term
-    :math:`\beta_k s_{ij}` over all pairs, self included (:math:`s_{ii} = 1`,
-    the largest similarity), ties "prefer look-alikes" to "prefer yourself":
-    any :math:`\beta_k` that separates the groups puts more weight still on
-    the client itself, and a large step collapses every row onto its
-    diagonal, where the softmax saturates and the gradient vanishes. That
-    form failed by what it could express, not by a wrong gradient (its
-    end-to-end gradient agrees with finite differences, as
-    ``tests/nn/test_client_gat.py`` checks for this one).
-
-    The measurements behind both choices (the feedback's structure, the
-    paper's GAT, GATv2Conv, the single-term form on
-    ``examples/client_gat_quickstart.py``) are in
-    ``benchmarks/results/client_gat_diagnosis.md`` and
-    ``benchmarks/results/pfedgat_allocation.md``.
-
-    Learning speed: one SGD step with learning rate :math:`\eta` changes
-    :math:`\beta_k` by :math:`-\tau^2 \eta\, \partial L / \partial \beta_k`
-    (likewise :math:`\gamma_k`), whatever ``hidden_channels`` is; the
-    gradient scales with the loss, so a loss summed over many clients or in
-    large units (e.g. a squared error with noise variance 4) needs a smaller
-    :math:`\eta` or :math:`\tau`.
-
-    :math:`A_{ij}` is the weight client :math:`i` gives to client :math:`j`;
-    in PyG's convention that is the edge :math:`j \rightarrow i` (source
-    :math:`j`, target :math:`i`), and the softmax runs over the edges entering
-    target :math:`i`, so every row of :math:`A` sums to one. The paper uses
-    :math:`K = 8` heads and slope 0.2 (Sec. 4.1).
-
-    Training is end-to-end from client feedback (eq. 9-10): gradients reach
-    :math:`\mathbf{W}`, :math:`\mathbf{a}` and the coefficients only through
-    :math:`A`; see :func:`allocation_backward` for the two feedback modes.
-    ``theta`` is **not** detached: client uploads carry no gradient, so it is
-    plain data in the usual server loop, and a caller that builds ``theta``
-    with autograd (e.g. from a hypernetwork) keeps that path. The GATConv's
-    output bias never influences :math:`A` and so receives no gradient.
-
-    The GAT's weights do not depend on :math:`N`: clients may join or leave
-    between calls (paper Sec. 5.3: 8 clients, then 2 join) without retraining;
-    the fully connected ``edge_index`` is rebuilt when :math:`N` changes.
-
-    .. note::
-        Memory: the projection :math:`\mathbf{W}` of GATConv's ``lin`` has
-        :math:`D \times K \cdot C` entries (:math:`C` = ``hidden_channels``).
-        For a :math:`D = 60{,}000` parameter model with :math:`K = 8`,
-        :math:`C = 64` that is 30.7M weights (123 MB in float32, twice that
-        with gradients, more with optimizer state). Lower ``hidden_channels``
-        (e.g. 8: 3.8M weights) for large models; the attention only needs a
-        low-dimensional projection.
+    :math:`A_{ij}` is the weight client :math:`i` gives to client :math:`j`
+    (PyG's edge :math:`j \rightarrow i`), so every row of :math:`A` sums to
+    one. The terms in :math:`\beta_k` and :math:`\gamma_k` are **our addition**
+    (``similarity=True``, the default; ``False`` is exactly the paper's GAT):
+    :math:`s_{ij}` is the cosine similarity of two clients' deviations from
+    the mean model (:func:`client_similarity`), :math:`\beta_k`
+    (:attr:`similarity_coefficients`) and :math:`\gamma_k`
+    (:attr:`self_coefficients`) are :math:`\tau` times learned parameters
+    (:obj:`similarity_weight`, :obj:`self_weight`) that start at 0. Gradients
+    reach the GAT only through :math:`A` (eq. 9-10,
+    :func:`allocation_backward`); ``theta`` is not detached. The weights do
+    not depend on :math:`N`, so clients may join between calls. Why the two
+    terms, the measurements, learning speed and memory:
+    :doc:`/methods/pfedgat`.
 
     Args:
         in_channels (int): number of model parameters :math:`D`.
         hidden_channels (int, optional): per-head projection size :math:`C`
-            (paper's :math:`F'`). (default: :obj:`64`)
+            (paper's :math:`F'`); the projection has :math:`D \times K C`
+            weights. (default: :obj:`64`)
         heads (int, optional): number of attention heads :math:`K`.
             (default: :obj:`8`)
         negative_slope (float, optional): LeakyReLU slope. (default: :obj:`0.2`)
@@ -189,15 +142,20 @@ class ClientGAT(torch.nn.Module):
             paper's GAT exactly. (default: :obj:`True`)
         similarity_scale (float, optional): :math:`\tau`; one SGD step
             changes :math:`\beta_k` and :math:`\gamma_k` by :math:`\tau^2`
-            times the learning rate times their gradients, so :math:`\tau`
-            sets how fast these terms are learned relative to the
-            node-feature weights. (default: :obj:`80.0`)
+            times the learning rate times their gradients. (default: :obj:`80.0`)
 
     Shapes:
-        - **input:** client parameters :math:`(|\mathcal{V}|, D)`, bare or as
-          the ``x`` of a :class:`~pyg_fedgraph.data.FederationGraph`.
+        - **input:** client parameters :math:`(|\mathcal{V}|, D)`, optional
+          ``edge_index`` :math:`(2, |\mathcal{E}|)` (edges :math:`j \rightarrow i`;
+          complete graph when omitted).
         - **output:** personalized parameters :math:`(|\mathcal{V}|, D)` and
           allocation matrix :math:`(|\mathcal{V}|, |\mathcal{V}|)`.
+
+    Example:
+        >>> gat = ClientGAT(in_channels=10, hidden_channels=4, heads=2)
+        >>> theta_tilde, A = gat(torch.randn(5, 10))
+        >>> A.shape, bool(torch.allclose(A.sum(dim=1), torch.ones(5)))
+        (torch.Size([5, 5]), True)
     """
 
     def __init__(self, in_channels: int, hidden_channels: int = 64, heads: int = 8,
@@ -288,24 +246,36 @@ class ClientGAT(torch.nn.Module):
         scores = torch.where(is_self, self.self_weight, sim * self.similarity_weight)
         return self.similarity_scale * scores
 
-    def allocation(self, graph_or_x: Any) -> Tensor:
-        r"""Returns only the allocation matrix :math:`A` :math:`(N, N)`."""
-        x = self._check(_client_params(graph_or_x))
+    def attention(self, x: Tensor, edge_index: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        r"""The allocation as edges: ``(edge_index, weight)`` with the mean
+        attention over the heads of every edge :math:`j \rightarrow i`
+        :math:`(|\mathcal{E}|,)` (all :math:`N^2` edges when ``edge_index`` is
+        omitted, else its edges and a self loop per client)."""
+        x = self._check(_client_params(x))
         n = x.size(0)
         h = F.layer_norm(x, (x.size(1),))
-        edge_index = self.full_edge_index(n, x.device)
+        edge_index = (self.full_edge_index(n, x.device) if edge_index is None
+                      else _candidate_edges(edge_index, n))
         edge_attr = self.edge_scores(x, edge_index) if self.similarity else None
         _, (edge_index, alpha) = self.conv(h, edge_index, edge_attr=edge_attr,
                                            return_attention_weights=True)
-        src, dst = edge_index[0], edge_index[1]
-        return alpha.new_zeros(n, n).index_put((dst, src), alpha.mean(dim=-1))
+        return edge_index, alpha.mean(dim=-1)
 
-    def forward(self, graph_or_x: Any) -> tuple[Tensor, Tensor]:
+    def allocation(self, x: Tensor, edge_index: Tensor | None = None) -> Tensor:
+        r"""Returns only the allocation matrix :math:`A` :math:`(N, N)`."""
+        edges, weight = self.attention(x, edge_index)
+        n = x.size(0)
+        return weight.new_zeros(n, n).index_put((edges[1], edges[0]), weight)
+
+    def forward(self, x: Tensor, edge_index: Tensor | None = None) -> tuple[Tensor, Tensor]:
         r"""Computes the personalized parameters and the allocation matrix.
 
         Args:
-            graph_or_x (torch.Tensor or FederationGraph): client parameters
-                :math:`(N, D)`, or an object whose ``x`` holds them.
+            x (torch.Tensor): client parameters :math:`(N, D)` (a graph in
+                their place, accepted before, is deprecated: pass ``graph.x``).
+            edge_index (torch.Tensor, optional): candidate collaborators,
+                edges :math:`j \rightarrow i`; the aggregation propagates over
+                them (default: the complete graph, one dense product).
 
         Returns:
             (torch.Tensor, torch.Tensor): :math:`\tilde{\Theta} = A\Theta`
@@ -318,9 +288,13 @@ class ClientGAT(torch.nn.Module):
                 every row of :math:`A` NaN, since the softmax runs over all
                 clients).
         """
-        x = _client_params(graph_or_x)
-        allocation = self.allocation(x)
-        return self.aggregation(x, weight=allocation), allocation
+        x = _client_params(x)
+        edges, weight = self.attention(x, edge_index)
+        n = x.size(0)
+        allocation = weight.new_zeros(n, n).index_put((edges[1], edges[0]), weight)
+        if edge_index is None:
+            return self.aggregation(x, weight=allocation), allocation
+        return self.aggregation(x, edges, weight), allocation
 
     def _check(self, x: Tensor) -> Tensor:
         if x.size(1) != self.in_channels:
@@ -359,8 +333,9 @@ class AllocationLogits(torch.nn.Module):
         num_clients (int): number of clients :math:`N`.
 
     Shapes:
-        - **input:** client parameters :math:`(N, D)`, bare or as the ``x`` of
-          a :class:`~pyg_fedgraph.data.FederationGraph`.
+        - **input:** client parameters :math:`(N, D)`, optional ``edge_index``
+          :math:`(2, |\mathcal{E}|)` (the softmax then runs over each client's
+          in-edges and itself).
         - **output:** personalized parameters :math:`(N, D)` and allocation
           matrix :math:`(N, N)`.
     """
@@ -395,23 +370,43 @@ class AllocationLogits(torch.nn.Module):
         self.logits = Parameter(grown)
         self.num_clients = n + num_new
 
-    def allocation(self, graph_or_x: Any = None) -> Tensor:
-        r"""Returns only the allocation matrix :math:`A` :math:`(N, N)` (the
-        input, if given, is only checked for its client count)."""
-        if graph_or_x is not None:
-            self._check(_client_params(graph_or_x))
-        return self.logits.softmax(dim=-1)
+    def allocation(self, x: Tensor | None = None, edge_index: Tensor | None = None) -> Tensor:
+        r"""Returns only the allocation matrix :math:`A` :math:`(N, N)` (``x``,
+        if given, is only checked for its client count)."""
+        if x is not None:
+            self._check(_client_params(x))
+        if edge_index is None:
+            return self.logits.softmax(dim=-1)
+        edges, weight = self._edge_softmax(edge_index)
+        n = self.num_clients
+        return weight.new_zeros(n, n).index_put((edges[1], edges[0]), weight)
 
-    def forward(self, graph_or_x: Any) -> tuple[Tensor, Tensor]:
+    def forward(self, x: Tensor, edge_index: Tensor | None = None) -> tuple[Tensor, Tensor]:
         r"""Computes the personalized parameters and the allocation matrix.
 
         Args:
-            graph_or_x (torch.Tensor or FederationGraph): client parameters
-                :math:`(N, D)`, or an object whose ``x`` holds them.
+            x (torch.Tensor): client parameters :math:`(N, D)` (a graph in
+                their place, accepted before, is deprecated: pass ``graph.x``).
+            edge_index (torch.Tensor, optional): candidate collaborators,
+                edges :math:`j \rightarrow i` (a self loop per client is
+                added); the aggregation propagates over them (default: the
+                complete graph, one dense product).
         """
-        x = self._check(_client_params(graph_or_x))
-        allocation = self.logits.softmax(dim=-1).to(x.dtype)
-        return self.aggregation(x, weight=allocation), allocation
+        x = self._check(_client_params(x))
+        if edge_index is None:
+            allocation = self.logits.softmax(dim=-1).to(x.dtype)
+            return self.aggregation(x, weight=allocation), allocation
+        edges, weight = self._edge_softmax(edge_index)
+        weight = weight.to(x.dtype)
+        n = self.num_clients
+        allocation = weight.new_zeros(n, n).index_put((edges[1], edges[0]), weight)
+        return self.aggregation(x, edges, weight), allocation
+
+    def _edge_softmax(self, edge_index: Tensor) -> tuple[Tensor, Tensor]:
+        # Row i's softmax over the logits of its in-edges and its self loop.
+        edges = _candidate_edges(edge_index, self.num_clients)
+        src, dst = edges[0], edges[1]
+        return edges, softmax(self.logits[dst, src], dst, num_nodes=self.num_clients)
 
     def _check(self, x: Tensor) -> Tensor:
         if x.size(0) != self.num_clients:

@@ -3,8 +3,15 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
+from torch_geometric.nn.conv import MessagePassing
+from torch_geometric.typing import OptTensor
 
-from pyg_fedgraph.nn.aggregation import GraphAggregation
+from pyg_fedgraph.nn.aggregation import (
+    check_edge_index,
+    edge_adjacency,
+    sparse_aggregate,
+    weighted_messages,
+)
 from pyg_fedgraph.nn.functional import pairwise_cosine
 
 __all__ = ["ClusterGraphPropagation", "cluster_graph", "client_clusters", "distribute"]
@@ -45,7 +52,7 @@ def cluster_graph(centres: Tensor) -> Tensor:
     return cos / cos.sum(dim=1, keepdim=True)
 
 
-class ClusterGraphPropagation(GraphAggregation):
+class ClusterGraphPropagation(MessagePassing):
     r"""Parameter-free knowledge propagation over the cluster-centre graph from
     "Rethinking Personalized Federated Learning with Clustering-based Dynamic
     Graph Propagation" (Wang et al., FedCEDAR, Sec. 3.4, Eq. 2).
@@ -66,8 +73,11 @@ class ClusterGraphPropagation(GraphAggregation):
     ``num_steps=0`` returns the centres unchanged (the paper's ablation AS-2,
     no propagation).
 
-    Each step is one :meth:`message_and_aggregate` matrix product (dense
-    :math:`R` or a sparse CSR one), never an :math:`(|E|, D)` message tensor.
+    A given graph goes through :meth:`propagate` once per step, as a sparse
+    adjacency to :meth:`message_and_aggregate` (a matrix product, never an
+    :math:`(|E|, D)` message tensor); the default dense :math:`R` has no edges
+    to propagate and is multiplied directly, :math:`P` products
+    :math:`R\,C^{(p-1)}`.
 
     Args:
         num_steps (int, optional): number of propagation steps :math:`P`
@@ -80,15 +90,18 @@ class ClusterGraphPropagation(GraphAggregation):
         - **output:** propagated centres :math:`(K, D)`
     """
 
+    # The arguments of propagate(): forward() passes a sparse adjacency and its
+    # values (see edge_adjacency); a plain edge_index runs the edge-wise message().
+    propagate_type = {"x": Tensor, "edge_weight": OptTensor}
+
     def __init__(self, num_steps: int = 2) -> None:
-        super().__init__(normalize=False)
+        super().__init__(aggr="add")
         if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 0:
             raise ValueError(f"num_steps must be a non-negative int, got {num_steps!r}")
         self.num_steps = num_steps
 
-    def forward(  # type: ignore[override]  # no dense weight= / layer_ptr=: one (K, K) graph
-        self, x: Tensor, edge_index: Tensor | None = None, edge_weight: Tensor | None = None
-    ) -> Tensor:
+    def forward(self, x: Tensor, edge_index: Tensor | None = None,
+                edge_weight: Tensor | None = None) -> Tensor:
         r"""Propagates the centres ``x`` :math:`(K, D)` ``num_steps`` times.
 
         Args:
@@ -103,24 +116,32 @@ class ClusterGraphPropagation(GraphAggregation):
         if edge_index is None and edge_weight is not None:
             raise ValueError("edge_weight given without edge_index; pass both, or neither "
                              "to use the cosine cluster graph")
-        if edge_index is not None:
-            k = x.size(0)
-            if edge_index.dim() != 2 or edge_index.size(0) != 2:
-                raise ValueError(f"edge_index must be (2, E), got {tuple(edge_index.shape)}")
-            if edge_index.numel() and (int(edge_index.max()) >= k or int(edge_index.min()) < 0):
-                raise ValueError(f"edge_index refers to nodes outside [0, {k}) for {k} centres")
-            if edge_weight is not None and (edge_weight.dim() != 1
-                                            or edge_weight.size(0) != edge_index.size(1)):
-                raise ValueError(f"edge_weight must be ({edge_index.size(1)},) for "
-                                 f"{edge_index.size(1)} edges, got {tuple(edge_weight.shape)}")
-        # R is built once from the input centres (Eq. 2), then applied P times,
-        # each step one GraphAggregation product.
-        weight = cluster_graph(x) if edge_index is None else None
         out = x
+        if edge_index is None:
+            # R is built once from the input centres (Eq. 2), then applied P times.
+            weight = cluster_graph(x)
+            for _ in range(self.num_steps):
+                out = weight @ out
+            return out
+        check_edge_index(edge_index, x.size(0))
+        if edge_weight is None:
+            edge_weight = x.new_ones(edge_index.size(1))
+        if edge_weight.dim() != 1 or edge_weight.size(0) != edge_index.size(1):
+            raise ValueError(f"edge_weight must be ({edge_index.size(1)},) for "
+                             f"{edge_index.size(1)} edges, got {tuple(edge_weight.shape)}")
+        edge_weight = edge_weight.to(x.dtype)
+        adj_t = edge_adjacency(edge_index, edge_weight, x.size(0))
         for _ in range(self.num_steps):
-            out = (super().forward(out, weight=weight) if weight is not None
-                   else super().forward(out, edge_index, edge_weight))
+            out = self.propagate(adj_t, x=out, edge_weight=edge_weight)
         return out
+
+    def message(self, x_j: Tensor, edge_weight: Tensor | None = None) -> Tensor:
+        # The edge-wise form, for a propagate() over a plain edge_index.
+        return weighted_messages(x_j, edge_weight)
+
+    def message_and_aggregate(self, adj_t: Tensor, x: Tensor,
+                              edge_weight: Tensor | None = None) -> Tensor:
+        return sparse_aggregate(adj_t, x, edge_weight)
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}(num_steps={self.num_steps})"

@@ -4,8 +4,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from pyg_fedgraph.typing import PoolName
+
 __all__ = ["COSINE_EPS", "pairwise_cosine", "sample_shares", "cluster_mean", "dtw_distance",
-           "pairwise_dtw"]
+           "pairwise_dtw", "global_pool"]
 
 #: Norms below this count as zero in :func:`pairwise_cosine`.
 COSINE_EPS = 1e-12
@@ -198,4 +200,45 @@ def pairwise_dtw(x: Tensor, window: int | None = None) -> Tensor:
         dist = _accumulated_cost(cost, window).sqrt()
         out[row, col] = dist
         out[col, row] = dist
+    return out
+
+
+def global_pool(x: Tensor, batch: Tensor, graph_size: Tensor | None = None,
+                reduce: PoolName = "sum") -> Tensor:
+    r"""The sum or mean of every graph's node representations (PyG's
+    :func:`~torch_geometric.nn.global_add_pool` and
+    :func:`~torch_geometric.nn.global_mean_pool`), with a fixed number of
+    graphs so that :func:`torch.vmap` can batch it over clients:
+
+    .. math::
+        \mathbf{h}_b = \sum_{v:\, \text{batch}_v = b} \mathbf{x}_v
+        \quad\text{or}\quad
+        \mathbf{h}_b = \frac{1}{n_b} \sum_{v:\, \text{batch}_v = b} \mathbf{x}_v .
+
+    The number of graphs :math:`B` is the length of ``graph_size``; nodes of
+    slot :math:`B` are padding (:func:`~pyg_fedgraph.data.collate_graph_sets`)
+    and are dropped. Without ``graph_size`` (a PyG
+    :class:`~torch_geometric.data.Batch`, not under :func:`torch.vmap`)
+    :math:`B` is ``batch.max() + 1`` and :math:`n_b` is counted.
+
+    Args:
+        x (torch.Tensor): node representations :math:`(V, F)`.
+        batch (torch.Tensor): graph slot of every node :math:`(V,)`.
+        graph_size (torch.Tensor, optional): nodes :math:`n_b` of every graph
+            :math:`(B,)`. (default: :obj:`None`)
+        reduce (str, optional): ``"sum"`` or ``"mean"``. (default: ``"sum"``)
+
+    Shapes:
+        - **input:** :math:`(V, F)`, :math:`(V,)`, :math:`(B,)`.
+        - **output:** :math:`(B, F)`.
+    """
+    if reduce not in ("sum", "mean"):
+        raise ValueError(f"reduce must be 'sum' or 'mean', got {reduce!r}")
+    if graph_size is None:
+        b = int(batch.max()) + 1 if batch.numel() else 0
+        graph_size = torch.bincount(batch, minlength=b)[:b]
+    b = graph_size.size(-1)
+    out = x.new_zeros(b + 1, x.size(-1)).index_add(0, batch, x)[:b]
+    if reduce == "mean":
+        out = out / graph_size.clamp(min=1).unsqueeze(-1).to(out.dtype)
     return out

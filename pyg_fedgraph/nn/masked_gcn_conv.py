@@ -5,6 +5,8 @@ import torch
 from torch import Tensor
 from torch_geometric.nn.conv import MessagePassing
 from torch_geometric.nn.inits import glorot
+from torch_geometric.typing import Adj, OptTensor
+from torch_geometric.utils import spmm, to_torch_csr_tensor
 
 from pyg_fedgraph.nn.masked_linear import MaskInit, pruned_mask, reset_mask
 
@@ -30,7 +32,10 @@ class MaskedGCNConv(MessagePassing):
     \hat{d}_v^{-1/2}` with the self loops already in ``edge_index``
     (:func:`~pyg_fedgraph.data.gcn_edge_weight`), which lets
     :func:`torch.vmap` batch it over clients. The weight is Glorot-initialized
-    and the bias zero, as :class:`~torch_geometric.nn.conv.GCNConv`'s.
+    and the bias zero, as :class:`~torch_geometric.nn.conv.GCNConv`'s. As
+    there, an ``edge_index`` runs the edge-wise :meth:`message` (what
+    :func:`torch.vmap` batches) and a sparse adjacency holding the weights
+    runs :meth:`message_and_aggregate`, one sparse product.
 
     Args:
         in_channels (int): input features :math:`F_{in}`.
@@ -43,8 +48,9 @@ class MaskedGCNConv(MessagePassing):
 
     Shapes:
         - **input:** node features :math:`(|\mathcal{V}|, F_{in})`, edge
-          indices :math:`(2, |\mathcal{E}|)`, edge weights
-          :math:`(|\mathcal{E}|)`
+          indices :math:`(2, |\mathcal{E}|)` or a sparse adjacency
+          :math:`(|\mathcal{V}|, |\mathcal{V}|)`, optional edge weights
+          :math:`(|\mathcal{E}|)` (ones when omitted)
         - **output:** node features :math:`(|\mathcal{V}|, F_{out})`
     """
 
@@ -68,13 +74,21 @@ class MaskedGCNConv(MessagePassing):
         torch.nn.init.zeros_(self.bias)
         reset_mask(self.mask, self.mask_init)
 
-    def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor) -> Tensor:
+    def forward(self, x: Tensor, edge_index: Adj, edge_weight: OptTensor = None) -> Tensor:
         mask = pruned_mask(self.mask, self.prune_threshold, self.training)
         h = x @ (self.weight * mask).t()
         return self.propagate(edge_index, x=h, edge_weight=edge_weight) + self.bias
 
-    def message(self, x_j: Tensor, edge_weight: Tensor) -> Tensor:
-        return edge_weight.view(-1, 1) * x_j
+    def message(self, x_j: Tensor, edge_weight: OptTensor) -> Tensor:
+        return x_j if edge_weight is None else edge_weight.view(-1, 1) * x_j
+
+    def message_and_aggregate(self, adj_t: Adj, x: Tensor) -> Tensor:
+        if isinstance(adj_t, Tensor) and adj_t.layout == torch.sparse_coo:
+            # propagate() flags a COO input as coalesced in place (PyG's
+            # to_edge_index), sorted or not: sort it into CSR from its raw entries.
+            adj_t = to_torch_csr_tensor(adj_t._indices(), adj_t._values(),
+                                        size=(adj_t.size(0), adj_t.size(1)))
+        return spmm(adj_t, x, reduce=self.aggr)
 
     def __repr__(self) -> str:
         return (f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, "

@@ -13,6 +13,7 @@ from pyg_fedgraph.strategies.fedprox import FedProx, FedProxFT
 from pyg_fedgraph.strategies.fedpub import FedPUB
 from pyg_fedgraph.strategies.fedrep import FedRep
 from pyg_fedgraph.strategies.fedrod import FedRoD
+from pyg_fedgraph.strategies.gcfl import GCFL, GCFLPlus
 from pyg_fedgraph.strategies.ifca import IFCA
 from pyg_fedgraph.strategies.knn_per import KNNPer
 from pyg_fedgraph.strategies.panacea import Panacea, PFedHN
@@ -63,4 +64,6 @@ __all__ = [
     "FedALA",
     "PFedLA",
     "FedPUB",
+    "GCFL",
+    "GCFLPlus",
 ]

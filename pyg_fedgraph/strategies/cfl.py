@@ -1,8 +1,9 @@
-"""CFL: clustered federated learning by recursive bi-partitioning of client updates."""
+"""CFL: clustered federated learning by recursive bi-partitioning of client
+updates, and GCFL, its rules for graph classification."""
 from __future__ import annotations
 
 import logging
-from typing import Annotated
+from typing import Annotated, Literal
 
 import torch
 from torch import Tensor
@@ -14,9 +15,13 @@ from pyg_fedgraph.nn.functional import cluster_mean, pairwise_cosine
 from pyg_fedgraph.strategies.base import FederationContext, Strategy, TrainPlan
 from pyg_fedgraph.strategies.registry import register_strategy
 
-__all__ = ["CFL"]
+__all__ = ["CFL", "MeanNormName"]
 
 log = logging.getLogger(__name__)
+
+#: How CFL's criterion averages the members' updates: by sample counts (the
+#: paper) or uniformly (CFL's and GCFL's code).
+MeanNormName = Literal["weighted", "unweighted"]
 
 @register_strategy("cfl")
 class CFL(Strategy):
@@ -59,11 +64,14 @@ class CFL(Strategy):
     the authors' public code (felisat/clustered-federated-learning, EMNIST
     ConvNet), which also splits only clusters of more than 2 clients after
     round 20 (``min_cluster_size=3``, ``warmup_rounds=20``) and uses the
-    unweighted mean update in the criterion (here weighted by
-    :math:`|D_i|`, as in the paper). The norms of the last round are kept
-    in ``last_mean_norm`` / ``last_max_norm`` (per cluster) for tuning.
+    unweighted mean update in the criterion (``mean_norm="unweighted"``;
+    the default weights by :math:`|D_i|`, as in the paper). The norms of
+    the last round are kept in ``last_mean_norm`` / ``last_max_norm`` (per
+    cluster) for tuning.
     The Byzantine-robust refinements of the paper (the similarity gap test)
-    are not implemented.
+    are not implemented. GCFL (Xie et al., NeurIPS 2021) is this strategy
+    with ``linkage="min-cut"`` and ``mean_norm="unweighted"``; its defaults
+    are :class:`~pyg_fedgraph.strategies.GCFL`'s (``gcfl``).
 
     **Participation.** A cluster is split only in a round in which all its
     members uploaded (the paper samples every client each round, the
@@ -85,9 +93,14 @@ class CFL(Strategy):
             (default: :obj:`3`).
         warmup_rounds (int, optional): no split in rounds
             :math:`t \leq` ``warmup_rounds`` (default: :obj:`20`).
-        linkage (str, optional): ``"complete"`` (authors' code) or
-            ``"single"`` (the paper's optimal bi-partition), see
-            :func:`bipartition` (default: ``"complete"``).
+        linkage (str, optional): ``"complete"`` (authors' code),
+            ``"single"`` (the paper's optimal bi-partition) or ``"min-cut"``
+            (GCFL's: the minimum cut of the graph of weights
+            :math:`\alpha_{ij} + 1`), see :func:`bipartition`
+            (default: ``"complete"``).
+        mean_norm (str, optional): the mean update of the criterion,
+            ``"weighted"`` by :math:`|D_i|` or ``"unweighted"``
+            (default: ``"weighted"``).
 
     Shapes:
         - **state:** ``cluster_of`` :math:`(N,)` (cluster id per client,
@@ -100,13 +113,15 @@ class CFL(Strategy):
                  eps2: Annotated[float, Range(ge=0.0), Search(0.5, 5.0, log=True)] = 1.6,
                  min_cluster_size: Annotated[int, Range(ge=2)] = 3,
                  warmup_rounds: Annotated[int, Range(ge=0)] = 20,
-                 linkage: LinkageName = "complete") -> None:
+                 linkage: LinkageName = "complete",
+                 mean_norm: MeanNormName = "weighted") -> None:
         super().__init__()
         self.eps1 = eps1
         self.eps2 = eps2
         self.min_cluster_size = min_cluster_size
         self.warmup_rounds = warmup_rounds
         self.linkage = linkage
+        self.mean_norm = mean_norm
         self.register_buffer("cluster_of", torch.empty(0, dtype=torch.long))
         self.register_buffer("cluster_params", torch.empty(0))
         self.register_buffer("num_clusters", torch.ones((), dtype=torch.long))
@@ -152,7 +167,8 @@ class CFL(Strategy):
     def _split(self, rnd: int, ids: Tensor, delta: Tensor, weight: Tensor) -> None:
         k = int(self.num_clusters)
         cluster = self.cluster_of[ids]
-        mean_norm = cluster_mean(delta, cluster, k, weight)[0].norm(dim=1)
+        mean_norm = cluster_mean(delta, cluster, k, weight if self.mean_norm == "weighted"
+                                 else None)[0].norm(dim=1)
         norms = delta.norm(dim=1)
         max_norm = norms.new_zeros(k).scatter_reduce_(0, cluster, norms, "amax",
                                                      include_self=False)
@@ -169,10 +185,12 @@ class CFL(Strategy):
             return
         split = ((mean_norm < self.eps1) & (max_norm > self.eps2) & (uploaded == size)
                  & (size >= self.min_cluster_size))
+        if not bool(split.any()) or not self._ready():
+            return
         # One bi-partition per splitting cluster (at most a few per round).
         for c in split.nonzero().view(-1).tolist():
             rows = (cluster == c).nonzero().view(-1)
-            side = bipartition(pairwise_cosine(delta[rows]), self.linkage)
+            side = bipartition(self._similarity(ids[rows], delta[rows]), self.linkage)
             new = int(self.num_clusters)
             self.cluster_of[ids[rows[side]]] = new
             self.num_clusters += 1
@@ -180,6 +198,22 @@ class CFL(Strategy):
                      "split into %d (%d clients) and %d (%d clients)", rnd, c,
                      float(mean_norm[c]), self.eps1, float(max_norm[c]), self.eps2, c,
                      int((~side).sum()), new, int(side.sum()))
+        self._after_split()
+
+    def _similarity(self, clients: Tensor, delta: Tensor) -> Tensor:
+        r"""The similarities :math:`(M, M)` a splitting cluster's members
+        ``clients`` :math:`(M,)` are bi-partitioned by: the cosines of their
+        updates ``delta`` :math:`(M, D)`, plus 1 for a minimum cut (GCFL's
+        non-negative weights)."""
+        sim = pairwise_cosine(delta)
+        return sim + 1 if self.linkage == "min-cut" else sim
+
+    def _ready(self) -> bool:
+        r"""Whether clusters that meet the criterion may split this round."""
+        return True
+
+    def _after_split(self) -> None:
+        r"""Called after the clusters of a round were split."""
 
     def personalized_params(self, clients: Tensor) -> Tensor | None:
         self._require_setup()

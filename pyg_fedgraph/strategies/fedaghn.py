@@ -36,96 +36,31 @@ class FedAGHN(ServerOptimizerState, Strategy):
     Every round each sampled client :math:`i` starts from its personalized
     initial model, aggregated layer by layer over a collaboration graph whose
     weights come from the cosine similarity of the previous round's updates
-    (:class:`~pyg_fedgraph.nn.AGHNConv`, paper eq. (7)-(9)):
+    (:class:`~pyg_fedgraph.nn.AGHNConv`, paper eq. (7)-(9), one forward for all
+    clients and layers). After local training the client returns
+    :math:`\Delta\theta_i`, and the server updates its two scalars per layer
+    (sharpness :math:`p`, self weight :math:`q`) with the hypernetwork rule of
+    pFedHN / pFedLA (eq. (10)), then projects :math:`q_i \ge q_{\min}`:
 
     .. math::
-        \tilde{\theta}_i^{(l)} = \sum_{j} \alpha_{ij}^{(l)}(p_{il}, q_{il},
-        \Delta\theta^{t-1})\, \theta_j^{(l)} .
-
-    After local training from :math:`\tilde{\theta}_i` the client returns
-    :math:`\Delta\theta_i`, the server updates its two scalars per layer with
-    the hypernetwork rule of pFedHN / pFedLA (eq. (10)),
-
-    .. math::
-        (p_i, q_i) \leftarrow (p_i, q_i) - \eta_{hn}
+        \tilde{\theta}_i^{(l)} &= \sum_{j} \alpha_{ij}^{(l)}(p_{il}, q_{il},
+        \Delta\theta^{t-1})\, \theta_j^{(l)}, \\
+        (p_i, q_i) &\leftarrow (p_i, q_i) - \eta_{hn}
         \Big(\frac{\partial \tilde{\theta}_i}{\partial (p_i, q_i)}\Big)^{\top}
-        (-\Delta\theta_i),
+        (-\Delta\theta_i) .
 
-    then projects :math:`q_i \ge q_{\min}` (as the authors' code). The
-    client's node feature for the next round is its upload,
-    :math:`\theta_i \leftarrow \tilde{\theta}_i + \Delta\theta_i`, which
-    the round engine writes to the client table.
-
-    **Sign of the step** (``hn_rule``). The pFedHN rule above (default
-    ``"pfedhn"``) is gradient descent on
-    :math:`\frac{1}{2}\|\tilde{\theta}_i - (\tilde{\theta}_i + \Delta\theta_i)\|^2`
-    with the trained model held fixed: it moves the personalized initial
-    model towards where local training went. The authors' released code
-    (``update_hn`` in ``serverfedaghn.py``) feeds ``-diff`` as
-    ``grad_outputs`` where its client returns ``diff`` = model before minus
-    model after training, i.e. :math:`+\Delta\theta_i`, and steps the same SGD
-    optimizer: the opposite sign,
-
-    .. math::
-        (p_i, q_i) \leftarrow (p_i, q_i) - \eta_{hn}
-        \Big(\frac{\partial \tilde{\theta}_i}{\partial (p_i, q_i)}\Big)^{\top}
-        \Delta\theta_i ,
-
-    which moves :math:`\tilde{\theta}_i` away from the trained model.
-    ``hn_rule="code"`` reproduces the released code; the paper's eq. (10)
-    and pFedHN / pFedLA, which it cites, have the default's sign.
-    Measurements of both: ``benchmarks/results/claims.md`` (sections D, J).
-
-    Implementation choices:
-
-    * All :math:`N` personalized models and all layers come from one
-      :class:`AGHNConv` forward per round; the :math:`(N, L)` tables
-      :math:`p, q` are the two parameters of that submodule and the SGD
-      optimizer over them is saved through :meth:`get_extra_state`, so
-      :meth:`state_dict` resumes a run exactly (the authors' code keeps one
-      file per client on disk instead).
-    * The hypernetwork gradient is taken in :meth:`aggregate_train` by
-      re-running the same forward on the same inputs (node features, stored
-      deltas, :math:`p, q`: none changes between :meth:`configure_train` and
-      :meth:`aggregate_train`) instead of holding an autograd graph across
-      the two calls. The recomputation costs one aggregation, and the
-      strategy can be saved and resumed between the two calls.
-    * Round 1: no update exists yet, so every client averages all clients
-      uniformly (all equal the initial model, so :math:`\tilde{\theta}_i =
-      \theta^0`) and :math:`\tilde{\theta}` does not depend on :math:`p, q`:
-      the hypernetwork step is skipped that round. (The authors' code feeds
-      all-ones placeholder deltas instead.)
-    * Only clients that have trained at least once are collaborators (graph
-      sources): a client that was never sampled, or is held out, still holds
-      the initial model, which would only dilute the aggregate. A client
-      without a stored update has cosine 0 to everyone, i.e. weights
-      :math:`1/(1+q)` spread uniformly over the collaborators.
-    * Evaluation (:meth:`personalized_params`) uses each client's model after
-      local training, :math:`\tilde{\theta}_i + \Delta\theta_i`, which is the
-      client's own local model: the authors' code reports "personalized models
-      after local training" and selects the round by their validation
-      accuracy (paper Sec. 4.3). Held-out clients never train; they are
-      evaluated with the personalized initial model the AGHN generates for
-      them.
-    * With partial participation the rows of :math:`p, q` of clients that
-      were not sampled get a zero gradient; with ``hn_momentum > 0`` they
-      still move by their momentum, as embeddings do in pFedHN.
-
-    Studies search the paper's grids (Sec. 5.5): the initial sharpness
-    :math:`p` over :math:`[1, 20]` (grid :math:`\{1, 5, 10, 20\}`), the
-    initial self weight :math:`q` over :math:`[0.01, 0.3]` (around the
-    average weight :math:`1/N`), and the hypernetwork learning rate around
-    the paper's 0.005, all log-uniform.
+    The node features :math:`\theta_j` are the engine's client table
+    (:attr:`FederationContext.clients`: every client's latest upload,
+    :math:`\tilde{\theta}_i + \Delta\theta_i`). The authors' code steps with
+    the opposite sign (``hn_rule="code"``). That sign, round 1, who
+    collaborates, evaluation, partial participation and the search space:
+    :doc:`/methods/fedaghn`.
 
     Args:
         sharpness (float, optional): initial :math:`p` of every client and
-            layer (the code's ``beta``); the paper tunes it on a grid such as
-            :math:`\{1, 5, 10, 20\}` (Sec. 5.5) (default: :obj:`5.0`)
+            layer (the code's ``beta``) (default: :obj:`5.0`)
         self_weight (float, optional): initial :math:`q` (the code's
-            ``gamma``), the self-participation strength; the paper chooses it
-            near the average weight :math:`1/N` (0.05 for 20 clients,
-            Sec. 5.5) and its case study starts with :math:`q/(1+q) = 0.0291`
-            (Table 10, :math:`q = 0.03`) (default: :obj:`0.1`)
+            ``gamma``), the self-participation strength (default: :obj:`0.1`)
         hn_lr (float, optional): learning rate :math:`\eta_{hn}` of the
             hypernetwork SGD (paper Table 2: 0.005) (default: :obj:`0.005`)
         hn_momentum (float, optional): momentum of that SGD; eq. (10) is plain
@@ -137,13 +72,16 @@ class FedAGHN(ServerOptimizerState, Strategy):
             (eq. (10), pFedHN's rule) or ``"code"`` (the opposite sign, as
             the authors' released code) (default: ``"pfedhn"``)
 
-    The node features :math:`\theta_j` are the engine's client table
-    (:attr:`FederationContext.clients`: every client's latest upload).
-
     Shapes:
-        - **state:** last updates ``last_delta`` :math:`(N, D)` (valid for the clients that have
-          trained, :attr:`FederationContext.clients`), last
-          collaboration weights ``alpha`` :math:`(L, N, N)`.
+        - **state:** last updates ``last_delta`` :math:`(N, D)` (valid for the
+          clients that have trained), last collaboration weights ``alpha``
+          :math:`(L, N, N)`; the tables :math:`p, q` :math:`(N, L)`.
+
+    Example:
+        >>> from pyg_fedgraph.experiment import ExperimentConfig, build_simulator
+        >>> cfg = ExperimentConfig(dataset="digits", strategy="fedaghn", rounds=3,
+        ...                        overrides={"sharpness": 10.0})
+        >>> history = build_simulator(cfg).run()
     """
 
     def __init__(self,
@@ -273,7 +211,8 @@ class FedAGHN(ServerOptimizerState, Strategy):
                 sources[ctx.held_out.to(trained.device)] = False
                 edge_index = _edges_from(sources)
         theta = ctx.table.params
-        return self.conv(theta, delta, ctx.layout.ptr.to(theta.device), edge_index,
+        return self.conv(theta, edge_index, delta=delta,
+                         layer_ptr=ctx.layout.ptr.to(theta.device),
                          return_attention_weights=return_attention_weights)
 
 

@@ -34,82 +34,30 @@ class FedCEDAR(Strategy):
     Clustering-based Dynamic Graph Propagation" (Wang et al., PAKDD 2024).
 
     Each round :math:`t` the :math:`B` sampled clients upload their trained
-    models :math:`w_{t,b}`. The server
-
-    1. clusters them with Euclidean k-means into :math:`K` clusters with
-       centres :math:`c_1, \dots, c_K` (Sec. 3.2, Eq. 1;
-       :func:`~pyg_fedgraph.utils.clustering.kmeans`, k-means++ seeding,
-       best objective :math:`J` of ``num_init`` restarts);
-    2. builds the dense centre graph
-       :math:`R_{kj} \propto \max(0, \cos(c_k, c_j))`, rows summing to one
-       (Sec. 3.3; :func:`~pyg_fedgraph.nn.cluster_propagation.cluster_graph`);
-    3. propagates :math:`P` times (Sec. 3.4, Eq. 2;
-       :class:`~pyg_fedgraph.nn.ClusterGraphPropagation`):
-
-    .. math::
-        \hat{C}_t = R_t^{P}\, C_t ;
-
-    4. distributes at round :math:`t + 1` (Sec. 3.5;
-       :func:`~pyg_fedgraph.nn.cluster_propagation.distribute`):
+    models :math:`w_{t,b}`. The server clusters them with Euclidean k-means
+    into :math:`K` clusters with centres :math:`C_t` (Sec. 3.2, Eq. 1;
+    :func:`~pyg_fedgraph.utils.clustering.kmeans`, best of ``num_init``
+    restarts), builds the centre graph
+    :math:`R_{kj} \propto \max(0, \cos(c_k, c_j))` with rows summing to one
+    (Sec. 3.3; :func:`~pyg_fedgraph.nn.cluster_propagation.cluster_graph`),
+    propagates :math:`P` times (Sec. 3.4, Eq. 2;
+    :class:`~pyg_fedgraph.nn.ClusterGraphPropagation`) and distributes at
+    round :math:`t + 1` (Sec. 3.5;
+    :func:`~pyg_fedgraph.nn.cluster_propagation.distribute`):
 
     .. math::
+        \hat{C}_t = R_t^{P}\, C_t, \qquad
         \theta_n^{t+1} = \begin{cases}
             \hat{c}_{t, k_n} & n \in S_t \text{ (cluster } k_n
                 \text{ at round } t\text{)} \\
             \frac{1}{K} \sum_{k=1}^{K} \hat{c}_{t, k} & \text{otherwise.}
         \end{cases}
 
-    In round 1 every client starts from the common initial model (the server
-    holds a single centre, the initial model, before any upload). If fewer
-    clients than :math:`K` are sampled, k-means returns :math:`K' = B`
-    clusters and the mean in Condition 2 runs over those :math:`K'` centres.
-    Held-out clients are never sampled and always receive the mean.
-
-    The paper states only the k-means objective (Eq. 1). One k-means++ run
-    often stops in a poor local minimum once the models have converged (on
-    the ``topology`` case study single runs split one group and merged two,
-    with a higher :math:`J` than the true grouping; see
-    ``benchmarks/results/claims.md``, section F), so the best of ``num_init``
-    restarts is kept, as scikit-learn's ``KMeans(n_init=...)`` does.
-
-    The k-means seeding of round :math:`t` draws from the stream
-    ``(ctx.seed, "kmeans", t)`` (:mod:`pyg_fedgraph.utils.seeds`), so a run
-    is deterministic and a resumed run clusters exactly as the uninterrupted
-    one.
-
-    **Evaluation.** The paper reports "average accuracy" of the personalized
-    models (Sec. 4.2) without saying whether a client is tested with the
-    model it receives or after training on it. With
-    ``evaluate="distributed"`` (default) :meth:`personalized_params` returns
-    the model each client would receive next round (its cluster's propagated
-    centre, or the mean of the centres); ``evaluate="local"`` evaluates each
-    client's own model after its last local training (the initial model for
-    clients that never trained).
-
-    **Collaboration graph.** The model client :math:`i` receives is a linear
-    combination of last round's uploads: with :math:`M = R^{P}`,
-    :math:`\hat{c}_k = \sum_m M_{km} \frac{1}{|m|} \sum_{j \in m} w_j`, so
-    :meth:`collaboration_graph` returns :math:`A_{ij} = M_{k_i k_j} / |k_j|`
-    for clients sampled last round and
-    :math:`A_{ij} = \frac{1}{K}\sum_k M_{k k_j} / |k_j|` for the others;
-    columns of clients that did not upload are zero and every row sums to
-    one. The :math:`K \times K` centre graph itself is
-    :meth:`cluster_graph_matrix`.
-
-    **Note.** Models trained from one common initialization point in nearly
-    the same direction (the centres' cosines come close to 1 on the digits
-    case study), so :math:`R` is close to uniform and :math:`P = 2` steps move
-    every centre almost to the mean of the centres: the models distributed
-    under Condition 1 and Condition 2 then differ little. This follows the
-    paper's definition of the edge weights; inspect
-    :meth:`cluster_graph_matrix` on your own data.
-
-    Paper settings (Sec. 4.1): :math:`N = 100` clients, 30% sampled per round
-    (the simulator's ``sample_fraction=0.3``), :math:`K = 5`, :math:`P = 2`,
-    100 rounds, batch 16, 5 local epochs, learning rate 0.01.
-
-    Studies search the paper's sensitivity grid (Sec. 4.5): :math:`K \in
-    \{3, \ldots, 7\}` clusters and :math:`P \in \{1, \ldots, 5\}` steps.
+    Round 1 starts every client from the initial model; held-out clients
+    always receive the mean. :meth:`collaboration_graph` gives the implied
+    client-to-client weights, :meth:`cluster_graph_matrix` the centre graph.
+    Restarts, seeding, evaluation, the collaboration graph, the near-uniform
+    :math:`R` and the paper's settings: :doc:`/methods/fedcedar`.
 
     Args:
         num_clusters (int, optional): clusters :math:`K` (default: :obj:`5`,
@@ -120,14 +68,21 @@ class FedCEDAR(Strategy):
         num_init (int, optional): k-means restarts per round; the one with
             the lowest objective :math:`J` is kept (default: :obj:`10`, as
             scikit-learn's ``n_init`` before version 1.4).
-        evaluate (str, optional): ``"distributed"`` or ``"local"``, which
-            model :meth:`personalized_params` reports (default:
-            :obj:`"distributed"`).
+        evaluate (str, optional): ``"distributed"`` (the model each client
+            would receive next round) or ``"local"`` (its own model after its
+            last local training), which model :meth:`personalized_params`
+            reports (default: :obj:`"distributed"`).
 
     Shapes:
         - **state:** propagated centres :math:`(K, D)` (the first
           ``num_centres`` rows are valid), centre graph :math:`(K, K)`,
           ``cluster_of`` :math:`(N,)` (:math:`-1` = not sampled last round).
+
+    Example:
+        >>> from pyg_fedgraph.experiment import ExperimentConfig, build_simulator
+        >>> cfg = ExperimentConfig(dataset="digits", strategy="fedcedar", rounds=3,
+        ...                        overrides={"num_clusters": 3})
+        >>> history = build_simulator(cfg).run()
     """
 
     def __init__(self,

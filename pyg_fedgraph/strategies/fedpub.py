@@ -70,90 +70,34 @@ class FedPUB(Strategy):
         {\sum_k \exp(\tau \cos(\mathbf{h}_i, \mathbf{h}_k))}, \qquad
         \bar{\theta}_i = \sum_j \alpha_{ij} \theta_j .
 
-    Clients learn personalized sparse masks :math:`M_i` on their weights,
-    which never leave them (the model :class:`~pyg_fedgraph.models.MaskedGCN`,
-    ``--model masked-gcn``: its masks are private parameters,
-    :mod:`pyg_fedgraph.train.private`, and its L1 term is its own
-    ``local_penalty``). Client :math:`i` minimizes
+    Clients learn private sparse masks :math:`M_i` (the model
+    :class:`~pyg_fedgraph.models.MaskedGCN`, ``--model masked-gcn``) and
+    minimize, with the proximal term from round 2 on,
 
     .. math::
         \mathcal{L}(\mathcal{G}_i;\, \theta_i \odot M_i)
-        + \lambda_1 \|M_i\|_1 + \lambda_2 \|\theta_i - \bar{\theta}_i\|_2^2 ,
+        + \lambda_1 \|M_i\|_1 + \lambda_2 \|\theta_i - \bar{\theta}_i\|_2^2 .
 
-    the L1 term from the model (``model.l1``, see below), the proximal term
-    (:class:`~pyg_fedgraph.train.regularizers.ProximalTerm` with coefficient
-    :math:`2 \lambda_2`) from the strategy, on the shared coordinates, from
-    round 2 on.
-
-    **Facts checked against the released code** (``JinheonBaek/FED-PUB``,
-    commit ``302980d``; the paper's text could not be consulted while this
-    was written): similarity = ``1 - scipy.spatial.distance.cosine`` of the
-    embeddings, then ``exp(norm_scale * sim)`` row-normalized
-    (``models/fedpub/server.py``), among the clients of the round; default
-    ``--norm-scale`` 10, the Cora scripts pass 3 (disjoint) and 5
-    (overlapping) (``parser.py``, ``scripts/``); the server also keeps a
-    global model, the average of the round's models weighted by
-    ``train_size``, which is ``len(partition)``, a one-element list, i.e.
-    uniform (``models/fedpub/client.py``, ``data/loader.py``); a client that
-    has no personalized model yet (round 1, or first sampled later) starts
-    from that global model; a client loads the received model except its
-    masks (``misc/utils.py``, ``skip_mask``), which is what private
-    parameters do; the embedding is computed after local training; the
-    declared coefficients are ``--l1`` 1e-3 and ``--loc-l2`` 1e-3, and the
-    L2 term is left out in round 1 (``if self.curr_rnd == 0``); masks start
-    at one in the scripts (``--laye-mask-one --clsf-mask-one``) and are
-    pruned below 1e-3 at evaluation (``models/layers.py``); the client GCN
-    applies dropout 0.5 (``models/nets.py``); clients are evaluated with
-    their model after local training (``rnd_local_test_acc``, which the
-    authors' ``evaluations/analysis.ipynb`` reports at the round of best
-    mean validation accuracy).
-
-    **The L1 and L2 terms.** The released code adds both to the loss from
-    ``model.state_dict()``, whose tensors are detached: they change the
-    reported loss but no gradient, so its clients train the masks with the
-    task loss (and Adam's weight decay) alone. Here both terms act when
-    their weights are positive. The L1 weight is the model's
-    (``--set model.l1=...``, default 0, as the code effectively trains):
-    with Adam, whose steps have the learning rate's size whatever the
-    gradient's, even a small L1 weight shrinks every mask the task barely
-    uses by up to ``lr`` per step, and on Cora (METIS, 10 clients, seed 0,
-    dropout 0.5, 100 rounds) the mean test accuracy fell from 82.1 (L1 off)
-    to 68.2 (1e-3, the code's coefficient) (``benchmarks/results/subgraph_t1.md``,
-    rows ``fedpub`` and ``fedpub-objective``; 72.8 with 1e-4 in a run not
-    recorded there). The L2 term (default
-    :math:`\lambda_2 = 10^{-3}`, the code's) has zero gradient where local
-    training starts, at :math:`\bar{\theta}_i`: under FED-PUB's protocol of
-    one full-batch step per round it changes nothing, and it acts from a
-    second local step on. The code's L2 term is
-    :math:`\lambda_2 \sum_l \|W_l - \bar{W}_l\|_2` (unsquared norms per
-    tensor); here it is the squared norm of all shared coordinates.
-
-    **Other departures.** The proxy graph is drawn from the library's seeded
-    generator (same model: 5 blocks of 100 nodes, :math:`p_{in} = 0.1`,
-    :math:`\mathcal{N}(0, 1)` features), not networkx's, and each client
-    builds it from the seed instead of receiving it.
-
-    **Evaluation.** ``evaluate="local"`` (default, as FED-PUB's logs):
-    :meth:`personalized_params` is :obj:`None`, each client is evaluated with
-    its own model after its last local training (a held-out client, which
-    never trains, with the initial model); ``"personalized"``: with
-    :math:`\bar{\theta}_i` (the global model for a client that has none),
-    completed with its own masks.
+    The L1 term is the model's (``model.l1``, default 0), the proximal term
+    the strategy's. The facts checked against the released code, how the L1
+    and L2 terms depart from it (with measurements on Cora), the proxy graph
+    and evaluation: :doc:`/methods/fedpub`.
 
     Args:
         scale (float, optional): :math:`\tau` (default: :obj:`10.0`,
-            FED-PUB's ``--norm-scale``; its Cora scripts use 3 for disjoint
-            and 5 for overlapping subgraphs).
+            FED-PUB's ``--norm-scale``).
         l2 (float, optional): :math:`\lambda_2`, the proximal weight towards
             the received model (default: :obj:`1e-3`, FED-PUB's ``--loc-l2``;
-            inert with one local step per round, see above).
+            inert with one local step per round).
         num_proxy_graphs (int, optional): blocks of the proxy graph
             (default: :obj:`5`, FED-PUB's ``--n-proxy``).
         proxy_nodes (int, optional): nodes per block (default: :obj:`100`).
         proxy_p_in (float, optional): edge probability within a block
             (default: :obj:`0.1`).
-        evaluate (str, optional): ``"local"`` or ``"personalized"``, see
-            above (default: ``"local"``).
+        evaluate (str, optional): ``"local"`` (each client's own model after
+            its last local training; :meth:`personalized_params` is
+            :obj:`None`) or ``"personalized"`` (:math:`\bar{\theta}_i` with the
+            client's own masks) (default: ``"local"``).
 
     Shapes:
         - **state:** ``personal_params`` :math:`(N, D)`, ``personalized``
@@ -161,6 +105,12 @@ class FedPUB(Strategy):
           :math:`(N, N)` (the latest :math:`\alpha` row of every client that
           trained; uniform before), ``embeddings`` :math:`(N, H)` (the latest
           :math:`\mathbf{h}_i`).
+
+    Example:
+        >>> from pyg_fedgraph.experiment import ExperimentConfig, build_simulator
+        >>> cfg = ExperimentConfig(dataset="cora", strategy="fedpub", rounds=3,
+        ...                        model="masked-gcn", overrides={"scale": 3.0})
+        >>> history = build_simulator(cfg).run()
     """
 
     def __init__(self, scale: Annotated[float, Range(ge=0.0),

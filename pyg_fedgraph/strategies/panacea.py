@@ -54,46 +54,12 @@ class Panacea(ServerOptimizerState, Strategy):
         + \lambda_d\, \mathcal{L}_d(\psi_e),
 
     the mean squared error between the generated models and the clients'
-    trained models (Sec. III, "Graph hypernetwork") plus the weighted graph
-    reconstruction loss :math:`\mathcal{L}_d` of Eq. (5)
-    (:meth:`GCNHypernetwork.reconstruction_loss`). :math:`\theta_t^{(0)}` is
-    the model client :math:`t` started from and :math:`\mathrm{sg}` stops the
-    gradient. At the first server step the gradient of the first term is
-    exactly the update rule of Algorithm 1, lines 12-13,
-    :math:`\frac{1}{S}\sum_t (\partial\theta_t / \partial\psi)^\top
-    (-\Delta\theta_t)`; the later steps regress on the same fixed targets,
-    so :math:`K_s` steps approach :math:`\theta_t^{(0)} + \Delta\theta_t`
-    instead of pushing along :math:`\Delta\theta_t` :math:`K_s` times and
-    overshooting. Each step is implemented with
-    :func:`~pyg_fedgraph.nn.hypernetwork.hypernetwork_update` and
-    ``delta = (target - theta) / S``.
-
-    Implementation choices:
-
-    * Per-client averaging (``client_reduction="mean"``): the gradient is
-      the mean over the :math:`S` sampled clients, so ``hn_lr`` does not
-      depend on how many clients a round samples.
-    * Panacea samples 5 clients per round (Sec. IV-A, "Hyperparameters"):
-      :meth:`default_sample_fraction` is :math:`5 / N`, what the round
-      engine samples unless the run says otherwise.
-    * :math:`K_c = 50` local SGD steps (Sec. IV-A) apply when
-      ``local_steps=50`` is set; by default the run's local settings are
-      used. The other local settings come from ``ctx.local``, the run's
-      :class:`~pyg_fedgraph.train.LocalConfig`.
-    * Novel clients (Table III): clients in ``ctx.held_out`` are
-      marked with :meth:`GCNHypernetwork.set_held_out`, so their embeddings
-      keep their initial value; their models are generated through their
-      trained neighbours and evaluated without fine-tuning. Embeddings are
-      excluded from weight decay so that held-out rows stay exactly at their
-      initialization.
-    * The negative pairs of :math:`\mathcal{L}_d` are drawn by
-      :func:`~torch_geometric.utils.negative_sampling` from a strategy-owned
-      seed stream, saved in :meth:`state_dict`, so a resumed run draws the
-      same pairs and the global random state is left untouched.
-    * Optimizer: the paper tunes the hypernetwork learning rate on
-      :math:`\{0.001, \ldots, 0.1\}` but does not name the server optimizer
-      (its "SGD optimizer" for clients cites Adam, ref. [42]); Adam is the
-      default here.
+    trained models (Sec. III) plus the graph reconstruction loss
+    :math:`\mathcal{L}_d` of Eq. (5); :math:`\theta_t^{(0)}` is the model
+    client :math:`t` started from and :math:`\mathrm{sg}` stops the gradient.
+    Its first step is Algorithm 1's update (lines 12-13). Why the regression
+    form, the sampling, novel clients and the optimizer:
+    :doc:`/methods/panacea`.
 
     Args:
         embedding_dim (int, optional): client embedding size (paper: 100);
@@ -128,7 +94,7 @@ class Panacea(ServerOptimizerState, Strategy):
         max_grad_norm (float, optional): clip the hypernetwork gradient norm
             (default: :obj:`None`)
         chunk_size (int, optional): generate the model in chunks of this size
-            (see :class:`~pyg_fedgraph.nn.GCNHypernetwork`) (default: :obj:`None`)
+            (default: :obj:`None`)
         client_reduction (str, optional): ``"mean"`` or ``"sum"`` of the
             sampled clients' gradients (default: :obj:`"mean"`)
 
@@ -138,6 +104,12 @@ class Panacea(ServerOptimizerState, Strategy):
           optimizer (negative sampling draws from the stream
           ``(seed, "negative-sampling", round, step)``: no state).
         - **output:** generated models :math:`(S, D)`.
+
+    Example:
+        >>> from pyg_fedgraph.experiment import ExperimentConfig, build_simulator
+        >>> cfg = ExperimentConfig(dataset="fl60", strategy="panacea", rounds=3,
+        ...                        overrides={"lambda_d": 0.01})
+        >>> history = build_simulator(cfg).run()
     """
     needs_prior_graph = True
     # Studies search lambda_d, hn_lr and embedding_dim (the paper's grids,

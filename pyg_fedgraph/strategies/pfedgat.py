@@ -41,7 +41,8 @@ class PFedGAT(ServerOptimizerState, Strategy):
     clients' latest models :math:`\Theta` into an allocation matrix :math:`A`
     and personalized models (eq. 8); each sampled client trains from its
     personalized model, and the GAT takes an optimizer step on the clients'
-    feedback about their personalized models (eq. 9-10):
+    feedback :math:`g_i` about their personalized models (eq. 9-10,
+    :func:`~pyg_fedgraph.nn.client_gat.allocation_backward`):
 
     .. math::
         A = \mathrm{GAT}_{\psi}(\Theta), \qquad
@@ -49,82 +50,17 @@ class PFedGAT(ServerOptimizerState, Strategy):
         \psi \leftarrow \psi - \eta \sum_{i \in S}
         \Big(\frac{\partial \tilde{\theta}_i}{\partial \psi}\Big)^{\top} g_i .
 
-    Feedback :math:`g_i` (``feedback=``), see
-    :func:`~pyg_fedgraph.nn.client_gat.allocation_backward`:
-
-    * ``"gradient"`` (default, exact eq. 9-10):
-      :math:`g_i = \nabla L_i(\tilde{\theta}_i)`, the gradient of client
-      :math:`i`'s held-out (validation) loss at the personalized model it was
-      sent. **Upload: one extra** :math:`D` **-vector per client per round**
-      on top of its model (the paper says clients upload the scalar
-      :math:`L_i`, but the server cannot backpropagate a scalar whose
-      dependence on :math:`\tilde{\theta}_i` it does not know). The strategy
-      asks for it with a :class:`~pyg_fedgraph.train.jobs.LossGradient`
-      client job in its plan; the clients compute it at the parameters they
-      started from and it arrives as ``graph.feedback`` :math:`(S, D)`. The
-      server is then trained on the validation split, which also picks the reported round, so keep a
-      separate split if an unbiased model selection matters.
-    * ``"delta"`` (**no extra upload**): :math:`g_i =
-      -\Delta\theta_i`, the negated change of the local training that
-      started from :math:`\tilde{\theta}_i` (the pseudo-gradient of pFedHN
-      and FedAGHN); it uses the training data instead of held-out data.
-
-    ``"gradient"`` is the default because it is what the paper describes
-    (the loss of :math:`\tilde{\theta}_i` on held-out data) and because
-    ``"delta"`` misleads the self term on IID clients. A client's next
-    local update correlates with its own last one (same training samples),
-    so ``"delta"`` rewards weight on itself even when nobody is different: on
-    IID digits (5 seeds) it put 0.99 of each row on the client itself and
-    drove test accuracy from 93-95% down to 86-90%. ``"delta"`` stays
-    available where the extra upload matters; it then fits heterogeneous
-    federations better than homogeneous ones.
-
-    Implementation choices:
-
-    * The server's forward is run twice per round: without gradients in
-      :meth:`configure_train` (the models sent out) and with gradients in
-      :meth:`aggregate_train`. Node features and GAT weights do not change in
-      between, so both give the same :math:`\tilde{\Theta}`; no autograd graph
-      is held across calls and the strategy can be saved between them.
-    * This is the paper's Algorithm 1 with each round starting at its
-      "model allocation" step: the feedback on :math:`\tilde{\theta}_i^{t+1}`
-      and the next local training both start from the same allocation.
-    * Node features are the clients' latest trained models; clients not
-      sampled this round keep theirs. With ``server_steps > 1`` the GAT takes
-      several steps on the same feedback (held fixed, a first-order
-      approximation, as Panacea's :math:`K_s` server steps).
-    * Round 1 (every client still holds the initial model, so
-      :math:`\tilde{\Theta}` does not depend on :math:`A`) takes no server
-      step: Adam would otherwise turn rounding noise into a full step.
-    * The personalized model of client :math:`i`, used for evaluation
-      (:meth:`personalized_params`), is :math:`\tilde{\theta}_i` from the
-      current models and GAT, as eq. 8 defines it ("we generate tailored
-      model parameters for each client"); it is also what the client starts
-      its next local training from. Held-out clients (never trained) take
-      part in the graph with the initial model and get :math:`\tilde{\theta}_i`
-      like everyone else. ``evaluate="trained"`` reports the models after
-      local training instead.
-    * Clients may join between rounds (paper Sec. 5.3) through
-      :meth:`add_clients`: the GAT's weights do not depend on :math:`N`; the
-      ``use_gat=False`` logit table grows with them.
-
-    .. note::
-        **Deviation from the paper:** by default the GAT's attention scores
-        get a learned similarity term :math:`\beta_k s_{ij}` between a
-        client and each *other* client and a learned self term
-        :math:`\gamma_k` on the diagonal (``similarity=True``; see
-        :class:`~pyg_fedgraph.nn.ClientGAT` for the form and the reason).
-        ``similarity=False`` is the paper's GAT exactly. The measured
-        effect (accuracy and allocation on digits, pathological and IID
-        splits, 5 seeds, against Local and the paper's GAT) is in
-        ``benchmarks/results/pfedgat_allocation.md``
-        (``benchmarks/pfedgat_allocation.py``).
+    With ``feedback="gradient"`` (exact eq. 9-10) :math:`g_i = \nabla
+    L_i(\tilde{\theta}_i)` on the client's validation split, **one extra**
+    :math:`D` **-vector upload per client per round**; with ``"delta"``
+    :math:`g_i = -\Delta\theta_i`, no extra upload. By default the attention
+    scores get a learned similarity and self term (``similarity=True``, a
+    departure from the paper). Why these defaults, the implementation choices
+    and the measurements: :doc:`/methods/pfedgat`.
 
     Args:
         hidden_channels (int, optional): per-head projection size of the GAT
-            (paper's :math:`F'`, not reported; the GAT's weight matrix has
-            :math:`D \cdot` ``heads * hidden_channels`` entries)
-            (default: :obj:`16`)
+            (paper's :math:`F'`, not reported) (default: :obj:`16`)
         heads (int, optional): attention heads (paper Sec. 4.1: 8)
             (default: :obj:`8`)
         negative_slope (float, optional): LeakyReLU slope (paper: 0.2)
@@ -133,15 +69,13 @@ class PFedGAT(ServerOptimizerState, Strategy):
             optimizer (paper: SGD, 0.01) (default: :obj:`0.01`)
         optimizer (str, optional): ``"sgd"`` (the paper's) or ``"adam"``
             (default: :obj:`"sgd"`)
-        feedback (str, optional): ``"gradient"`` or ``"delta"`` (see above)
+        feedback (str, optional): ``"gradient"`` or ``"delta"``
             (default: :obj:`"gradient"`)
         similarity (bool, optional): add the learned similarity and self
             terms :math:`\beta_k s_{ij}` and :math:`\gamma_k` to the GAT's
-            attention scores (:class:`~pyg_fedgraph.nn.ClientGAT`); ``False``
-            is the paper's GAT (default: :obj:`True`)
-        similarity_scale (float, optional): :math:`\tau`, which sets how
-            fast those terms are learned: one SGD step changes them by
-            :math:`\tau^2` times ``gat_lr`` times their gradient
+            attention scores; ``False`` is the paper's GAT (default: :obj:`True`)
+        similarity_scale (float, optional): :math:`\tau`: one SGD step changes
+            those terms by :math:`\tau^2` times ``gat_lr`` times their gradient
             (default: :obj:`80.0`)
         use_gat (bool, optional): if ``False``, learn the :math:`N \times N`
             allocation logits directly (:class:`~pyg_fedgraph.nn.AllocationLogits`,
@@ -150,14 +84,20 @@ class PFedGAT(ServerOptimizerState, Strategy):
             (default: :obj:`1`)
         evaluate (str, optional): the model :meth:`personalized_params`
             reports: ``"personalized"`` (:math:`\tilde{\theta}_i`, eq. 8) or
-            ``"trained"`` (each client's model after its local training from
-            :math:`\tilde{\theta}_i`, FedAGHN's protocol; held-out clients
-            still get :math:`\tilde{\theta}_i`) (default: :obj:`"personalized"`)
+            ``"trained"`` (each client's model after its local training;
+            held-out clients still get :math:`\tilde{\theta}_i`)
+            (default: :obj:`"personalized"`)
 
     Shapes:
         - **state:** node features ``theta`` :math:`(N, D)`; the GAT's
           weights (``hidden_channels * heads`` by :math:`D` plus attention
           vectors) or the logits :math:`(N, N)`; optimizer state.
+
+    Example:
+        >>> from pyg_fedgraph.experiment import ExperimentConfig, build_simulator
+        >>> cfg = ExperimentConfig(dataset="digits", strategy="pfedgat", rounds=3,
+        ...                        overrides={"feedback": "delta"})
+        >>> history = build_simulator(cfg).run()
     """
 
     def __init__(self, hidden_channels: Positive = 16, heads: Positive = 8,

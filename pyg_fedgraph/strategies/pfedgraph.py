@@ -82,174 +82,73 @@ class PFedGraph(Strategy):
     Collaboration Graphs" <https://proceedings.mlr.press/v202/ye23b.html>`_
     (Ye et al., ICML 2023).
 
-    Each round the server keeps every client's latest uploaded model
-    :math:`\theta_j` and, over the set :math:`\mathcal{A}` of clients that
-    have trained at least once,
-
-    1. measures the cosine similarity of their changes relative to the
-       initial global model :math:`\theta^{(0)}` (Appendix C.1.4), optionally
-       on selected layers only, and sets values above ``threshold`` to 1
-       (:func:`~pyg_fedgraph.nn.update_similarity`):
-       :math:`S_{ij} = \cos(\theta_i - \theta^{(0)}, \theta_j - \theta^{(0)})`;
-    2. infers the collaboration graph row by row (eq. (2)/(4),
-       :class:`~pyg_fedgraph.nn.CollaborationQP`), with
-       :math:`p_j = n_j / \sum_{k \in \mathcal{A}} n_k`:
-
-       .. math::
-           \mathbf{w}_i = \arg\min_{\mathbf{x} \geq 0,\ \mathbf{1}^\top\mathbf{x} = 1}
-           \|\mathbf{x} - \mathbf{p}\|^2 - \alpha\, \mathbf{s}_i^\top \mathbf{x} ;
-
-    3. aggregates (:class:`~pyg_fedgraph.nn.aggregation.GraphAggregation`,
-       one dense product for all clients, no loop over clients):
-
-       .. math::
-           \tilde{\theta}_i = \sum_j W_{ij}\, \theta_j, \qquad
-           \bar{\theta}_i = \sum_j W_{ij}\, \frac{\theta_j}{\|\theta_j\|} .
-
-    Client :math:`i` starts its next local training from
-    :math:`\tilde{\theta}_i` and minimizes (eq. (3), :func:`cosine_regularizer`)
+    Over the clients :math:`\mathcal{A}` that have trained at least once, the
+    server measures the cosine similarity of their changes since the initial
+    model :math:`\theta^{(0)}` (Appendix C.1.4,
+    :func:`~pyg_fedgraph.nn.update_similarity`; values above ``threshold``
+    become 1), infers the collaboration graph row by row (eq. (2)/(4),
+    :class:`~pyg_fedgraph.nn.CollaborationQP`, with
+    :math:`p_j = n_j / \sum_{k \in \mathcal{A}} n_k`) and aggregates
+    (:class:`~pyg_fedgraph.nn.GraphAggregation`, one dense product, no loop
+    over clients):
 
     .. math::
-        H_i(\theta) = F_i(\theta) - \lambda \cos(\theta, \bar{\theta}_i),
+        S_{ij} &= \cos(\theta_i - \theta^{(0)}, \theta_j - \theta^{(0)}), \qquad
+        \mathbf{w}_i = \arg\min_{\mathbf{x} \geq 0,\ \mathbf{1}^\top\mathbf{x} = 1}
+        \|\mathbf{x} - \mathbf{p}\|^2 - \alpha\, \mathbf{s}_i^\top \mathbf{x}, \\
+        \tilde{\theta}_i &= \sum_j W_{ij}\, \theta_j, \qquad
+        \bar{\theta}_i = \sum_j W_{ij}\, \frac{\theta_j}{\|\theta_j\|} .
 
-    or, with ``normalized_aggregate=False`` (the paper's cheaper variant,
-    Sec. 3.3, Table 7: no second download), with :math:`\tilde{\theta}_i` in
-    place of :math:`\bar{\theta}_i`.
-
-    **Sign and scale of the regularizer.** This follows the paper: the term is
-    *subtracted*, so local training is pulled towards the aggregate. The
-    authors' code adds ``+lam * <theta_bar, theta> / ||theta||`` to the loss,
-    the opposite sign (it pushes the local model away from the aggregate).
-    Eq. (3) literally reads
-    :math:`-\frac{\lambda}{2}\langle \theta / \|\theta\|, \bar{\theta}_i\rangle
-    = -\frac{\lambda}{2}\|\bar{\theta}_i\| \cos(\theta, \bar{\theta}_i)`; the
-    cosine form used here has the same gradient direction, and its strength
-    does not depend on the norm of the reference, so both variants of
-    ``normalized_aggregate`` regularize equally strongly (with
-    :math:`\tilde{\theta}_i`, whose norm is that of a whole network, the
-    literal form would be many times stronger). The paper's
-    :math:`\lambda_{paper}` corresponds to
-    :math:`\lambda = \lambda_{paper} \|\bar{\theta}_i\| / 2 \leq \lambda_{paper} / 2`.
-
-    **Round 1.** Before the first aggregation every client starts from the
-    common initial model (:math:`\tilde{\theta}^{(0)} = W^{(0)}\theta^{(0)} =
-    \theta^{(0)}` for the initial graph of the authors' code, uniform
-    :math:`1/(N-1)` off the diagonal) and trains *without* the regularizer:
-    the reference would be the random initial model itself, and the authors'
-    code also skips the term in its first round.
-
-    **Partial participation.** Rows of clients that have trained at least
-    once are re-solved every round over :math:`\mathcal{A}` (latest models,
-    possibly stale); columns of clients that never trained are zero in those
-    rows. Rows of clients that never trained keep the initial graph, so they
-    start from the mean of the other clients' latest models (the initial
-    model for clients that never trained). With full participation (the
-    paper's setting, the default sampling) every row is re-solved from round
-    1 on. The authors' code solves the QP among the clients sampled in the
-    round only.
-
-    **Drift towards FedAvg weights.** Similarities are measured on the
-    *cumulative* change since :math:`\theta^{(0)}`. When local training is
-    short compared with the paper's 200 iterations per round, that change is
-    dominated by the trajectory the clients share through aggregation, the
-    similarities climb above the threshold and the graph drifts towards
-    :math:`W_{ij} = p_j`; restricting the similarity to the last layers
-    (``layers=``, as the paper does) slows the drift. Measurements:
-    ``benchmarks/results/claims.md`` (section B).
-
-    **Evaluation.** The paper's Algorithm 1 returns the clients' locally
-    trained models :math:`\{\theta_i\}` as the personalized models, and the
-    authors' code tests each client's model right after its local training
-    (it also tests the received aggregate before training, Sec. 4.1: "we
-    evaluate pFedGraph before and after training"). ``evaluate="local"``
-    (default) therefore returns :obj:`None` from :meth:`personalized_params`
-    (each client's own latest model); ``evaluate="aggregated"`` evaluates
-    :math:`\tilde{\theta}_i`, the model the client would start from next.
-
-    Paper settings (Sec. 4.1, Appendix C.1.4): 10 clients, all participating,
-    :math:`\lambda = 0.01`, :math:`\alpha = 0.08 N`, threshold 0.9, 50
-    rounds, 200 local iterations, SGD lr 0.01 momentum 0.9 weight decay 1e-5,
-    batch 64.
-
-    Studies search :math:`\lambda` log-uniformly over :math:`[0.001, 1]`,
-    the paper's sensitivity grid (Sec. 4.6, Fig. 4b). In short runs its
-    value may not change a score: the term's gradient has norm
-    :math:`\lambda \sin\angle(\theta, \bar{\theta}_i) / \|\theta\|`, and a
-    client starts along :math:`\bar{\theta}_i` when the clients' models have
-    nearly equal norms, so only what local training turns away is pulled
-    back (on digits, 3 rounds: :math:`\lambda` 0.3116 and 0.00128 change the
-    parameters by about 1e-3 and no prediction;
-    ``tests/tune/test_pfedgraph_lam.py``). :math:`\alpha` is not
-    searched: its scale grows with :math:`N`, and the paper finds it
-    insensitive around the default :math:`0.08 N`.
-
-    **Default** :math:`\alpha`. The paper's text (Appendix C.1.4) weights the
-    similarity term by :math:`\alpha = 0.08 N`, which grows with the number
-    of clients (0.4 for 5 clients, 0.8 for 10). The authors' scripts pass
-    ``--alpha 0.8`` as the weight of the *quadratic* term, i.e.
-    :math:`\alpha = 1/0.8 = 1.25` here at any :math:`N`
-    (:data:`~pyg_fedgraph.nn.collaboration_qp.CODE_ALPHA`). With
-    ``alpha=None``, ``alpha_rule="paper"`` uses the former and
-    ``alpha_rule="code"`` the latter; an explicit ``alpha`` overrides both.
-    A larger :math:`\alpha` gives similar clients (and the client itself,
-    :math:`S_{ii} = 1`) more weight.
-
-    **Similarity over functional embeddings** (``similarity="embedding"``,
-    an ablation, issue 34): :math:`S` is the cosine similarity of the
-    clients' latest functional embeddings, FED-PUB's signal (the mean output
-    of each client's model on a random proxy graph built from the run's
-    seed, :class:`~pyg_fedgraph.train.FunctionalEmbedding`, computed by the
-    clients after their training), with the same threshold, instead of that
-    of their cumulative updates: what the learned graph gains from a signal
-    that compares what models compute rather than their parameters. It
-    costs each client one forward pass on the proxy and an :math:`H`-vector
-    upload per round; ``layers`` does not apply. The embeddings' cosines lie
-    close to 1 (on the planted-graphs federation all exceed 0.9 after 3
-    rounds), which the threshold turns into 1: use ``threshold=None``.
-    Measured on Cora (``benchmarks/results/subgraph_t1.md``, row
-    ``pfedgraph-emb``).
+    Client :math:`i` starts from :math:`\tilde{\theta}_i` and, from its second
+    round on, minimizes (eq. (3), :func:`cosine_regularizer`)
+    :math:`H_i(\theta) = F_i(\theta) - \lambda \cos(\theta, \bar{\theta}_i)`,
+    with :math:`\tilde{\theta}_i` in place of :math:`\bar{\theta}_i` when
+    ``normalized_aggregate=False``. The regularizer's sign and scale, round 1,
+    partial participation, evaluation, the default :math:`\alpha` and the
+    paper's settings: :doc:`/methods/pfedgraph`.
 
     Args:
         alpha (float, optional): similarity weight :math:`\alpha` of the QP;
             :obj:`None` follows ``alpha_rule`` (default: :obj:`None`).
         alpha_rule (str, optional): the default of :math:`\alpha` when
-            ``alpha=None``: ``"paper"`` (:math:`0.08 N`, Appendix C.1.4, with
-            :math:`N` the clients of the federation) or ``"code"``
-            (:math:`1.25`, the authors' scripts) (default: ``"paper"``).
+            ``alpha=None``: ``"paper"`` (:math:`0.08 N`, Appendix C.1.4) or
+            ``"code"`` (:math:`1.25`, the authors' scripts) (default:
+            ``"paper"``).
         lam (float, optional): regularization weight :math:`\lambda` of eq.
             (3) (default: :obj:`0.01`, Appendix C.1.4).
         threshold (float, optional): similarities above it become :math:`1`;
-            :obj:`None` keeps the raw cosines (default: :obj:`0.9`,
-            Appendix C.1.4).
+            :obj:`None` keeps the raw cosines (default: :obj:`0.9`).
         layers (str or list of str, optional): module-name substrings
-            selecting the layers whose parameters enter the similarity (the
-            paper uses the last fully-connected layers, the code the
-            parameters whose name contains ``"fc"``); :obj:`None` uses all
-            layers (default: :obj:`None`).
+            selecting the layers whose parameters enter the similarity;
+            :obj:`None` uses all layers (default: :obj:`None`).
         normalized_aggregate (bool, optional): regularize with
             :math:`\bar{\theta}_i` (:obj:`True`) or with
             :math:`\tilde{\theta}_i` (default: :obj:`True`).
         solver (str, optional): ``"projection"`` (exact batched simplex
             projection) or ``"cvxpy"`` (reference QP solver) (default:
             ``"projection"``).
-        evaluate (str, optional): ``"local"`` or ``"aggregated"``, which model
-            :meth:`personalized_params` reports (default: ``"local"``).
+        evaluate (str, optional): ``"local"`` (each client's own latest model:
+            :meth:`personalized_params` returns :obj:`None`) or
+            ``"aggregated"`` (:math:`\tilde{\theta}_i`) (default: ``"local"``).
         similarity (str, optional): ``"updates"`` (the paper's) or
-            ``"embedding"`` (functional embeddings, see above) (default:
-            ``"updates"``).
+            ``"embedding"`` (cosines of the clients' functional embeddings, an
+            ablation) (default: ``"updates"``).
 
-    **State.** None of its own: the graph :math:`W`, the similarity
-    :math:`S` and the aggregates :math:`\tilde{\Theta}, \bar{\Theta}` are
-    functions of the engine's client table (every client's latest model and
-    whether it has trained, :attr:`FederationContext.clients`), computed
-    when first needed after the table changes; with
-    ``similarity="embedding"``, also of the clients' latest functional
-    embeddings, the buffer ``embeddings`` :math:`(N, H)`.
+    **State.** None of its own: :math:`W`, :math:`S` and the aggregates are
+    functions of the engine's client table
+    (:attr:`FederationContext.clients`), recomputed when it changes; with
+    ``similarity="embedding"``, the buffer ``embeddings`` :math:`(N, H)`.
 
     Shapes:
         - **derived:** graph :math:`W` and similarity :math:`S` :math:`(N, N)`
           (float64), aggregates :math:`\tilde{\Theta}, \bar{\Theta}`
           :math:`(N, D)`.
+
+    Example:
+        >>> from pyg_fedgraph.experiment import ExperimentConfig, build_simulator
+        >>> cfg = ExperimentConfig(dataset="digits", strategy="pfedgraph",
+        ...                        rounds=3, overrides={"lam": 0.1})
+        >>> history = build_simulator(cfg).run()
     """
 
     def __init__(self, alpha: Annotated[float | None, Range(ge=0.0)] = None,

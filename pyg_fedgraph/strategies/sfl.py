@@ -101,7 +101,8 @@ class SFL(Strategy):
     The server keeps every client's latest local model :math:`v_j` (rows of
     :math:`V`) and propagates them :math:`K` hops over the client graph
     :math:`A` with self loops, giving each client a structure-aware model
-    :math:`u_i` (rows of :math:`U`):
+    :math:`u_i` (rows of :math:`U`; :class:`~pyg_fedgraph.nn.KHopPropagation`,
+    sparse products):
 
     .. math::
         U = \hat{A}^{K} V, \qquad
@@ -109,9 +110,8 @@ class SFL(Strategy):
         \;\;(\text{``sym''}) \quad\text{or}\quad
         \hat{A} = \tilde{D}^{-1} (A + I) \;\;(\text{``row''}),
 
-    with :math:`\tilde{D}` the degree matrix of :math:`A + I`
-    (:class:`~pyg_fedgraph.nn.KHopPropagation`, sparse products). Client
-    :math:`i` then trains from :math:`u_i` with
+    with :math:`\tilde{D}` the degree matrix of :math:`A + I`. Client :math:`i`
+    then trains from :math:`u_i` with
 
     .. math::
         \min_{\theta}\; F_i(\theta) + \frac{\lambda}{2}
@@ -119,89 +119,12 @@ class SFL(Strategy):
         \;\Big(+ \frac{\lambda_g}{2} \lVert \theta - w \rVert^2\Big),
         \qquad w = \frac{1}{N}\sum_i u_i ,
 
-    and uploads its trained model as the new :math:`v_i`.
-
-    **What the paper does and what is simplified.** The paper describes the
-    server as a GCN that maps the local models :math:`\{v_i\}` to
-    personalized models :math:`\{u_i\}` over the relation graph :math:`A`,
-    plus a global model :math:`w` read out from them; SFL* additionally
-    learns :math:`A`. This class is the *parameter-free propagation*
-    variant: no GCN weight matrix is learned and :math:`A` is fixed. This is
-    also what the authors' public code runs for SFL (``--agg graph`` in
-    dawenzi098/SFL-Structural-Federated-Learning, ``aggregator.graph_dic``:
-    :math:`U = \hat{A}^{K} V` with :math:`K` = ``--layers``); graph learning
-    (SFL*, ``graph_v3``) is not implemented. Further differences from that
-    code, each kept deliberately:
-
-    * ``normalization="sym"`` (default) is GCN's symmetric normalization; the
-      code row-normalizes :math:`A` (which holds self loops),
-      ``normalization="row"`` reproduces that. Symmetric weights need not sum
-      to one per row on irregular graphs, so :math:`u_i` is then not a convex
-      combination of models.
-    * The code writes a regularizer of unsquared distances,
-      :math:`0.3\lVert\theta - u_i\rVert + 0.3\lVert\theta - w\rVert`,
-      but computes it from detached copies of the model (``state_dict()``
-      and ``.clone().detach()`` in ``Cifar10FedEngine.criterion``): it adds
-      a constant to the loss and nothing to the gradient, so the released
-      code trains without any pull (``lam=0``). It starts every client from
-      the read-out :math:`w`. Here the pull is the squared proximal term
-      above (as in Ditto / FedProx) and reaches the gradient, the start is
-      chosen by ``start`` and the read-out term by ``global_lam``
-      (``penalty="distance"`` gives the unsquared form the code writes).
-    * What the server propagates (``memory``). Here (``"uploads"``,
-      default) :math:`V` holds each client's latest *upload*, and a client
-      that has never uploaded (not yet sampled, or held out) sends nothing:
-      its out-going edges are dropped before normalization, and a client
-      with no uploading in-neighbour (itself included) keeps the initial
-      model. A held-out (novel) client is thus evaluated with the
-      propagation of its trained neighbours' models. The code
-      (``graph_dic`` writes :math:`U` into the list of stored models in
-      place) keeps one stored model :math:`s_j` per client, the initial
-      model for everyone at the start; each round the sampled clients'
-      uploads replace their :math:`s_j`, then *every* stored model is
-      propagated, :math:`S \leftarrow \hat{A}^{K} S`, and :math:`U = S`:
-      a client that was not sampled is smoothed again every round, and
-      clients that never trained (held-out ones included) take part with
-      their stored models, in the propagation and in the read-out.
-      ``memory="propagated"`` reproduces that (the read-out :math:`w` is
-      then the mean of all :math:`N` rows of :math:`U`, as the code's
-      ``read_out``), but for one thing: the code's initial list holds *one*
-      shared model for all clients (``[w] * N``), which ``graph_dic``
-      overwrites in place, so until a client is first sampled its row is
-      that of the highest-numbered client not yet sampled; here each keeps
-      its own row (with 5 of 60 clients per round the difference is gone
-      after about 60 rounds). With all clients sampled every round and none
-      held out the two memories agree after the first round; with few
-      clients per round (Panacea's protocol: 5 of 60) they differ a lot.
-
-    **Evaluation.** :meth:`personalized_params` returns :math:`u_i`, the
-    structure-aware model after the latest aggregation, as the authors'
-    code evaluates (``personalized_model``); it is also the model the client
-    starts from next round with the default ``start``.
-
-    **No prior graph.** SFL needs :math:`A`. With ``missing_graph="complete"``
-    (default) a dataset without ``edge_index`` (e.g. digits) falls back to the
-    complete graph with a logged warning; :math:`\hat{A}` is then uniform
-    :math:`1/N` and SFL behaves like FedAvg with unweighted averaging plus a
-    proximal term. ``missing_graph="error"`` raises instead. An *empty* graph
-    (no edges) leaves only the self loops: :math:`U = V` and SFL reduces to
-    local training with a proximal term towards the client's own last model.
-
-    **The authors' code.** ``SFL(memory="propagated", lam=0.0,
-    start="global", normalization="row")`` trains as the released code does
-    (up to the shared initial model above; its CIFAR engine's learning-rate
-    schedule and weight decay are the trainer's business, not the
-    strategy's).
-
-    Defaults follow the authors' code where it has an effect, and its text
-    where it has none (the paper gives no other values): :math:`K = 3`
-    (``--layers 3``), :math:`\lambda = 0.3` (the coefficient written in
-    ``federated.py``, a pull the paper describes), all clients per round
-    (``--client_frac 1``).
-
-    The paper gives no grid: studies search :math:`\lambda` log-uniformly
-    over :math:`[0.01, 1]` around the authors' 0.3, and :math:`K \in
-    \{1, \ldots, 4\}` around their 3.
+    and uploads its trained model as the new :math:`v_i`;
+    :meth:`personalized_params` returns :math:`u_i`. No GCN weight is learned
+    and :math:`A` is fixed (SFL*'s graph learning is not implemented); without
+    a prior graph the complete graph is used. How this differs from the paper
+    and the authors' code, and the settings that reproduce that code:
+    :doc:`/methods/sfl`.
 
     Args:
         num_hops (int, optional): propagation hops :math:`K`; :obj:`0` means
@@ -218,23 +141,29 @@ class SFL(Strategy):
             towards the read-out :math:`w` (default: :obj:`0.0`).
         missing_graph (str, optional): ``"complete"`` or ``"error"``, what to
             do when the dataset has no prior graph (default: ``"complete"``).
-        memory (str, optional): ``"uploads"`` or ``"propagated"``, what the
-            server propagates (see above) (default: ``"uploads"``).
+        memory (str, optional): ``"uploads"`` (each client's latest upload;
+            clients that never uploaded send nothing) or ``"propagated"``
+            (every stored model is propagated each round, as the authors' code)
+            (default: ``"uploads"``).
         penalty (str, optional): ``"squared"`` or ``"distance"``, the form of
             the pull towards :math:`u_i` and :math:`w`
             (:func:`sfl_penalty`) (default: ``"squared"``).
 
-    **State.** With ``memory="uploads"``, none of its own: :math:`V` is the
-    engine's client table (:attr:`FederationContext.clients`: the latest
-    upload of each client and which clients have uploaded); :math:`U` is
-    propagated from it when first needed after it changes. With
-    ``memory="propagated"``, the stored models :math:`S` (``stored_params``),
-    which are also :math:`U`.
+    **State.** With ``memory="uploads"``, none of its own (:math:`V` is the
+    engine's client table, :attr:`FederationContext.clients`); with
+    ``memory="propagated"``, the stored models ``stored_params``, which are
+    also :math:`U`.
 
     Shapes:
         - **derived:** structure-aware models :math:`U` :math:`(N, D)`.
         - **state** (``memory="propagated"``): ``stored_params``
           :math:`(N, D)`.
+
+    Example:
+        >>> from pyg_fedgraph.experiment import ExperimentConfig, build_simulator
+        >>> cfg = ExperimentConfig(dataset="digits", strategy="sfl", rounds=3,
+        ...                        overrides={"num_hops": 2, "lam": 0.1})
+        >>> history = build_simulator(cfg).run()
     """
 
     def __init__(self, num_hops: Annotated[int, Range(ge=0), Search(1, 4)] = 3,

@@ -23,8 +23,9 @@ vectors by cosine similarity. Facts from the released code
 Here the proxy is a function of ``(seed, sizes, p_in, width)``
 (:func:`proxy_graph`), built by each client instead of being sent: the same
 graph FED-PUB's server would send, without sending it (500 x 1,433 floats on
-Cora, more than the model). Clients whose data are not graphs get
-:math:`\mathcal{N}(0, 1)` inputs of their input shape instead
+Cora, more than the model). Clients that hold sets of graphs get the same
+blocks as a batch of ``num_graphs`` graphs; clients whose data are not
+graphs get :math:`\mathcal{N}(0, 1)` inputs of their input shape instead
 (:func:`proxy_inputs`).
 """
 from __future__ import annotations
@@ -74,8 +75,22 @@ def proxy_inputs(dataset: FederatedDataset, num_graphs: int = 5, nodes_per_graph
     r"""The model inputs of the proxy for ``dataset``'s clients, on its
     device: for clients that hold graphs (``input_kind == "graph"``) the
     :func:`proxy_graph` of their feature width, as ``(x, edge_index,
-    edge_weight)``; otherwise ``num_graphs * nodes_per_graph`` samples of
-    :math:`\mathcal{N}(0, 1)` values of the input shape, as ``(x,)``."""
+    edge_weight)``; for clients that hold sets of graphs (``input_kind ==
+    "graph-set"``) its blocks as a batch of ``num_graphs`` graphs, ``(x,
+    edge_index, batch, graph_size)``, with the same node features and the
+    edges without self loops (graph classifiers add their own); otherwise
+    ``num_graphs * nodes_per_graph`` samples of :math:`\mathcal{N}(0, 1)`
+    values of the input shape, as ``(x,)``."""
+    if dataset.input_kind == "graph-set":
+        if len(dataset.input_shape) != 1:
+            raise ValueError(f"graph-set clients need node features of shape (F,), got "
+                             f"{dataset.input_shape}")
+        x, edge_index, _ = proxy_graph(dataset.input_shape[0], num_graphs, nodes_per_graph,
+                                       p_in, seed)
+        edge_index = edge_index[:, edge_index[0] != edge_index[1]]
+        batch = torch.arange(num_graphs).repeat_interleave(nodes_per_graph)
+        size = torch.full((num_graphs,), nodes_per_graph)
+        return tuple(t.to(dataset.device) for t in (x, edge_index, batch, size))
     if dataset.input_kind == "graph":
         if len(dataset.input_shape) != 1:
             raise ValueError(f"graph clients need node features of shape (F,), got "

@@ -47,13 +47,17 @@ CUDA_GRAPH_MODES = frozenset({"reduce-overhead", "max-autotune"})
 #: one thread), ``benchmarks/results/devices_h100.md`` (CUDA rows, one
 #: H100: vmap is 4-26x faster than the loop for every family there) and
 #: ``benchmarks/results/gpu_checks_h100.md`` (the ``gnn`` CUDA row: GCN and
-#: GAT clients, vmap 15-46x faster than the loop). Pairs without a measured
-#: row take ``"vmap"``.
+#: GAT clients, vmap 15-46x faster than the loop) and
+#: ``benchmarks/results/graph_classification_batching.md`` (the
+#: ``graph-set`` CPU row: 12 GIN clients across four TU datasets, one
+#: thread, vmap 0.41x and loop 0.89x the per-client loop). Pairs without a
+#: measured row take ``"vmap"`` (``graph-set`` on CUDA: not measured).
 EXECUTION_TABLE: dict[tuple[str, str], Execution] = {
     ("mlp", "cpu"): "vmap",
     ("cnn", "cpu"): "loop",
     ("rnn", "cpu"): "vmap",
     ("gnn", "cpu"): "vmap",
+    ("graph-set", "cpu"): "loop",
     ("mlp", "cuda"): "vmap",
     ("cnn", "cuda"): "vmap",
     ("rnn", "cuda"): "vmap",
@@ -62,10 +66,16 @@ EXECUTION_TABLE: dict[tuple[str, str], Execution] = {
 
 
 def model_family(model: nn.Module) -> str:
-    r"""``"gnn"`` for models with message-passing layers (any
+    r"""The family a model declares in its ``execution_family`` attribute
+    (the graph classifiers of :mod:`pyg_fedgraph.models`: ``"graph-set"``,
+    clients that hold sets of graphs), else ``"gnn"`` for models with
+    message-passing layers (any
     :class:`~torch_geometric.nn.conv.MessagePassing`: clients that hold
     graphs), ``"cnn"`` for models with convolutions, ``"rnn"`` for recurrent
     ones, ``"mlp"`` otherwise."""
+    declared = getattr(model, "execution_family", None)
+    if isinstance(declared, str):
+        return declared
     kinds = {type(m) for m in model.modules()}
     if any(issubclass(k, MessagePassing) for k in kinds):
         return "gnn"

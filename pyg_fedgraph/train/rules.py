@@ -66,6 +66,13 @@ class LocalProblem:
         class_counts (callable, optional): ``class_counts() -> (S, C)``, the
             clients' training samples per class (classification; FedRoD's
             balanced softmax). Called once, when a rule first asks.
+
+    Attributes:
+        active (torch.Tensor, optional): which clients take the current step
+            :math:`(S,)`, bool, set by the trainer before each step (``None``:
+            all). The others' results are discarded, so :meth:`grad` and
+            :meth:`hvp` may leave their rows zero rather than compute them
+            (clients that wait for the others in epoch mode).
     """
 
     def __init__(self, grad: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]],
@@ -75,6 +82,7 @@ class LocalProblem:
         self._hvp = hvp
         self._class_counts = class_counts
         self._counts: Tensor | None = None
+        self.active: Tensor | None = None
 
     def class_counts(self) -> Tensor:
         r"""Each client's number of training samples of each class

@@ -362,6 +362,12 @@ class ClientTrainer:
                              if not b.is_floating_point()}
         self._check_output_size()
         self._channels_last = self._channels_last_weights()
+        # Buffers a forward pass in training changes (BatchNorm's running statistics),
+        # which full batches would fill with their filler rows; constant buffers (GINConv's
+        # epsilon) are not.
+        self._running_statistics = any(
+            isinstance(m, nn.modules.batchnorm._NormBase) and m.track_running_stats
+            for m in self.model.modules())
         #: The model's own term of the local loss, ``local_penalty(params)`` of its
         #: named parameters (FED-PUB's L1 norm of the masks), or ``None``.
         self.local_penalty: Callable[[dict[str, Tensor]], Tensor] | None = getattr(
@@ -571,7 +577,7 @@ class ClientTrainer:
         if regularizer is not None and any(r.size(0) != clients.numel() for r in regularizer.refs):
             raise ValueError("every regularizer reference needs one row per trained client")
         counts = self.dataset.num_samples("train")[clients]
-        if cfg.full_batch and self.layout.num_buffers:
+        if cfg.full_batch and self._running_statistics:
             raise ValueError("full_batch=True would count the filler rows of smaller clients "
                              "in the model's buffers (BatchNorm statistics): use mini-batches "
                              "with this model")
@@ -647,12 +653,13 @@ class ClientTrainer:
                                + (0,) * len(refs), randomness="different")
 
             def grads(theta: Tensor, b: dict[str, Tensor], xb: Inputs, yb: Tensor,
-                      w: Tensor | None) -> tuple[Tensor, Tensor]:
-                return batched_grad(theta, b, xb, yb, w, reg_fn, scale, *refs)
+                      w: Tensor | None, sc: Tensor | None, rs: tuple[Tensor, ...]
+                      ) -> tuple[Tensor, Tensor]:
+                return batched_grad(theta, b, xb, yb, w, reg_fn, sc, *rs)
 
             def hvps(theta: Tensor, b: dict[str, Tensor], xb: Inputs, yb: Tensor,
-                     w: Tensor | None, v: Tensor) -> Tensor:
-                return batched_hvp(theta, b, xb, yb, w, v, *refs)
+                     w: Tensor | None, v: Tensor, rs: tuple[Tensor, ...]) -> Tensor:
+                return batched_hvp(theta, b, xb, yb, w, v, *rs)
         else:
             def one_grad(theta_i: Tensor, b: dict[str, Tensor], xb: Inputs, yb: Tensor,
                          w_i: Tensor | None, scale_i: Tensor | None, *r: Tensor
@@ -665,19 +672,20 @@ class ClientTrainer:
                 return g, loss.detach()
 
             def grads(theta: Tensor, b: dict[str, Tensor], xb: Inputs, yb: Tensor,
-                      w: Tensor | None) -> tuple[Tensor, Tensor]:
+                      w: Tensor | None, sc: Tensor | None, rs: tuple[Tensor, ...]
+                      ) -> tuple[Tensor, Tensor]:
                 out = [one_grad(theta[i], {k: v[i] for k, v in b.items()}, client_rows(xb, i),
                                 yb[i], None if w is None else w[i],
-                                None if scale is None else scale[i], *(r[i] for r in refs))
+                                None if sc is None else sc[i], *(r[i] for r in rs))
                        for i in range(theta.size(0))]
                 return torch.stack([g for g, _ in out]), torch.stack([lo for _, lo in out])
 
             def hvps(theta: Tensor, b: dict[str, Tensor], xb: Inputs, yb: Tensor,
-                     w: Tensor | None, v: Tensor) -> Tensor:
+                     w: Tensor | None, v: Tensor, rs: tuple[Tensor, ...]) -> Tensor:
                 return torch.stack([one_hvp(theta[i], {k: u[i] for k, u in b.items()},
                                             client_rows(xb, i), yb[i],
                                             None if w is None else w[i], v[i],
-                                            *(r[i] for r in refs))
+                                            *(r[i] for r in rs))
                                     for i in range(theta.size(0))])
 
         def weights(batch: Tensor) -> tuple[Tensor, Tensor | None]:
@@ -685,22 +693,58 @@ class ClientTrainer:
                 return batch, None
             return batch.clamp(min=0), (batch >= 0).to(self.device, torch.get_default_dtype())
 
+        def taking() -> Tensor | None:
+            r"""The rows of the clients taking the current step, or ``None``
+            for all (see :attr:`LocalProblem.active`). A compiled gradient
+            keeps every row: a new number of rows would recompile it."""
+            active = problem.active
+            if active is None or self.compile_mode is not None or bool(active.all()):
+                return None
+            return active.nonzero().view(-1)
+
+        def on_rows(rows: Tensor | None, batch: Tensor
+                    ) -> tuple[Inputs, Tensor, Tensor | None, dict[str, Tensor],
+                               Tensor | None, tuple[Tensor, ...]]:
+            r"""The inputs of the clients ``rows`` (all when ``None``): their
+            batches, buffers, loss scales and regularizer references."""
+            if rows is None:
+                batch, w = weights(batch)
+                xb, yb = self.dataset.batch(split, batch, clients)
+                return xb, yb, w, bufs, scale, tuple(refs)
+            batch, w = weights(batch[rows.to(batch.device)])
+            xb, yb = self.dataset.batch(split, batch, clients[rows.cpu()])
+            return (xb, yb, w, {k: v[rows] for k, v in bufs.items()},
+                    None if scale is None else scale[rows], tuple(r[rows] for r in refs))
+
         def grad(theta: Tensor, batch: Tensor) -> tuple[Tensor, Tensor]:
-            batch, w = weights(batch)
-            xb, yb = self.dataset.batch(split, batch, clients)
-            g, loss = grads(theta, bufs, xb, yb, w)
+            rows = taking()
+            xb, yb, w, b, sc, rs = on_rows(rows, batch)
+            if rows is None:
+                g, loss = grads(theta, b, xb, yb, w, sc, rs)
+            else:  # the others' results are discarded: leave them zero
+                g_rows, loss_rows = grads(theta[rows], b, xb, yb, w, sc, rs)
+                for k, v in b.items():  # BatchNorm statistics updated by the forward
+                    bufs[k][rows] = v
+                g = theta.new_zeros(theta.shape).index_copy_(0, rows, g_rows)
+                loss = loss_rows.new_zeros(theta.size(0)).index_copy_(0, rows, loss_rows)
             if scale is not None:
                 g, loss = g / scale.unsqueeze(1), loss / scale
             return g, loss.detach()
 
         def hvp(theta: Tensor, batch: Tensor, vector: Tensor) -> Tensor:
-            batch, w = weights(batch)
-            xb, yb = self.dataset.batch(split, batch, clients)
-            return hvps(theta, bufs, xb, yb, w, vector)
+            rows = taking()
+            xb, yb, w, b, _, rs = on_rows(rows, batch)
+            if rows is None:
+                return hvps(theta, b, xb, yb, w, vector, rs)
+            out = hvps(theta[rows], b, xb, yb, w, vector[rows], rs)
+            for k, v in b.items():
+                bufs[k][rows] = v
+            return theta.new_zeros(theta.shape).index_copy_(0, rows, out)
 
         counts = (functools.partial(class_counts, self.dataset, clients, split)
                   if self.dataset.task == "classification" else None)
-        return LocalProblem(grad, hvp, counts)
+        problem = LocalProblem(grad, hvp, counts)
+        return problem
 
     def _train_batched(self, clients: Tensor, theta: Tensor, buffers: Tensor, index: Tensor,
                        active: Tensor, reg: Regularizer | None, cfg: LocalConfig,
@@ -739,6 +783,9 @@ class ClientTrainer:
                 step_cfg = cfg.with_lr(
                     (cfg.lr * cfg.lr_factor(steps, total)).to(theta.device, theta.dtype)
                     .unsqueeze(1))
+            # Clients that wait this step are left out of the computation (their results
+            # would be discarded below).
+            problem.active = None if all_active[t] else act_dev
             new, new_state, loss = rule.step(problem, theta, state,
                                              list(step_batches[t].unbind(0)), step_cfg)
             if everyone:

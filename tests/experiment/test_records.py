@@ -161,3 +161,30 @@ def test_a_record_without_held_out_clients_has_no_novel_metrics(tmp_path):
     entry = RecordCache(tmp_path / "records", tmp_path / "ckpt").run(configs()[0])
     assert "novel_client_metrics" not in entry
     assert len(entry["test_client_metrics"]) >= 1
+
+
+class RoundsSeen:
+    r"""A trace: the rounds it was called in, kept by checkpoints."""
+
+    def __init__(self):
+        self.rounds = []
+
+    def __call__(self, sim, record):
+        self.rounds.append(record.round)
+
+    def state_dict(self):
+        return {"rounds": list(self.rounds)}
+
+    def load_state_dict(self, state):
+        self.rounds = list(state["rounds"])
+
+
+def test_a_trace_is_kept_in_the_record_across_a_resume(tmp_path, crash_in_round_3):
+    cfg, _ = configs()
+    cache = RecordCache(tmp_path / "records", tmp_path / "ckpt")
+    with pytest.raises(Crash):
+        cache.run(cfg, traces={"seen": RoundsSeen()})
+    crash_in_round_3()
+    entry = cache.run(cfg, traces={"seen": RoundsSeen()})  # a fresh trace, resumed
+    assert entry["traces"] == {"seen": {"rounds": [1, 2, 3, 4]}}
+    assert cache.load(cfg)["traces"] == entry["traces"]

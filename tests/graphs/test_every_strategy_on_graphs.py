@@ -22,6 +22,8 @@ KWARGS = {
     "fedcedar": {"num_clusters": 2},
     "ifca": {"num_clusters": 2},
     "cfl": {"warmup_rounds": 1, "eps1": 10.0, "eps2": 0.0},
+    "gcfl": {"warmup_rounds": 1, "eps1": 10.0, "eps2": 0.0},
+    "gcfl-plus": {"warmup_rounds": 1, "eps1": 10.0, "eps2": 0.0, "seq_length": 1},
     "pfedme": {"inner_steps": 2},
 }
 LOCAL = LocalConfig(lr=0.05, momentum=0.9, full_batch=True, epochs=2)

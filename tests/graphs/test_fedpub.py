@@ -7,6 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from small_client_graphs import toy_graph_federation
+from small_graph_sets import toy_graph_sets
 
 from pyg_fedgraph.data.federation import FederationGraph
 from pyg_fedgraph.data.graph_dataset import gcn_edge_weight
@@ -305,6 +306,28 @@ def test_the_embedding_is_the_mean_node_embedding_on_the_proxy(federation):
         one = build_model("gcn", federation.input_shape, federation.num_classes,
                           hidden_channels=8)
         layout.load_into(one, params[i])
+        torch.testing.assert_close(got[i], one.embed(*inputs).mean(0), rtol=0, atol=1e-5)
+
+
+def test_clients_that_hold_sets_of_graphs_get_the_proxy_as_a_batch_of_graphs():
+    data, _ = toy_graph_sets(num_clients=3, num_features=4)
+    x, edge_index, batch, size = proxy_inputs(data, num_graphs=3, nodes_per_graph=20, seed=5)
+    px, pei, _ = proxy_graph(4, num_graphs=3, nodes_per_graph=20, seed=5)
+    # The same features and blocks, without the self loops GCN's weights add.
+    assert torch.equal(x, px) and torch.equal(edge_index, pei[:, pei[0] != pei[1]])
+    assert batch.tolist() == [0] * 20 + [1] * 20 + [2] * 20 and size.tolist() == [20] * 3
+    torch.manual_seed(0)
+    model = build_model("gin", data.input_shape, data.num_classes, hidden_channels=8)
+    trainer = ClientTrainer(model, data, config=ADAM)
+    layout = trainer.layout
+    params = layout.flatten(model).repeat(3, 1) + 0.1 * torch.randn(3, layout.num_params)
+    inputs = (x, edge_index, batch, size)
+    buffers = layout.flatten_buffers(model).repeat(3, 1)  # GINConv's epsilon
+    got = functional_embeddings(trainer.model, layout, params, buffers, inputs)
+    for i in range(3):
+        one = build_model("gin", data.input_shape, data.num_classes, hidden_channels=8)
+        layout.load_into(one, params[i])
+        one.eval()
         torch.testing.assert_close(got[i], one.embed(*inputs).mean(0), rtol=0, atol=1e-5)
 
 

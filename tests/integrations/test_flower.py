@@ -350,6 +350,9 @@ PARITY_KWARGS = {
     "pfedhn": {"embedding_dim": 4, "hidden_channels": 8},
     "fedcedar": {"num_clusters": 2},
     "cfl": {"warmup_rounds": 1, "eps1": 10.0, "eps2": 0.0},  # splits after round 1
+    "gcfl": {"warmup_rounds": 1, "eps1": 10.0, "eps2": 0.0},  # ... by a minimum cut
+    "gcfl-plus": {"warmup_rounds": 1, "eps1": 10.0, "eps2": 0.0,  # ... once 2 update norms
+                  "seq_length": 2},                             # per client are recorded
     "pfedgraph": {},
     "ifca": {"num_clusters": 2},                  # a start job: clients choose their model
     "per-fedavg": {"alpha": 0.05, "variant": "hf"},  # a 3-batch rule, one-step fine-tuning

@@ -348,7 +348,7 @@ def test_build_image_models(shape):
 
 def test_build_model_details():
     assert MODEL_NAMES == tuple(MODELS) == ("mlp", "cnn", "cnn-bn", "gru", "gru-seq2seq", "gcn",
-                                           "sage", "gat", "masked-gcn")
+                                           "sage", "gat", "gin", "gcn-pool", "masked-gcn")
     mlp = build_model("mlp", (2,), 2)
     assert mlp.hidden_channels == 16 and mlp.num_layers == 3  # Panacea FL-60
     assert build_model("MLP", (2,), 2, hidden_channels=5).hidden_channels == 5
@@ -369,7 +369,7 @@ def test_build_model_details():
 
 def test_build_model_errors():
     with pytest.raises(ValueError, match=r"unknown model 'resnet'; known: cnn, cnn-bn, gat, gcn, "
-                                         r"gru, gru-seq2seq, masked-gcn, mlp, sage"):
+                                         r"gcn-pool, gin, gru, gru-seq2seq, masked-gcn, mlp, sage"):
         build_model("resnet", (3, 32, 32), 10)
     with pytest.raises(ValueError, match="pass image_size"):
         build_model("cnn", (3072,), 10)

@@ -5,6 +5,7 @@ import textwrap
 import pytest
 import torch
 
+from pyg_fedgraph.nn import aggregation
 from pyg_fedgraph.nn.aggregation import GraphAggregation, dense_to_edges
 from pyg_fedgraph.strategies.fedavg import weighted_average
 
@@ -97,20 +98,23 @@ def test_csr_branch_is_taken_and_equals_the_dense_product(monkeypatch):
     x = torch.randn(n, d, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
     agg = GraphAggregation()
     seen = []
-    real = GraphAggregation.propagate
+    agg.register_propagate_forward_hook(lambda module, inputs, out: seen.append(inputs[0].layout))
+    real = aggregation.spmm
 
-    def spy(self, adj, **kwargs):  # the CSR (spmm) path goes through propagate
+    def spy(adj, other, reduce):  # the CSR product inside message_and_aggregate
         seen.append(adj.layout)
-        return real(self, adj, **kwargs)
+        return real(adj, other, reduce)
 
-    monkeypatch.setattr(GraphAggregation, "propagate", spy)
+    monkeypatch.setattr(aggregation, "spmm", spy)
     out = agg(x, ei, ew)
-    assert seen == [torch.sparse_csr]
+    assert seen == [torch.sparse_csr, torch.sparse_coo]  # spmm, then propagate returns
     torch.testing.assert_close(out, w @ x, atol=1e-12, rtol=0)
-    # Per-layer weights take the CSR path layer by layer.
+    # Per-layer weights take the CSR path layer by layer, in one propagate.
     ptr = torch.tensor([0, 3, 7])
     ew2 = torch.stack([ew, 2 * ew], dim=1)
+    seen.clear()
     out = agg(x, ei, ew2, layer_ptr=ptr)
+    assert seen == [torch.sparse_csr, torch.sparse_csr, torch.sparse_coo]
     torch.testing.assert_close(out[:, :3], (w @ x)[:, :3], atol=1e-12, rtol=0)
     torch.testing.assert_close(out[:, 3:], (2 * w @ x)[:, 3:], atol=1e-12, rtol=0)
     # Row normalization on the CSR path.
@@ -118,6 +122,28 @@ def test_csr_branch_is_taken_and_equals_the_dense_product(monkeypatch):
     rows = w.sum(1, keepdim=True)
     torch.testing.assert_close(normed, torch.where(rows > 0, w / rows.clamp_min(1e-300), 0.0)
                                @ x, atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("edges", [["sparse", 10], ["dense", 40]])
+def test_duplicate_edges_count_as_their_sum(edges):
+    # Both branches (CSR below N^2/4 edges, dense above) and the edge-wise
+    # message form sum the weights of repeated edges, per layer too.
+    n = 8
+    ei, ew, w = _sparse_graph(n, edges[1], seed=7)
+    assert (4 * (ei.size(1) + 3) >= n * n) == (edges[0] == "dense")
+    ei = torch.cat([ei, ei[:, :3]], dim=1)
+    ew = torch.cat([ew, torch.tensor([0.5, 1.0, 2.0], dtype=ew.dtype)])
+    w = w.clone()
+    w[ei[1, :3], ei[0, :3]] += torch.tensor([0.5, 1.0, 2.0], dtype=w.dtype)
+    x = torch.randn(n, 5, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
+    agg = GraphAggregation()
+    torch.testing.assert_close(agg(x, ei, ew), w @ x, atol=1e-12, rtol=0)
+    torch.testing.assert_close(agg.propagate(ei, x=x, edge_weight=ew, layer_ptr=None), w @ x,
+                               atol=1e-12, rtol=0)
+    ptr = torch.tensor([0, 2, 5])
+    out = agg(x, ei, torch.stack([ew, 3 * ew], dim=1), layer_ptr=ptr)
+    torch.testing.assert_close(out, torch.cat([(w @ x)[:, :2], (3 * w @ x)[:, 2:]], dim=1),
+                               atol=1e-12, rtol=0)
 
 
 @pytest.mark.slow
@@ -232,7 +258,8 @@ def test_errors():
         agg(X, weight=torch.eye(2))
     with pytest.raises(ValueError, match=r"edge_index must be \(2, E\), got \(3, 2\)"):
         agg(X, torch.zeros(3, 2, dtype=torch.long))
-    with pytest.raises(ValueError, match="edge_index refers to client 3 but x has 3 clients"):
+    with pytest.raises(ValueError, match=r"edge_index refers to node 3, outside \[0, 3\) "
+                                         r"for the 3 rows of x"):
         agg(X, torch.tensor([[0, 3], [1, 1]]))
     with pytest.raises(ValueError, match="edge_weight has 5 rows for 6 edges"):
         agg(X, EDGE_INDEX, EDGE_WEIGHT[:5])

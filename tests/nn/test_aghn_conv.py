@@ -79,7 +79,7 @@ def test_hand_computed_example():
     row12 = [0.125, 0.125, 0.75]
     expected = torch.tensor([[row00, row01, row02], [row10, row11, row12]])
 
-    out, alpha = conv(x, delta, PTR, return_attention_weights=True)
+    out, alpha = conv(x, delta=delta, layer_ptr=PTR, return_attention_weights=True)
     assert alpha.shape == (2, 3, 3)
     torch.testing.assert_close(alpha, expected)
 
@@ -93,7 +93,7 @@ def test_hand_computed_example():
 
 def test_self_share_and_row_sums():
     conv, x, delta, ptr = _random_case()
-    _, alpha = conv(x, delta, ptr, return_attention_weights=True)
+    _, alpha = conv(x, delta=delta, layer_ptr=ptr, return_attention_weights=True)
     q = conv.self_weight.detach()
     diag = alpha.diagonal(dim1=1, dim2=2)  # (L, N)
     torch.testing.assert_close(diag, (q / (1 + q)).t())
@@ -103,7 +103,7 @@ def test_self_share_and_row_sums():
 
 def test_batched_matches_loop_reference_complete_graph():
     conv, x, delta, ptr = _random_case(dtype=torch.float64)
-    out = conv(x, delta, ptr)
+    out = conv(x, delta=delta, layer_ptr=ptr)
     neighbours = [[j for j in range(5) if j != i] for i in range(5)]
     ref = _loop_reference(x, delta, ptr, conv.sharpness.detach(), conv.self_weight.detach(),
                           conv.self_weight_min, neighbours)
@@ -115,7 +115,7 @@ def test_batched_matches_loop_reference_sparse_graph():
     # Edges j -> i; client 4 has no in-neighbour and keeps its own model.
     edge_index = torch.tensor([[1, 2, 0, 3, 0, 1, 2, 3],
                                [0, 0, 1, 1, 2, 3, 3, 3]])
-    out, alpha = conv(x, delta, ptr, edge_index, return_attention_weights=True)
+    out, alpha = conv(x, edge_index, delta=delta, layer_ptr=ptr, return_attention_weights=True)
     neighbours = [[1, 2], [0, 3], [0], [1, 2], []]  # the edge 3 -> 3 is a self loop
     ref = _loop_reference(x, delta, ptr, conv.sharpness.detach(), conv.self_weight.detach(),
                           conv.self_weight_min, neighbours)
@@ -130,14 +130,15 @@ def test_self_loops_in_edge_index_are_dropped():
     conv, x, delta, ptr = _random_case(n=3, sizes=(2, 2))
     edge_index = torch.tensor([[1, 2, 0, 2, 0, 1], [0, 0, 1, 1, 2, 2]])
     with_loops = torch.cat([edge_index, torch.tensor([[0, 1, 2], [0, 1, 2]])], dim=1)
-    torch.testing.assert_close(conv(x, delta, ptr, with_loops), conv(x, delta, ptr))
-    torch.testing.assert_close(conv(x, delta, ptr, edge_index), conv(x, delta, ptr))
+    complete = conv(x, delta=delta, layer_ptr=ptr)
+    torch.testing.assert_close(conv(x, with_loops, delta=delta, layer_ptr=ptr), complete)
+    torch.testing.assert_close(conv(x, edge_index, delta=delta, layer_ptr=ptr), complete)
 
 
 def test_gradient_matches_finite_differences():
     conv, x, delta, ptr = _random_case(n=3, sizes=(3, 2), seed=1, dtype=torch.float64)
     g = torch.randn(x.shape, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
-    out = conv(x, delta, ptr)
+    out = conv(x, delta=delta, layer_ptr=ptr)
     grad_p, grad_q = torch.autograd.grad(out, [conv.sharpness, conv.self_weight],
                                          grad_outputs=g)
     eps = 1e-6
@@ -147,9 +148,9 @@ def test_gradient_matches_finite_differences():
             idx = tuple(idx)
             with torch.no_grad():
                 param[idx] += eps
-                plus = (conv(x, delta, ptr) * g).sum()
+                plus = (conv(x, delta=delta, layer_ptr=ptr) * g).sum()
                 param[idx] -= 2 * eps
-                minus = (conv(x, delta, ptr) * g).sum()
+                minus = (conv(x, delta=delta, layer_ptr=ptr) * g).sum()
                 param[idx] += eps
             numeric[idx] = (plus - minus) / (2 * eps)
         torch.testing.assert_close(grad, numeric, rtol=1e-6, atol=1e-8)
@@ -158,7 +159,7 @@ def test_gradient_matches_finite_differences():
 
 def test_hypernetwork_update_rule():
     conv, x, delta, ptr = _random_case(seed=2, dtype=torch.float64)
-    theta_tilde = conv(x, delta, ptr)
+    theta_tilde = conv(x, delta=delta, layer_ptr=ptr)
     delta_new = torch.randn(x.shape, generator=torch.Generator().manual_seed(5),
                             dtype=torch.float64)
     grads = torch.autograd.grad(theta_tilde, [conv.sharpness, conv.self_weight],
@@ -171,7 +172,7 @@ def test_hypernetwork_update_rule():
     # The step moves theta_tilde along the clients' updates: <theta_tilde, delta_new> grows
     # by about lr * |grad|^2.
     with torch.no_grad():
-        after = conv(x, delta, ptr)
+        after = conv(x, delta=delta, layer_ptr=ptr)
     gain = ((after - theta_tilde.detach()) * delta_new).sum()
     predicted = 1e-3 * sum((g ** 2).sum() for g in grads)
     assert gain > 0
@@ -182,13 +183,13 @@ def test_hypernetwork_update_rule():
 
 def test_round_zero_is_uniform():
     conv, x, _, ptr = _random_case(n=4, sizes=(2, 3))
-    out, alpha = conv(x, None, ptr, return_attention_weights=True)
+    out, alpha = conv(x, delta=None, layer_ptr=ptr, return_attention_weights=True)
     torch.testing.assert_close(alpha, torch.full((2, 4, 4), 0.25))
     torch.testing.assert_close(out, x.mean(0, keepdim=True).expand(4, -1))
     assert not out.requires_grad
     # On a sparse graph: uniform over the in-neighbours and the client itself.
     edge_index = torch.tensor([[1, 2, 0], [0, 0, 1]])
-    out, alpha = conv(x, None, ptr, edge_index, return_attention_weights=True)
+    out, alpha = conv(x, edge_index, delta=None, layer_ptr=ptr, return_attention_weights=True)
     torch.testing.assert_close(out[0], x[:3].mean(0))
     torch.testing.assert_close(out[1], x[:2].mean(0))
     torch.testing.assert_close(out[2:], x[2:])
@@ -197,7 +198,7 @@ def test_round_zero_is_uniform():
 def test_all_ones_placeholder_reproduces_authors_round_zero():
     conv = AGHNConv(4, 2, self_weight=0.2)
     x = torch.randn(4, 5)
-    _, alpha = conv(x, torch.ones_like(x), torch.tensor([0, 2, 5]),
+    _, alpha = conv(x, delta=torch.ones_like(x), layer_ptr=torch.tensor([0, 2, 5]),
                     return_attention_weights=True)
     expected = torch.full((2, 4, 4), 1 / 3 / 1.2)
     expected.diagonal(dim1=1, dim2=2).fill_(0.2 / 1.2)
@@ -206,23 +207,24 @@ def test_all_ones_placeholder_reproduces_authors_round_zero():
 
 def test_permutation_equivariance():
     conv, x, delta, ptr = _random_case(seed=4)
-    out, alpha = conv(x, delta, ptr, return_attention_weights=True)
+    out, alpha = conv(x, delta=delta, layer_ptr=ptr, return_attention_weights=True)
     perm = torch.tensor([3, 0, 4, 1, 2])
     permuted = AGHNConv(5, 3)
     _set(permuted, conv.sharpness.detach()[perm], conv.self_weight.detach()[perm])
-    out_p, alpha_p = permuted(x[perm], delta[perm], ptr, return_attention_weights=True)
+    out_p, alpha_p = permuted(x[perm], delta=delta[perm], layer_ptr=ptr,
+                              return_attention_weights=True)
     torch.testing.assert_close(out_p, out[perm])
     torch.testing.assert_close(alpha_p, alpha[:, perm][:, :, perm])
 
 
 def test_layers_do_not_mix():
     conv, x, delta, ptr = _random_case(seed=5)
-    out = conv(x, delta, ptr)
+    out = conv(x, delta=delta, layer_ptr=ptr)
     delta2 = delta.clone()
     delta2[:, ptr[1]:ptr[2]] = torch.randn(5, int(ptr[2] - ptr[1]))
     x2 = x.clone()
     x2[:, ptr[2]:] += 10.0
-    out2 = conv(x2, delta2, ptr)
+    out2 = conv(x2, delta=delta2, layer_ptr=ptr)
     torch.testing.assert_close(out2[:, :ptr[1]], out[:, :ptr[1]])
     assert not torch.allclose(out2[:, ptr[1]:ptr[2]], out[:, ptr[1]:ptr[2]])
     assert not torch.allclose(out2[:, ptr[2]:], out[:, ptr[2]:])
@@ -231,34 +233,36 @@ def test_layers_do_not_mix():
 def test_client_id_selects_table_rows():
     conv, x, delta, ptr = _random_case(n=5, seed=6)
     ids = torch.tensor([4, 1, 2])
-    out, alpha = conv(x[:3], delta[:3], ptr, client_id=ids, return_attention_weights=True)
+    out, alpha = conv(x[:3], delta=delta[:3], layer_ptr=ptr, client_id=ids,
+                      return_attention_weights=True)
     small = AGHNConv(3, 3)
     _set(small, conv.sharpness.detach()[ids], conv.self_weight.detach()[ids])
-    ref, ref_alpha = small(x[:3], delta[:3], ptr, return_attention_weights=True)
+    ref, ref_alpha = small(x[:3], delta=delta[:3], layer_ptr=ptr, return_attention_weights=True)
     torch.testing.assert_close(out, ref)
     torch.testing.assert_close(alpha, ref_alpha)
     # Using the permuted rows is the same as permuting the clients.
     perm = torch.tensor([2, 0, 4, 3, 1])
-    full = conv(x, delta, ptr)
-    torch.testing.assert_close(conv(x[perm], delta[perm], ptr, client_id=perm), full[perm])
+    full = conv(x, delta=delta, layer_ptr=ptr)
+    torch.testing.assert_close(conv(x[perm], delta=delta[perm], layer_ptr=ptr, client_id=perm),
+                               full[perm])
     # Default client_id needs enough rows.
     with pytest.raises(ValueError, match="add_clients"):
-        small(x, delta, ptr)
+        small(x, delta=delta, layer_ptr=ptr)
     with pytest.raises(ValueError, match="client_id must lie in"):
-        conv(x[:2], delta[:2], ptr, client_id=torch.tensor([0, 5]))
+        conv(x[:2], delta=delta[:2], layer_ptr=ptr, client_id=torch.tensor([0, 5]))
     with pytest.raises(ValueError, match="duplicates"):
-        conv(x[:2], delta[:2], ptr, client_id=torch.tensor([1, 1]))
+        conv(x[:2], delta=delta[:2], layer_ptr=ptr, client_id=torch.tensor([1, 1]))
     with pytest.raises(ValueError, match="one entry per row"):
-        conv(x[:2], delta[:2], ptr, client_id=torch.tensor([0, 1, 2]))
+        conv(x[:2], delta=delta[:2], layer_ptr=ptr, client_id=torch.tensor([0, 1, 2]))
     with pytest.raises(TypeError, match="integer"):
-        conv(x[:2], delta[:2], ptr, client_id=torch.tensor([0.0, 1.0]))
+        conv(x[:2], delta=delta[:2], layer_ptr=ptr, client_id=torch.tensor([0.0, 1.0]))
 
 
 def test_negative_self_weight_is_clamped():
     conv, x, delta, ptr = _random_case(n=4, sizes=(2, 2), seed=8)
     with torch.no_grad():
         conv.self_weight[0, 0] = -0.5
-    out, alpha = conv(x, delta, ptr, return_attention_weights=True)
+    out, alpha = conv(x, delta=delta, layer_ptr=ptr, return_attention_weights=True)
     assert alpha[0, 0, 0] == 0
     torch.testing.assert_close(alpha.sum(-1), torch.ones(2, 4))
     # No gradient flows through the clamp to the clamped entry.
@@ -267,7 +271,7 @@ def test_negative_self_weight_is_clamped():
 
     conv_min = AGHNConv(4, 2, self_weight_min=0.1)
     _set(conv_min, conv.sharpness.detach(), conv.self_weight.detach())
-    _, alpha = conv_min(x, delta, ptr, return_attention_weights=True)
+    _, alpha = conv_min(x, delta=delta, layer_ptr=ptr, return_attention_weights=True)
     assert alpha[0, 0, 0].item() == pytest.approx(0.1 / 1.1)
     # clamp_self_weight_ projects the stored table, other entries untouched.
     before = conv_min.self_weight.detach().clone()
@@ -279,7 +283,7 @@ def test_negative_self_weight_is_clamped():
 def test_isolated_client_with_zero_self_weight_keeps_its_model():
     conv = AGHNConv(1, 1, self_weight=0.0)
     x, delta = torch.randn(1, 3), torch.randn(1, 3)
-    out, alpha = conv(x, delta, torch.tensor([0, 3]), return_attention_weights=True)
+    out, alpha = conv(x, delta=delta, layer_ptr=torch.tensor([0, 3]), return_attention_weights=True)
     torch.testing.assert_close(out, x)
     torch.testing.assert_close(alpha, torch.ones(1, 1, 1))
 
@@ -288,7 +292,7 @@ def test_zero_delta_gives_zero_cosine_not_nan():
     conv = AGHNConv(3, 1, sharpness=10.0, self_weight=0.5)
     x = torch.randn(3, 2)
     delta = torch.tensor([[0.0, 0.0], [1.0, 0.0], [1.0, 0.0]])
-    out, alpha = conv(x, delta, torch.tensor([0, 2]), return_attention_weights=True)
+    out, alpha = conv(x, delta=delta, layer_ptr=torch.tensor([0, 2]), return_attention_weights=True)
     assert torch.isfinite(out).all()
     # Client 0 sees cosine 0 with both others: equal weights.
     torch.testing.assert_close(alpha[0, 0], torch.tensor([0.5, 0.5, 0.5]) / 1.5)
@@ -306,7 +310,7 @@ def test_add_clients_keeps_rows_and_initializes_new_ones():
     torch.testing.assert_close(conv.self_weight.detach(),
                                torch.tensor([[0.3] * 3, [0.1] * 3, [0.1] * 3, [0.1] * 3]))
     assert {n for n, _ in conv.named_parameters()} == {"sharpness", "self_weight"}
-    out = conv(torch.randn(4, 6), torch.randn(4, 6), torch.tensor([0, 2, 4, 6]))
+    out = conv(torch.randn(4, 6), delta=torch.randn(4, 6), layer_ptr=torch.tensor([0, 2, 4, 6]))
     assert out.shape == (4, 6)
     with pytest.raises(ValueError, match="non-negative"):
         conv.add_clients(-1)
@@ -318,7 +322,8 @@ def test_state_dict_round_trip():
     conv, x, delta, ptr = _random_case(seed=9)
     fresh = AGHNConv(5, 3)
     fresh.load_state_dict(conv.state_dict())
-    torch.testing.assert_close(fresh(x, delta, ptr), conv(x, delta, ptr))
+    torch.testing.assert_close(fresh(x, delta=delta, layer_ptr=ptr),
+                               conv(x, delta=delta, layer_ptr=ptr))
 
 
 def test_repr_and_constructor_errors():
@@ -332,19 +337,19 @@ def test_repr_and_constructor_errors():
 def test_shape_errors():
     conv, x, delta, ptr = _random_case(n=3, sizes=(2, 2))
     with pytest.raises(ValueError, match="x must be"):
-        conv(x[0], delta[0], ptr)
+        conv(x[0], delta=delta[0], layer_ptr=ptr)
     with pytest.raises(ValueError, match="delta has shape"):
-        conv(x, delta[:, :3], ptr)
+        conv(x, delta=delta[:, :3], layer_ptr=ptr)
     with pytest.raises(ValueError, match="layer_ptr must have 3 entries"):
-        conv(x, delta, torch.tensor([0, 4]))
+        conv(x, delta=delta, layer_ptr=torch.tensor([0, 4]))
     with pytest.raises(ValueError, match="must increase from 0"):
-        conv(x, delta, torch.tensor([0, 2, 5]))
+        conv(x, delta=delta, layer_ptr=torch.tensor([0, 2, 5]))
     with pytest.raises(ValueError, match="must increase from 0"):
-        conv(x, delta, torch.tensor([0, 5, 4]))
+        conv(x, delta=delta, layer_ptr=torch.tensor([0, 5, 4]))
     with pytest.raises(ValueError, match=r"edge_index must be \(2, E\)"):
-        conv(x, delta, ptr, torch.tensor([0, 1]))
+        conv(x, torch.tensor([0, 1]), delta=delta, layer_ptr=ptr)
     with pytest.raises(ValueError, match="outside"):
-        conv(x, delta, ptr, torch.tensor([[0, 3], [1, 1]]))
+        conv(x, torch.tensor([[0, 3], [1, 1]]), delta=delta, layer_ptr=ptr)
 
 
 def test_self_weight_at_the_threshold_gets_no_gradient():
@@ -357,7 +362,7 @@ def test_self_weight_at_the_threshold_gets_no_gradient():
     assert conv.self_weight[0, 0] == 0.0
     gen = torch.Generator().manual_seed(0)
     x, delta = torch.randn(3, 4, generator=gen), torch.randn(3, 4, generator=gen)
-    out = conv(x, delta, torch.tensor([0, 4]))
+    out = conv(x, delta=delta, layer_ptr=torch.tensor([0, 4]))
     grad_q, = torch.autograd.grad(out, [conv.self_weight],
                                   grad_outputs=torch.randn(3, 4, generator=gen))
     assert grad_q[0, 0] == 0.0 and bool((grad_q[1:] != 0).all())

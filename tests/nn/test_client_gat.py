@@ -9,6 +9,7 @@ from pyg_fedgraph.nn.client_gat import (
     allocation_backward,
     client_similarity,
 )
+from pyg_fedgraph.utils.graph import complete_graph
 
 
 def manual_similarity(x: torch.Tensor) -> torch.Tensor:
@@ -165,14 +166,67 @@ def test_static_attention_ranks_alike_similarity_term_does_not():
     assert (alloc.diagonal() > 0.9).all()
 
 
-def test_client_gat_accepts_federation_graph():
-    torch.manual_seed(2)
-    gat = ClientGAT(6, hidden_channels=4, heads=2)
+@pytest.mark.parametrize("module", ["gat", "logits"])
+def test_a_graph_in_place_of_x_still_works_with_a_deprecation_warning(module):
+    op = ClientGAT(6, hidden_channels=4, heads=2) if module == "gat" else AllocationLogits(3)
     x = torch.randn(3, 6)
-    out_graph, alloc_graph = gat(FederationGraph(x=x))
-    out_x, alloc_x = gat(x)
-    assert torch.equal(alloc_graph, alloc_x)
-    assert torch.equal(out_graph, out_x)
+    with pytest.warns(FutureWarning, match=r"^passing a FederationGraph in place of x is "
+                      r"deprecated and will stop working: pass its x \(graph\.x\)$"):
+        out, allocation = op(FederationGraph(x=x))
+    expected, expected_allocation = op(x)
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+    torch.testing.assert_close(allocation, expected_allocation, rtol=0, atol=0)
+    with pytest.warns(FutureWarning):
+        torch.testing.assert_close(op.allocation(FederationGraph(x=x)), expected_allocation,
+                                   rtol=0, atol=0)
+    with pytest.raises(TypeError, match=r"^expected client parameters as a \(num_clients, "
+                       r"num_params\) tensor, got FederationGraph$"):
+        op(FederationGraph(edge_index=torch.tensor([[0], [1]])))
+
+
+@pytest.mark.parametrize("module", ["gat", "logits"])
+def test_complete_edge_index_equals_the_default_graph(module):
+    # Agreement of the two input forms: the complete graph given as edges (self
+    # loops left out: one is added per client) equals the default dense path.
+    torch.manual_seed(2)
+    op = ClientGAT(6, hidden_channels=4, heads=2) if module == "gat" else AllocationLogits(4)
+    if module == "gat":
+        random_similarity_coefficients(op, seed=2)
+    else:
+        with torch.no_grad():
+            op.logits.copy_(torch.randn(4, 4))
+    x = torch.randn(4, 6)
+    out, alloc = op(x)
+    out_e, alloc_e = op(x, complete_graph(4, self_loops=False))
+    torch.testing.assert_close(alloc_e, alloc, atol=1e-6, rtol=0)
+    torch.testing.assert_close(out_e, out, atol=1e-6, rtol=0)
+    torch.testing.assert_close(op.allocation(x, complete_graph(4)), alloc, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("module", ["gat", "logits"])
+def test_edge_index_restricts_the_allocation(module):
+    # Edges 1 -> 0, 2 -> 0 and 0 -> 2: client 0 spreads over {0, 1, 2}, client 1
+    # keeps only itself, client 2 over {0, 2}; each row is the full softmax
+    # restricted to those entries and renormalized (scores are per edge, and with
+    # one head the mean over heads is that softmax).
+    torch.manual_seed(3)
+    op = ClientGAT(6, hidden_channels=4, heads=1) if module == "gat" else AllocationLogits(3)
+    if module == "logits":
+        with torch.no_grad():
+            op.logits.copy_(torch.randn(3, 3))
+    x = torch.randn(3, 6)
+    edge_index = torch.tensor([[1, 2, 0], [0, 0, 2]])
+    fired = []
+    op.aggregation.register_propagate_forward_hook(lambda *args: fired.append(True))
+    out, alloc = op(x, edge_index)
+    assert fired == [True]  # the edge form goes through propagate
+    mask = torch.tensor([[1.0, 1.0, 1.0], [0.0, 1.0, 0.0], [1.0, 0.0, 1.0]])
+    full = op.allocation(x)
+    expected = full * mask / (full * mask).sum(dim=1, keepdim=True)
+    torch.testing.assert_close(alloc, expected, atol=1e-6, rtol=0)
+    assert torch.equal(alloc == 0, mask == 0)
+    torch.testing.assert_close(out, alloc @ x, atol=1e-6, rtol=0)
+    torch.testing.assert_close(out[1], x[1])
 
 
 def test_client_gat_permutation_equivariance():
@@ -225,7 +279,7 @@ def test_client_gat_input_errors():
         gat(torch.randn(3, 5))
     with pytest.raises(ValueError, match=r"\(num_clients, num_params\)"):
         gat(torch.randn(6))
-    with pytest.raises(TypeError, match="tensor attribute 'x'"):
+    with pytest.raises(TypeError, match=r"\(num_clients, num_params\) tensor, got list$"):
         gat([[0.0] * 6])
     with pytest.raises(ValueError, match=r"x\.to\(torch\.float32\) or "
                        r"module\.to\(torch\.float64\)"):
@@ -485,7 +539,7 @@ def test_allocation_logits():
     ablation = AllocationLogits(4)
     assert str(ablation) == "AllocationLogits(num_clients=4)"
     x = torch.randn(4, 3)
-    theta_tilde, alloc = ablation(FederationGraph(x=x))
+    theta_tilde, alloc = ablation(x)
     assert torch.allclose(alloc, torch.full((4, 4), 0.25))
     assert torch.allclose(theta_tilde, x.mean(dim=0).expand(4, 3), atol=1e-6)
     with pytest.raises(ValueError, match="call add_clients"):

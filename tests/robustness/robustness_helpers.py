@@ -11,6 +11,8 @@ TINY_OPTIONS = {
     "pfedhn": {"embedding_dim": 8, "hidden_channels": 8},
     "pfedgat": {"hidden_channels": 4, "heads": 2},
     "cfl": {"warmup_rounds": 3, "min_cluster_size": 2},
+    "gcfl": {"warmup_rounds": 3, "min_cluster_size": 2},
+    "gcfl-plus": {"warmup_rounds": 3, "min_cluster_size": 2, "seq_length": 2},
     "fedcedar": {"num_clusters": 2, "num_init": 2},
     "pfedla": {"embedding_dim": 8, "hidden_channels": 8},
 }

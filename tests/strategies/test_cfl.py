@@ -67,11 +67,12 @@ def test_registered_hparams_and_defaults():
     assert STRATEGIES["cfl"] is CFL
     s = build_strategy("cfl", eps1=0.1, eps2=0.2, linkage="single")
     assert s.hparams() == {"eps1": 0.1, "eps2": 0.2, "min_cluster_size": 3,
-                           "warmup_rounds": 20, "linkage": "single"}
+                           "warmup_rounds": 20, "linkage": "single", "mean_norm": "weighted"}
     assert "eps1=0.1" in str(s)
     # Authors' code: EPS_1 = 0.4, EPS_2 = 1.6, len(cluster) > 2, round > 20.
     assert CFL().hparams() == {"eps1": 0.4, "eps2": 1.6, "min_cluster_size": 3,
-                               "warmup_rounds": 20, "linkage": "complete"}
+                               "warmup_rounds": 20, "linkage": "complete",
+                               "mean_norm": "weighted"}
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -79,7 +80,7 @@ def test_registered_hparams_and_defaults():
     ({"eps2": float("nan")}, "eps2: expected a finite number, got nan"),
     ({"min_cluster_size": 1}, "min_cluster_size must be >= 2, got 1"),
     ({"warmup_rounds": -1}, "warmup_rounds must be >= 0, got -1"),
-    ({"linkage": "ward"}, "linkage: expected one of 'complete', 'single', got 'ward'"),
+    ({"linkage": "ward"}, "linkage: expected one of 'complete', 'single', 'min-cut', got 'ward'"),
 ])
 def test_bad_options(kwargs, match):
     with pytest.raises(ValueError, match=match):

@@ -104,7 +104,7 @@ def test_update_matches_hand_run_autograd(momentum, rule):
     with torch.no_grad():
         conv.sharpness.copy_(p0)
         conv.self_weight.copy_(q0)
-    out = conv(theta, last_delta, strategy.ctx.layout.ptr)
+    out = conv(theta, delta=last_delta, layer_ptr=strategy.ctx.layout.ptr)
     torch.testing.assert_close(plan.params, out[sampled].detach())
     # pFedHN's rule feeds -delta (pull theta_tilde towards the trained model); the
     # authors' code feeds +delta.
