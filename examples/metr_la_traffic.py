@@ -26,23 +26,34 @@ It also saves, for the strategies that have one, the collaboration graph
 drawn over the road graph (grey), without a map
 (:func:`pyg_fedgraph.viz.plot_collaboration_network`).
 
-Measured with ``--quick`` (synthetic speeds, one week, 16 rounds, 25% of the
-sensors per round; about 90 s on one CPU thread), test MSE on normalized
-speeds x 1e-3 (the strategies' code of that day; later changes to them move
-these numbers):
+Measured on recorded speeds with ``--quick --npz
+../shared/data/traffic-fragments/dcrnn-pytorch-modified/METR-LA`` (DCRNN's
+processed windows of 20 METR-LA sensors over the whole four months, rebuilt
+and windowed 12 in / 12 out: 23,974 / 3,425 / 6,850 windows per sensor, the
+sensors' rows and columns of the road graph; ``../shared/data/README.md``
+says where they come from), and ``--seed 1``: a short run, 16 rounds of 10
+local steps, 25% of the sensors per round, a GRU with hidden 32, about 70 s
+of CPU on one thread per seed (4 minutes of wall time on a busy 2-core
+machine), far from converged and far from Panacea's protocol (for that, see
+section O of ``benchmarks/results/claims.md``). Test metrics at the best
+validation round, averaged over the sensors: MSE on normalized speeds x 1e-3
+and masked MAE in mph at 15 / 60 minutes (the strategies' code of that day;
+later changes to them move these numbers):
 
-======== ======= ======== ========= ========= =======
-seed     local   fedavg   fedavg-ft pfedgraph panacea
-======== ======= ======== ========= ========= =======
-0        369.2   280.4    272.8     346.1     256.1
-1        380.9   265.6    269.1     362.6     271.4
-======== ======= ======== ========= ========= =======
+==== ================== ================== ================== ================== ==================
+seed local              fedavg             fedavg-ft          pfedgraph          panacea
+==== ================== ================== ================== ================== ==================
+0    330.8, 4.41 / 6.59 337.4, 4.14 / 6.84 311.9, 4.06 / 6.37 319.3, 4.29 / 6.61 325.6, 4.44 / 6.97
+1    320.4, 4.35 / 6.35 336.2, 4.24 / 6.78 312.3, 4.08 / 6.31 318.5, 4.16 / 6.37 335.6, 4.32 / 6.71
+==== ================== ================== ================== ================== ==================
 
 Usage::
 
     python examples/metr_la_traffic.py --quick            # < 3 min on 2 CPU cores
     python examples/metr_la_traffic.py --h5 data/metr-la.h5
     python examples/metr_la_traffic.py --npz data/METR-LA      # DCRNN's npz windows
+    python examples/metr_la_traffic.py --quick \
+        --npz ../shared/data/traffic-fragments/dcrnn-pytorch-modified/METR-LA   # the table
 """
 from __future__ import annotations
 

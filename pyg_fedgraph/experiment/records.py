@@ -41,12 +41,13 @@ __all__ = ["RecordCache", "LocalModelsCallback", "config_key", "RECORD_FIELDS"]
 log = logging.getLogger(__name__)
 
 #: The fields of a record (``derived_from`` and ``note`` only in a record made
-#: inside another run, ``traces`` only with :meth:`RecordCache.run`'s
-#: ``traces``, ``final_self_weight`` and the like from
+#: inside another run, ``novel_client_metrics`` only when clients are held out,
+#: ``traces`` only with :meth:`RecordCache.run`'s ``traces``, ``final_self_weight``
+#: and the like from
 #: :meth:`Strategy.diagnostics <pyg_fedgraph.strategies.Strategy.diagnostics>`).
-RECORD_FIELDS = ("config", "summary", "val", "test", "test_clients", "graph", "seconds",
-                 "cpu_seconds", "load", "torch_threads", "torch", "device", "cpu_capability",
-                 "date")
+RECORD_FIELDS = ("config", "summary", "val", "test", "test_clients", "test_client_metrics",
+                 "graph", "seconds", "cpu_seconds", "load", "torch_threads", "torch", "device",
+                 "cpu_capability", "date")
 
 
 def config_key(cfg: ExperimentConfig) -> str:
@@ -89,13 +90,26 @@ class LocalModelsCallback:
         self.history.load_state_dict(state)
 
 
-def _clients_at_best(history: History) -> list[float]:
+def _clients_at_best(history: History, metric: str | None = None,
+                     at: History | None = None) -> list[float]:
+    r"""The test values of ``metric`` (default: the primary one) at the best
+    round of ``at`` (default: ``history``) of the clients ``history`` is
+    over."""
     if not len(history):
         return []
-    values = history.records[history.best_index].test[history.metric]
+    best = (at or history).best_index
+    values = history.records[best].test[metric or history.metric]
     if history.eval_clients is not None:
         values = values[history.eval_clients]
     return [float(v) for v in values]
+
+
+def _metrics_at_best(history: History, at: History | None = None) -> dict[str, list[float]]:
+    r"""Every test metric of :func:`_clients_at_best`, by name."""
+    if not len(history):
+        return {}
+    return {name: _clients_at_best(history, name, at)
+            for name in history.records[0].test}
 
 
 class RecordCache:
@@ -166,9 +180,12 @@ class RecordCache:
     @staticmethod
     def _entry(cfg: ExperimentConfig, summary: dict, history: History, graph: Any,
                seconds: float, cpu_seconds: float, load_start: float, device: str,
-               **extra: Any) -> dict[str, Any]:
+               novel: History | None = None, **extra: Any) -> dict[str, Any]:
         import torch
 
+        if novel is not None and len(novel):
+            # The held-out clients at the round the summary reports (its test_novel).
+            extra["novel_client_metrics"] = _metrics_at_best(novel, at=history)
         return {
             "config": plain_settings(cfg.to_dict()),
             "summary": summary,
@@ -178,6 +195,9 @@ class RecordCache:
             # summary's mean is over (the benign ones under attack; NaN where one was
             # not evaluated): the spread across clients the papers report.
             "test_clients": _clients_at_best(history),
+            # Every metric of those clients at that round (the primary one too), e.g.
+            # a forecast's errors in mph per horizon beside its normalized MSE.
+            "test_client_metrics": _metrics_at_best(history),
             "graph": None if graph is None else graph.float().tolist(),
             "seconds": seconds,
             "cpu_seconds": cpu_seconds,
@@ -240,7 +260,7 @@ class RecordCache:
             extra["traces"] = {name: trace.state_dict() for name, trace in traces.items()}
         entry = self._entry(cfg, sim.summary(), sim.history, sim.strategy.collaboration_graph(),
                             result.seconds, result.cpu_seconds, result.load_start, device,
-                            **extra)
+                            novel=sim.novel_history, **extra)
         self._store(cfg, entry)
         if second is not None and local_models_as is not None:
             summary = second.summary()

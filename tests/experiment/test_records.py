@@ -141,6 +141,28 @@ def test_checkpoints_move_between_the_cli_and_the_record_cache(tmp_path, crash_i
     assert [float(t) for _, t in history_of(out)] == pytest.approx(fresh["test"], abs=0)
 
 
+def test_a_record_keeps_every_metric_of_the_reported_and_the_novel_clients(tmp_path):
+    cfg = dataclasses.replace(configs()[0], clients=5, novel_clients=0.4)
+    entry = RecordCache(tmp_path / "records", tmp_path / "ckpt").run(cfg)
+    metrics, novel = entry["test_client_metrics"], entry["novel_client_metrics"]
+    primary = entry["summary"]["metric"]
+    # Three training clients are reported, the two held out are the novel ones.
+    assert metrics[primary] == entry["test_clients"] and len(entry["test_clients"]) == 3
+    assert set(novel) == set(metrics) and all(len(v) == 2 for v in novel.values())
+    # The summary's means, computed from the histories, are the means of these values.
+    assert sum(metrics[primary]) / 3 == pytest.approx(entry["summary"]["test"])
+    assert sum(novel[primary]) / 2 == pytest.approx(entry["summary"]["test_novel"])
+    # Written to disk and read back alike.
+    cache = RecordCache(tmp_path / "records", tmp_path / "ckpt")
+    assert cache.load(cfg)["novel_client_metrics"] == novel
+
+
+def test_a_record_without_held_out_clients_has_no_novel_metrics(tmp_path):
+    entry = RecordCache(tmp_path / "records", tmp_path / "ckpt").run(configs()[0])
+    assert "novel_client_metrics" not in entry
+    assert len(entry["test_client_metrics"]) >= 1
+
+
 class RoundsSeen:
     r"""A trace: the rounds it was called in, kept by checkpoints."""
 

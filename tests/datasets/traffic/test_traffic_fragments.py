@@ -1,6 +1,7 @@
 r"""The real METR-LA and PEMS-BAY fragments of ../shared/data/traffic-fragments (DCRNN's
 processed npz windows): read back, checked, windowed as Panacea's Table I counts them."""
 import csv
+import json
 import logging
 import shutil
 
@@ -125,3 +126,26 @@ def test_the_command_line_runs_on_the_fragments(tmp_path, capfd):
                      "--set", "model.hidden_channels=4", "--set", "steps=1",
                      "--out", str(out), "--quiet"])
     assert code == 0, capfd.readouterr().err
+
+
+@pytest.mark.parametrize("dataset, folder, sensors", [("metr-la", "METR-LA", 20),
+                                                       ("pems-bay", "PEMS-BAY", 67)])
+def test_the_issues_command_runs_on_a_fragments_folder_and_names_a_missing_one(
+        tmp_path, capfd, dataset, folder, sensors):
+    # Issue 37's acceptance: --set data.root=<the folder> --rounds 2 (a small model here).
+    small = ["--strategy", "fedavg", "--rounds", "2", "--set", "model.hidden_channels=4",
+             "--set", "steps=1", "--quiet"]
+    out = tmp_path / "out"
+    code = cli_main(["run", "--dataset", dataset, "--set", f"data.root={FRAGMENTS / folder}",
+                     *small, "--out", str(out)])
+    assert code == 0, capfd.readouterr().err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["num_clients"] == sensors and summary["rounds"] == 2
+    assert summary["synthetic_data"] is False
+    capfd.readouterr()
+    absent = tmp_path / folder
+    code = cli_main(["run", "--dataset", dataset, "--set", f"data.root={absent}", *small,
+                     "--out", str(tmp_path / "out2")])
+    err = capfd.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and not (tmp_path / "out2").exists()
+    assert f"{absent / (dataset + '.h5')} not found, nor DCRNN's train.npz" in err[0]

@@ -1,0 +1,270 @@
+"""Section O of benchmarks/claims.py (Panacea's Tables II and III on the recorded traffic
+fragments): its configurations, the rate choice, the cells, the goal line and the pending
+runs, from records written by hand; and its sigma constants against the shared files."""
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pyg_fedgraph.engine.rounds import num_sampled
+
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
+SHARED = next((p / "shared" / "data" for p in Path(__file__).resolve().parents
+               if (p / "shared" / "data").is_dir()), Path("../shared/data"))
+FRAGMENTS = SHARED / "traffic-fragments" / "dcrnn-pytorch-modified"
+
+
+@pytest.fixture
+def runs(monkeypatch, tmp_path):
+    r"""The benchmarks' record cache, its folders in ``tmp_path``."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    runs = importlib.import_module("_runs")
+    monkeypatch.setattr(runs, "CACHE", tmp_path / "cache")
+    monkeypatch.setattr(runs, "RECORDS", tmp_path / "records")
+    monkeypatch.setattr(runs, "USED", {})
+    yield runs
+    sys.modules.pop("_runs", None)
+
+
+@pytest.fixture
+def records(runs) -> Path:
+    return runs.RECORDS
+
+
+@pytest.fixture
+def claims(runs, monkeypatch, tmp_path):
+    module = importlib.import_module("claims")
+    monkeypatch.setattr(module, "PENDING", {})
+    monkeypatch.setattr(module, "TRAFFIC_COST", tmp_path / "traffic_rounds.json")
+    monkeypatch.setattr(module, "load_cached", runs.load_cached)
+    monkeypatch.setattr(module, "checkpoint_round", runs.checkpoint_round)
+    yield module
+    sys.modules.pop("claims", None)
+
+
+def write(records: Path, cfg, summary: dict | None = None, metrics: dict | None = None,
+          novel: dict | None = None) -> None:
+    r"""A record of ``cfg`` as the cache writes them (numbers made up for the test)."""
+    from pyg_fedgraph.experiment.records import config_key
+    from pyg_fedgraph.experiment.runner import plain_settings
+
+    records.mkdir(parents=True, exist_ok=True)
+    entry = {"config": plain_settings(cfg.to_dict()), "seconds": 1.0, "cpu_seconds": 1.0,
+             "load": [0.0, 0.0],
+             "date": "today", "val": [], "test": [], "summary": summary or {},
+             "test_client_metrics": metrics or {}}
+    if novel is not None:
+        entry["novel_client_metrics"] = novel
+    (records / f"{config_key(cfg)}.json").write_text(json.dumps(entry))
+
+
+def mph(mse: list[float]) -> dict[str, list[float]]:
+    r"""Per-client metrics of a record: the MSE on z-scored speeds, MAE and
+    MSE in mph at the three horizons (MAE 1, 2, 3 mph; MSE 4, 9, 16 mph^2)."""
+    return {"mse_norm": mse, **{f"mae@{h}": [float(k)] * len(mse)
+                                for k, h in enumerate((3, 6, 12), 1)},
+            **{f"mse@{h}": [float(k * k)] * len(mse) for k, h in enumerate((3, 6, 12), 2)}}
+
+
+@pytest.mark.parametrize("dataset, sensors, held", [("metr-la", 20, 4), ("pems-bay", 67, 13)])
+def test_every_run_samples_five_clients_and_table_iii_holds_out_a_fifth(
+        claims, dataset, sensors, held):
+    for novel in (False, True):
+        cfg = claims.traffic_config(dataset, "panacea", 0.01, novel=novel)
+        # The simulator's rule for held-out clients (experiment/build.py).
+        out = max(1, int(round(cfg.novel_clients * sensors))) if cfg.novel_clients else 0
+        assert out == (held if novel else 0)
+        assert num_sampled(sensors - out, cfg.overrides["sample_fraction"]) == 5
+        assert cfg.model == "gru-seq2seq" and cfg.rounds == 800
+        assert cfg.overrides["momentum"] == 0.0 and cfg.overrides["steps"] == 50
+    assert claims.traffic_config(dataset, "fedavg", 0.1, rounds=200).rounds == 200
+
+
+def test_the_rate_is_the_lowest_validation_mse_and_a_diverged_rate_never_wins(claims,
+                                                                              records):
+    vals = {0.001: 0.30, 0.003: 0.25, 0.01: 0.21, 0.03: 0.22, 0.1: math.nan}
+    for lr, v in vals.items():
+        write(records, claims.traffic_config("metr-la", "ditto", lr, rounds=200),
+              {"val_best": v})
+    lr, found = claims.traffic_rate("metr-la", "ditto", run_missing=False)
+    assert lr == 0.01 and len(found) == 5
+    write(records, claims.traffic_config("metr-la", "sfl", 0.1, rounds=200), {"val_best": 0.1})
+    assert claims.traffic_rate("metr-la", "sfl", run_missing=False)[0] is None  # 4 missing
+
+
+def test_cells_pool_the_seeds_clients_and_give_mph_by_hand(claims):
+    runs = [{"test_client_metrics": mph([0.010, 0.030])},
+            {"test_client_metrics": mph([0.020, math.nan])}]
+    # Clients 10, 30, 20 (x1e-3; the NaN one left out): mean 20, population sd 8.16.
+    assert claims.traffic_cell(runs) == "20.0 ± 8.2 (seeds 20.0 / 20.0)"
+    assert claims.traffic_cell(runs[:1]) == "20.0 ± 10.0"
+    assert claims.traffic_cell(None) == "pending"
+    assert claims.traffic_mph(runs[:1]) == ("1.00 / 2.00 / 3.00", "2.00 / 3.00 / 4.00")
+
+
+def _paper_order(claims, dataset: str, swap: tuple[str, str] | None = None
+                 ) -> dict[str, float]:
+    r"""Means (z-scored MSE) in the paper's order of Table II, two of them swapped."""
+    paper = {n: claims.PANACEA_TRAFFIC_T2[dataset][n][0] / 1e3 for n in claims.TRAFFIC_TABLE3}
+    if swap is not None:
+        a, b = swap
+        paper[a], paper[b] = paper[b], paper[a]
+    return paper
+
+
+def test_the_goal_line_is_met_only_in_panaceas_order_and_names_the_pairs_that_differ(claims):
+    assert claims.traffic_goal("metr-la", _paper_order(claims, "metr-la")).startswith("met: ")
+    # FedAvg-FT best, Panacea second on PEMS-BAY: not met, that pair named with its figures.
+    line = claims.traffic_goal("pems-bay", _paper_order(claims, "pems-bay",
+                                                        ("panacea", "fedavg-ft")))
+    assert line.startswith("not met: our order fedavg-ft 0.4, panacea 13.2,")
+    assert "opposite order: fedavg-ft 0.4 vs panacea 13.2" in line
+    # Ditto below pFedMe: pFedMe is no longer among the two worst.
+    line = claims.traffic_goal("metr-la", _paper_order(claims, "metr-la", ("ditto", "pfedme")))
+    assert line.startswith("not met") and "pfedme 71.5 vs ditto 315.8" in line
+    assert claims.traffic_goal("metr-la", {"panacea": 0.001}).startswith(
+        "pending (fedavg, fedavg-ft")
+
+
+def test_the_section_reads_records_and_lists_what_is_missing_with_its_command(claims,
+                                                                               records):
+    for lr in claims.PANACEA_LR_GRID:
+        write(records, claims.traffic_config("metr-la", "pfedhn", lr, rounds=200),
+              {"val_best": 0.5 if lr != 0.03 else 0.2})
+    write(records, claims.traffic_config("metr-la", "pfedhn", 0.03),
+          metrics=mph([0.040, 0.060]))
+    write(records, claims.traffic_config("metr-la", "pfedhn", 0.03, novel=True),
+          metrics=mph([0.050]), novel=mph([0.070, 0.090]))
+    text = "\n".join(claims.traffic_section(run_missing=False))
+    assert "| pfedhn | 500.0, 500.0, 500.0, 200.0, 500.0 | 0.03 |" in text
+    assert ("| pfedhn | 0.03 | 67.3 ± 21.4 | 50.0 ± 10.0 | 64.5 ± 23.0 | 80.0 ± 10.0 | "
+            "1.00 / 2.00 / 3.00 | 2.00 / 3.00 / 4.00 |") in text
+    cmd = "python benchmarks/claims.py --no-write --only traffic --datasets {} --strategies {}"
+    assert (f"| metr-la panacea, Tables II and III, 800 rounds (3 seeds), after its rate "
+            f"choice | not started | `{cmd.format('metr-la', 'panacea')}` |") in text
+    assert (f"| pems-bay local, rate choice, client lr 0.001, 200 rounds | not started | "
+            f"`{cmd.format('pems-bay', 'local')}` |") in text
+    missing = text.split("Not yet run")[1]
+    assert "metr-la pfedhn, rate" not in missing and "metr-la pfedhn, Table" not in missing
+    assert "- Goal (Panacea's ordering of Table II): pending" in text
+
+
+@pytest.mark.skipif(not (FRAGMENTS / "METR-LA" / "train.npz").exists(),
+                    reason="../shared/data/traffic-fragments not present")
+@pytest.mark.parametrize("dataset, folder", [("metr-la", "METR-LA"), ("pems-bay", "PEMS-BAY")])
+def test_the_sigmas_are_the_fragments(claims, dataset, folder):
+    from pyg_fedgraph.datasets import load_dataset
+
+    data: Any = load_dataset(dataset, root=FRAGMENTS / folder)  # a TrafficDataset
+    without, with_zeros = claims.TRAFFIC_SIGMA[dataset]
+    train_steps = data.split_windows["train"][1] + data.input_steps - 1
+    assert float(data.std[0]) == pytest.approx(without, abs=1e-3)
+    assert float(data.speed[:train_steps].std(unbiased=False)) == pytest.approx(with_zeros,
+                                                                                abs=1e-3)
+
+
+def test_the_mph_line_is_sqrt_of_the_mse_times_sigma(claims, monkeypatch):
+    monkeypatch.setitem(claims.TRAFFIC_SIGMA, "metr-la", (10.0, 20.0))
+    # Paper: 1.0e-3 -> sqrt(1e-3) x 10 = 0.316 mph (0.632 with sigma 20); ours 0.09 -> 3 mph.
+    line = claims.traffic_meaning("metr-la", 0.09)
+    assert "sigma = 0.32 mph with this fragment's sigma 10.00 mph" in line
+    assert "0.63 mph with DCRNN's scaler" in line
+    assert line.endswith("ours, 90.0 x1e-3, is 3.00 mph RMS over the 12 horizons (the mph "
+                         "columns give it per horizon, masked).")
+    assert claims.traffic_meaning("metr-la", None).endswith("(Li et al. 2018, Table 1).")
+
+
+def test_the_subset_measured_here_reads_its_records_and_judges_the_goal(claims, records):
+    dataset = "metr-la"
+    rounds, lr = claims.TRAFFIC_REDUCED["rounds"], claims.TRAFFIC_REDUCED["lr"]
+    # Every strategy but SFL recorded, in the paper's order of Table II.
+    for name, value in _paper_order(claims, dataset).items():
+        if name != "sfl":
+            write(records, claims.traffic_reduced_config(dataset, name),
+                  {"best_round": 40}, metrics=mph([value, value]))
+    cfg = claims.traffic_reduced_config(dataset, "panacea")
+    assert (cfg.rounds, cfg.overrides["lr"], cfg.seed, cfg.novel_clients) == (rounds, lr, 0, 0.0)
+    text = "\n".join(claims.traffic_section(run_missing=False))
+    assert ("| pfedhn | 67.3 ± 21.4 | 67.3 ± 0.0 | 1.00 / 2.00 / 3.00 | 2.00 / 3.00 / 4.00 "
+            "| 40 | 1 |") in text
+    assert "| sfl | 73.2 ± 23.0 | pending |" in text
+    assert "- Goal on this subset: pending (sfl not yet run)" in text
+    cmd = (f"python benchmarks/claims.py --no-write --only traffic --datasets {dataset} "
+           "--strategies sfl --traffic-reduced")
+    assert f"seed 0 | not started | `{cmd}` |" in text
+    write(records, claims.traffic_reduced_config(dataset, "sfl"), {"best_round": 40},
+          metrics=mph([0.0732, 0.0732]))
+    claims.PENDING.clear()
+    text = "\n".join(claims.traffic_section(run_missing=False))
+    assert "- Goal on this subset: met: our order panacea 1.0, fedavg-ft 20.0," in text
+
+
+def test_a_measured_pair_against_the_goal_fails_it_before_all_eight_are_run(claims):
+    means = _paper_order(claims, "metr-la")
+    partial = {n: means[n] for n in ("panacea", "fedavg", "pfedme")}
+    assert claims.traffic_goal("metr-la", partial).startswith(
+        "pending (fedavg-ft, per-fedavg, ditto, sfl, pfedhn not yet run); so far in the "
+        "paper's order: panacea 1.0, fedavg 112.4, pfedme 315.8.")
+    partial["pfedme"] = 0.050  # pFedMe below FedAvg: it can no longer be among the worst two
+    line = claims.traffic_goal("metr-la", partial)
+    assert line.startswith("not met already on the 3 measured (fedavg-ft, per-fedavg, ditto, "
+                           "sfl, pfedhn not yet run): our order panacea 1.0, pfedme 50.0")
+    assert line.endswith("opposite order: fedavg 112.4 vs pfedme 50.0.")
+    # Per-FedAvg and pFedMe may come in either order.
+    means["per-fedavg"], means["pfedme"] = means["pfedme"], means["per-fedavg"]
+    assert claims.traffic_goal("metr-la", means).startswith("met: ")
+
+
+def test_the_hours_come_from_the_measured_costs_by_hand(claims, tmp_path):
+    assert claims.traffic_hours_lines(tmp_path / "absent.json")[2].startswith(
+        "pending: `python benchmarks/traffic_rounds.py`")
+    path = tmp_path / "traffic_rounds.json"
+    path.write_text(json.dumps({"cost": {"metr-la": {"fedavg": [4.0, 15.0, 2],
+                                                     "pfedme": [20.0, 15.0, 1]}},
+                                "date": "today", "machine": "here"}))
+    text = "\n".join(claims.traffic_hours_lines(path))
+    # 800 rounds of 4 s and 40 evaluations of 15 s: 3,800 s = 1.06 h.
+    assert "| metr-la | fedavg | 4.00 (2) | 15.0 | 1.06 |" in text
+    # Rate choice: 5 x (200 x 4 + 10 x 15) + 5 x (200 x 20 + 10 x 15) s = 7.08 h; Table II:
+    # FedAvg's three seeds 3 x 3,800 s + pFedMe's 16,600 s = 7.78 h; Table III: one seed
+    # of each, 20,400 s = 5.67 h.
+    assert "| metr-la | 2 measured | 7.1 | 7.8 | 5.7 | 20.5 |" in text
+    assert "Total: 20.5 CPU hours of one core." in text
+    # PEMS-BAY: FedAvg measured with 3x METR-LA's evaluation; pFedMe estimated as its
+    # METR-LA round (20 s) and 3 x 15 s evaluations: 800 rounds = 16,000 + 40 x 45 s.
+    path.write_text(json.dumps({"cost": {"metr-la": {"fedavg": [4.0, 15.0, 2],
+                                                     "pfedme": [20.0, 15.0, 1]},
+                                         "pems-bay": {"fedavg": [4.0, 45.0, 1]}},
+                                "date": "today", "machine": "here"}))
+    text = "\n".join(claims.traffic_hours_lines(path))
+    # Rate choice 5 x (4,000 + 10 x 45) s = 6.18 h; Tables II and III 17,800 s each = 4.94 h.
+    assert ("| pems-bay | 1 estimated from metr-la (evaluation x 3.00) | 6.2 | 4.9 | 4.9 "
+            "| 16.1 |") in text
+    assert "estimated rows included." in text
+
+
+def test_the_queue_holds_one_line_per_dataset_and_strategy_of_the_plan(claims):
+    lines = [line.split() for line in (BENCH / "reproduction_jobs.txt").read_text().splitlines()
+             if "--only traffic" in line and not line.startswith("#")]
+    planned = [(line[line.index("--datasets") + 1], line[line.index("--strategies") + 1])
+               for line in lines if "--traffic-reduced" not in line]
+    assert sorted(planned) == sorted((d, s) for d in claims.TRAFFIC_DATA
+                                     for s in claims.TRAFFIC_STRATEGIES)
+
+
+def test_sensor_wins_count_the_sensors_where_one_is_below_the_other(claims):
+    runs = {"panacea": {"test_client_metrics": {"mse_norm": [0.1, 0.5, 0.3, math.nan]}},
+            "fedavg": {"test_client_metrics": {"mse_norm": [0.2, 0.4, 0.4, 0.1]}},
+            "ditto": None}
+    # Sensors 0 and 2 lower, sensor 1 higher, sensor 3 not evaluated: 2 of 3.
+    assert claims.traffic_sensor_wins(runs, "panacea") == "panacea below fedavg 2/3"
+    assert claims.traffic_sensor_wins(runs, "ditto") == ""
+    runs["ditto"] = {"test_client_metrics": {"mse_norm": [0.1]}}
+    with pytest.raises(ValueError, match="panacea's record has 4 sensors, ditto's 1"):
+        claims.traffic_sensor_wins(runs, "panacea")
