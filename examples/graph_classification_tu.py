@@ -32,15 +32,37 @@ import time
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from pyg_fedgraph.experiment import ExperimentConfig, build_simulator
-from pyg_fedgraph.experiment.files import load_config
-from pyg_fedgraph.viz import client_order, plot_collaboration_matrix
+from pyg_fedgraph.experiment.files import load_config  # torch-free
 
 HERE = Path(__file__).resolve().parent
 SETTING = load_config(HERE.parent / "configs" / "graph_classification_tu.yaml")
 DEFAULT_ROOT = HERE.parents[1] / "shared" / "data" / "tu"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    r"""The example's options (argparse only: ``--help`` needs no torch)."""
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
+    parser.add_argument("--root", type=Path, default=DEFAULT_ROOT,
+                        help="folder of the TU datasets (default: ../shared/data/tu)")
+    parser.add_argument("--rounds", type=int, default=30,
+                        help="rounds of each run (default: 30; GCFL's protocol has 200)")
+    parser.add_argument("--seed", type=int, default=SETTING.get("seed", 0),
+                        help="seed of the split and the models (default: the config's)")
+    parser.add_argument("--out", type=Path, default=Path("runs/graph_classification_tu"),
+                        help="folder of the heatmap (default: runs/graph_classification_tu)")
+    parser.add_argument("--quick", action="store_true",
+                        help="3 rounds on 40 graphs per client (about a minute)")
+    return parser
+
+
+if __name__ == "__main__":  # --help and bad options answer before torch is imported
+    build_parser().parse_args()
+
+import torch  # noqa: E402
+
+from pyg_fedgraph.experiment import ExperimentConfig, build_simulator  # noqa: E402
+from pyg_fedgraph.utils.errors import one_line  # noqa: E402
+from pyg_fedgraph.viz import client_order, plot_collaboration_matrix  # noqa: E402
 
 
 def train(strategy: str, args: argparse.Namespace) -> Any:
@@ -83,22 +105,14 @@ def plot(weight: torch.Tensor, datasets: torch.Tensor, names: list[str], title: 
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
-    parser.add_argument("--root", type=Path, default=DEFAULT_ROOT,
-                        help="folder of the TU datasets (default: ../shared/data/tu)")
-    parser.add_argument("--rounds", type=int, default=30,
-                        help="rounds of each run (default: 30; GCFL's protocol has 200)")
-    parser.add_argument("--seed", type=int, default=SETTING.get("seed", 0),
-                        help="seed of the split and the models (default: the config's)")
-    parser.add_argument("--out", type=Path, default=Path("runs/graph_classification_tu"),
-                        help="folder of the heatmap (default: runs/graph_classification_tu)")
-    parser.add_argument("--quick", action="store_true",
-                        help="3 rounds on 40 graphs per client (about a minute)")
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     if args.quick:
         args.rounds = 3
     t0 = time.perf_counter()
-    runs = {name: train(name, args) for name in ("local", "pfedgraph")}
+    try:
+        runs = {name: train(name, args) for name in ("local", "pfedgraph")}
+    except (OSError, ValueError, ImportError) as err:  # missing files: one line
+        raise SystemExit(f"graph_classification_tu.py: error: {one_line(err)}") from None
     sim = runs["pfedgraph"]
     datasets = sim.dataset.client_labels
     names = list(sim.dataset.info["datasets"])

@@ -28,7 +28,9 @@ SHARED = next((p / "shared" / "data" for p in ROOT.parents if (p / "shared" / "d
 #: Examples that read the user's files: the options naming them and a file they need
 #: (skipped, with the reason, where the shared copy is absent).
 EXAMPLE_DATA = {"subgraph_fl_cora": (["--root", str(SHARED / "planetoid")],
-                                     SHARED / "planetoid" / "ind.cora.x")}
+                                     SHARED / "planetoid" / "ind.cora.x"),
+                "graph_classification_tu": (["--root", str(SHARED / "tu")],
+                                            SHARED / "tu" / "AIDS" / "AIDS_A.txt")}
 #: Folders the README gives as the reader's own that the shared data holds (a file they
 #: need): where the shared copy is present, a command naming one runs on it for real.
 README_DATA = {"/data/planetoid": SHARED / "planetoid" / "ind.cora.x"}
