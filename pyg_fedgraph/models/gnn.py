@@ -63,9 +63,26 @@ class _GNN(nn.Module):
         self.convs = nn.ModuleList()
         self.classifier: nn.Linear | MaskedLinear = nn.Linear(hidden_channels, out_channels)
 
+    #: Whether the layers take GCN's normalized edge weights (GCN, FED-PUB's
+    #: masked GCN); the others get the edges alone.
+    gcn_weights = False
+
     def _layers(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None,
                 last_activation: bool = True) -> Tensor:
-        raise NotImplementedError
+        r"""The message-passing layers, each followed by the activation and
+        dropout (the last one only with ``last_activation``)."""
+        if self.gcn_weights:
+            edge_index, edge_weight = _normalized(x, edge_index, edge_weight)
+        h = x
+        for i, conv in enumerate(self.convs):
+            h = conv(h, edge_index, edge_weight) if self.gcn_weights else conv(h, edge_index)
+            if last_activation or i < self.num_layers - 1:
+                h = F.dropout(self.activation(h), self.dropout, self.training)
+        return h
+
+    def activation(self, h: Tensor) -> Tensor:
+        r"""The activation after every layer: ReLU (GAT: ELU)."""
+        return F.relu(h)
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None,
                 index: Tensor | None = None) -> Tensor:
@@ -122,6 +139,8 @@ class GCN(_GNN):
         - **output:** :math:`(B, C)`
     """
 
+    gcn_weights = True
+
     def __init__(self, in_channels: int, out_channels: int,
                  hidden_channels: Annotated[int, Range(ge=1)] = 128,
                  num_layers: Annotated[int, Range(ge=1)] = 2,
@@ -131,15 +150,6 @@ class GCN(_GNN):
             self.convs.append(GCNConv(in_channels if i == 0 else hidden_channels,
                                       hidden_channels, normalize=False, add_self_loops=False))
 
-    def _layers(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None,
-                last_activation: bool = True) -> Tensor:
-        edge_index, edge_weight = _normalized(x, edge_index, edge_weight)
-        h = x
-        for i, conv in enumerate(self.convs):
-            h = conv(h, edge_index, edge_weight)
-            if last_activation or i < self.num_layers - 1:
-                h = F.dropout(F.relu(h), self.dropout, self.training)
-        return h
 
 
 class GraphSAGE(_GNN):
@@ -178,14 +188,6 @@ class GraphSAGE(_GNN):
             self.convs.append(SAGEConv(in_channels if i == 0 else hidden_channels,
                                        hidden_channels))
 
-    def _layers(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None,
-                last_activation: bool = True) -> Tensor:
-        h = x
-        for i, conv in enumerate(self.convs):
-            h = conv(h, edge_index)
-            if last_activation or i < self.num_layers - 1:
-                h = F.dropout(F.relu(h), self.dropout, self.training)
-        return h
 
 
 class GAT(_GNN):
@@ -210,6 +212,9 @@ class GAT(_GNN):
         - **output:** :math:`(B, C)`
     """
 
+    def activation(self, h: Tensor) -> Tensor:
+        return F.elu(h)
+
     def __init__(self, in_channels: int, out_channels: int,
                  hidden_channels: Annotated[int, Range(ge=1)] = 64,
                  num_layers: Annotated[int, Range(ge=1)] = 2,
@@ -225,14 +230,6 @@ class GAT(_GNN):
                                       hidden_channels // heads, heads=heads,
                                       add_self_loops=False))
 
-    def _layers(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None,
-                last_activation: bool = True) -> Tensor:
-        h = x
-        for i, conv in enumerate(self.convs):
-            h = conv(h, edge_index)
-            if last_activation or i < self.num_layers - 1:
-                h = F.dropout(F.elu(h), self.dropout, self.training)
-        return h
 
 
 class MaskedGCN(_GNN):
@@ -282,6 +279,8 @@ class MaskedGCN(_GNN):
         - **output:** :math:`(B, C)`
     """
 
+    gcn_weights = True
+
     def __init__(self, in_channels: int, out_channels: int,
                  hidden_channels: Annotated[int, Range(ge=1)] = 128,
                  num_layers: Annotated[int, Range(ge=1)] = 2,
@@ -302,15 +301,6 @@ class MaskedGCN(_GNN):
         self.private_parameters: tuple[str, ...] = tuple(
             name for name, _ in self.named_parameters() if name.rsplit(".", 1)[-1] == "mask")
 
-    def _layers(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None,
-                last_activation: bool = True) -> Tensor:
-        edge_index, edge_weight = _normalized(x, edge_index, edge_weight)
-        h = x
-        for i, conv in enumerate(self.convs):
-            h = conv(h, edge_index, edge_weight)
-            if last_activation or i < self.num_layers - 1:
-                h = F.dropout(F.relu(h), self.dropout, self.training)
-        return h
 
     def local_penalty(self, params: dict[str, Tensor]) -> Tensor:
         r""":math:`\lambda_1 \sum_l \|M^{(l)}\|_1` of the named parameters
