@@ -18,10 +18,12 @@ D. FedAGHN Table 9: Self / Similar / Other average weights in the group case
 E. pFedGAT Figure 3: allocation uniformity (IID) and block contrast (pathological).
 F. FedCEDAR Figure 3: Rand index over rounds for K = 3, 4, 5
    (``examples/fedcedar_case_study.py``'s setting).
-N. FED-PUB's subgraph FL table on Cora and CiteSeer (``subgraph_t1.py``).
+N. FED-PUB's subgraph FL table on Cora and CiteSeer: ``subgraph_t1.py`` writes it
+   into ``subgraph_t1.md``; this file points there.
 
 Every section is built from run records (``results/claims_runs/*.json``, see
-``_runs.py``): a run's record where its summary suffices, and for sections
+:class:`~pyg_fedgraph.experiment.RecordCache`): a run's record where its summary
+suffices, and for sections
 D-F a study record of each run with what the section measures during it.
 With ``--cached-only`` nothing is trained: the file is rebuilt from the
 records, and a section whose records are missing says so and lists the
@@ -49,30 +51,27 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from _report import emit, machine
-from _runs import (
+from pfedgat_allocation import allocation_stats, label_histogram
+
+from pyg_fedgraph.experiment import ExperimentConfig, RecordCache, build_simulator
+from pyg_fedgraph.experiment.files import load_config
+from pyg_fedgraph.experiment.reporting import (
     RUNS_HEADER,
     RUNS_RULE,
-    USED,
-    cached_run,
-    checkpoint_round,
-    load_cached,
-    load_study,
+    machine_lines,
     made_with,
     pooled_clients,
     runs_table,
-    study_run,
+    save_report,
 )
-from pfedgat_allocation import allocation_stats, label_histogram
-from subgraph_t1 import section as subgraph_t1_section
-
-from pyg_fedgraph.experiment import ExperimentConfig, build_simulator
-from pyg_fedgraph.experiment.files import load_config
 from pyg_fedgraph.strategies import STRATEGIES
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 RESULTS = HERE / "results"
+#: The records of finished runs (tracked) and the checkpoints of runs in progress
+#: (untracked, ``runs/claims_cache``), shared by every section.
+RUNS = RecordCache(RESULTS / "claims_runs", ROOT / "runs" / "claims_cache")
 
 
 def _load_example(name: str):
@@ -109,13 +108,13 @@ def fetch(cfg: ExperimentConfig, run_it: bool, section: str, what: str, args: st
     resumes it from its checkpoint (``runner``'s, for a run another one
     produces)."""
     if run_it:
-        entry = cached_run(cfg, local_models_as=twin)
+        entry = RUNS.run(cfg, local_models_as=twin)
         # As read back from its file: a section reads the same with or without the run.
-        return load_cached(cfg) or entry
-    entry = load_cached(cfg)
+        return RUNS.load(cfg) or entry
+    entry = RUNS.load(cfg)
     if entry is None:
         PENDING.setdefault(section, []).append((what, f"{COMMAND} {args}",
-                                                checkpoint_round(runner or cfg)))
+                                                RUNS.checkpoint_round(runner or cfg)))
     return entry
 
 
@@ -260,7 +259,7 @@ def recorded(configs: list[ExperimentConfig]) -> list[dict[str, Any]] | None:
     while one is missing."""
     out = []
     for cfg in configs:
-        entry = load_cached(cfg)
+        entry = RUNS.load(cfg)
         if entry is None or "test_clients" not in entry:
             return None
         out.append(entry)
@@ -580,12 +579,13 @@ def pfedgraph_t3_section(rounds: int, quick: bool, strategies: list[str] | None,
 
 def fetch_study(cfg: ExperimentConfig, study: str, measure: Any, run_it: bool, section: str,
                 what: str, args: str) -> dict | None:
-    r"""The record of study ``study`` of ``cfg`` (:func:`_runs.study_run`),
+    r"""The record of study ``study`` of ``cfg`` (:meth:`RecordCache.run_study
+    <pyg_fedgraph.experiment.RecordCache.run_study>`),
     measured first when ``run_it``; when it is neither recorded nor measured,
     it is listed in :data:`PENDING` as :func:`fetch` does."""
     if run_it:
-        return study_run(cfg, study, measure)
-    entry = load_study(cfg, study)
+        return RUNS.run_study(cfg, study, measure)
+    entry = RUNS.load_study(cfg, study)
     if entry is None:
         PENDING.setdefault(section, []).append((what, f"{COMMAND} {args}", None))
     return entry
@@ -887,7 +887,7 @@ def t1_protocol(level: str, strategy: str) -> str:
 def _ft_twin(cfg: ExperimentConfig) -> ExperimentConfig | None:
     r"""For a FedAvg (FedProx) run, the FedAvg-FT (FedProx-FT) run with
     ``finetune_from="local"`` it contains: same training, local models
-    evaluated (see ``_runs.py``)."""
+    evaluated (see :class:`~pyg_fedgraph.experiment.RecordCache`)."""
     twin = {"fedavg": "fedavg-ft", "fedprox": "fedprox-ft"}.get(cfg.strategy)
     if twin is None:
         return None
@@ -1354,7 +1354,7 @@ def full_level_findings(cells: dict[str, dict[str, dict | None]]) -> list[str]:
 
 def full_level_done() -> int:
     r"""How many of section L's full-protocol runs have their record."""
-    return sum(load_cached(fmnist_config(FULL_LEVEL, n, "full")) is not None
+    return sum(RUNS.load(fmnist_config(FULL_LEVEL, n, "full")) is not None
                for n in FULL_LEVEL_STRATEGIES)
 
 
@@ -1877,7 +1877,7 @@ def traffic_section(run_missing: bool, strategies: list[str] | None = None,
 DIGITS_SECTIONS = ("t1", "t3", "fedaghn", "pfedgat", "fedcedar")
 #: Sections of long runs (FL-60 and Fashion-MNIST, minutes to hours per run).
 CACHED_SECTIONS = ("panacea", "fmnist-t1", "fmnist-pfedgat", "fmnist-t3", "pfedgraph-alpha",
-                   "fedaghn-rule", "fmnist-full", "fmnist-t1-full", "subgraph-t1",
+                   "fedaghn-rule", "fmnist-full", "fmnist-t1-full",
                    "traffic")
 
 
@@ -1885,7 +1885,7 @@ CACHED_SECTIONS = ("panacea", "fmnist-t1", "fmnist-pfedgat", "fmnist-t3", "pfedg
 LETTERS = {"panacea": "A", "t1": "B", "t3": "C", "fedaghn": "D", "pfedgat": "E",
            "fedcedar": "F", "fmnist-t1": "G", "fmnist-pfedgat": "H", "fmnist-t3": "I",
            "pfedgraph-alpha": "J", "fedaghn-rule": "K", "fmnist-full": "L",
-           "fmnist-t1-full": "M", "subgraph-t1": "N", "traffic": "O"}
+           "fmnist-t1-full": "M", "traffic": "O"}
 
 
 def split_sections(text: str) -> tuple[list[str], list[tuple[str, list[str]]]]:
@@ -1911,7 +1911,8 @@ def _letter(heading: str) -> str | None:
 
 
 def runs_section(rows: list[str]) -> list[str]:
-    r"""The Runs section for these table rows (:func:`_runs.runs_table`'s
+    r"""The Runs section for these table rows
+    (:func:`~pyg_fedgraph.experiment.reporting.runs_table`'s
     format), with the totals of wall and CPU time of the runs that were not
     read off another run."""
     rows = sorted(set(rows))
@@ -1963,7 +1964,7 @@ def main(argv: list[str] | None = None) -> str:
                         help="comma list of sections (default: all; with --quick, A-F): "
                              "panacea,t1,t3,fedaghn,pfedgat,fedcedar,fmnist-t1,"
                              "fmnist-pfedgat,fmnist-t3,pfedgraph-alpha,fedaghn-rule,"
-                             "fmnist-full,fmnist-t1-full,subgraph-t1,traffic")
+                             "fmnist-full,fmnist-t1-full,traffic")
     parser.add_argument("--rounds", type=int, default=None, help="rounds of sections A-C, E")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--strategies", default=None,
@@ -2071,15 +2072,13 @@ def main(argv: list[str] | None = None) -> str:
         lines += fmnist_full_section(run_missing, chosen)
     if "fmnist-t1-full" in sections:
         lines += fmnist_t1_full_section(run_missing, chosen, levels)
-    if "subgraph-t1" in sections:  # FED-PUB's table (benchmarks/subgraph_t1.py)
-        lines += subgraph_t1_section(run_missing, strategies=chosen)
     if "traffic" in sections:
         lines += traffic_section(run_missing, chosen,
                                  args.datasets.split(",") if args.datasets else None,
                                  reduced=args.traffic_reduced)
-    if USED:
-        lines += runs_section(runs_table()[2:])
-    lines += ["## Machine", "", *machine(load_start), "",
+    if RUNS.used:
+        lines += runs_section(runs_table(RUNS.used)[2:])
+    lines += ["## Machine", "", *machine_lines(load_start), "",
               f"Total wall time {time.perf_counter() - t_start:.0f} s. Command: `"
               + " ".join(["python benchmarks/claims.py",
                         *('"(the note below)"' if i and argv[i - 1] == "--note" else a
@@ -2094,7 +2093,9 @@ def main(argv: list[str] | None = None) -> str:
                 "sections are as an earlier command left them (`git log -p` on this file "
                 "says which)." + (f" {args.note}" if args.note else ""))
         text = merge_sections(out.read_text() if out.is_file() else "", text, rebuilt, note)
-    emit(text, None if args.no_write else out)
+    print(text)
+    if not args.no_write:
+        print(f"written to {save_report(text, out)}")
     return text
 
 

@@ -34,10 +34,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from _report import emit
 
 from pyg_fedgraph.data.federated_dataset import ClientSplit, FederatedDataset
 from pyg_fedgraph.datasets import load_dataset
+from pyg_fedgraph.experiment.reporting import save_report
 from pyg_fedgraph.models import MLP, GRUForecaster
 from pyg_fedgraph.train.config import LocalConfig
 from pyg_fedgraph.train.trainer import ClientTrainer
@@ -222,7 +222,8 @@ def main(argv: list[str] | None = None) -> str:
     footer.append("Command: `" + " ".join(["python benchmarks/client_parallel.py", *argv]) + "`")
     text = "\n".join(header + table + details + footer) + "\n"
     print()
-    emit(text, out_path)
+    print(text)
+    save_report(text, out_path)
     return text
 
 

@@ -41,9 +41,7 @@ from torch import Tensor
 from torch.func import grad, vmap
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from _report import emit, machine  # noqa: E402
-
+from pyg_fedgraph.experiment.reporting import machine_lines, save_report  # noqa: E402
 from pyg_fedgraph.models import SimpleCNN  # noqa: E402
 
 Params = dict[str, Tensor]
@@ -209,9 +207,10 @@ def main(argv: list[str] | None = None) -> str:
         "On a GPU, one kernel per layer for all clients replaces many small launches, where "
         "batching is expected to pay; that is measured by `devices.py` when a GPU is at "
         "hand.", "",
-        "## Machine", "", *machine(load_start), "",
+        "## Machine", "", *machine_lines(load_start), "",
         f"Command: `python benchmarks/cnn_batching.py {' '.join(argv or sys.argv[1:])}`", ""])
-    emit(text, args.out)
+    print(text)
+    save_report(text, args.out)
     return text
 
 

@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _report import emit, machine
+from pyg_fedgraph.experiment.reporting import machine_lines, save_report
 
 SEEDS = (0, 1, 2)
 
@@ -73,8 +73,10 @@ def main() -> None:
               "close to).", "", "The resolved settings of the pFedGraph run (seed 2), as the "
               "run wrote them in `config.yaml` (provenance omitted):", "", "```yaml",
               config.split("provenance:")[0].rstrip(), "```", "", "## Machine", "",
-              *machine(load_start), ""]
-    emit("\n".join(lines), args.out)
+              *machine_lines(load_start), ""]
+    text = "\n".join(lines)
+    print(text)
+    save_report(text, args.out)
 
 
 if __name__ == "__main__":

@@ -69,9 +69,9 @@ from pathlib import Path
 from typing import Any, get_args
 
 import torch
-from _report import emit, machine
 
 from pyg_fedgraph.data.federated_dataset import ClientSplit, FederatedDataset
+from pyg_fedgraph.experiment.reporting import machine_lines, save_report
 from pyg_fedgraph.models import MLP, GRUForecaster, SimpleCNN
 from pyg_fedgraph.train.config import LocalConfig
 from pyg_fedgraph.train.execution import (
@@ -558,7 +558,8 @@ def main(argv: list[str] | None = None) -> str:
     text = "\n".join(report(chunk, execution, scale, metr, determ, bool(cuda), cmd,
                             load_start, time.perf_counter() - start)) + "\n"
     print()
-    emit(text, out_path)
+    print(text)
+    save_report(text, out_path)
     return text
 
 
@@ -676,7 +677,7 @@ def report(chunk: list[dict[str, Any]], execution: list[dict[str, Any]],
     errors = [r for r in chunk + scale if r.get("error")]
     if errors:
         lines += ["", "Errors:"] + [f"- {r}" for r in errors]
-    lines += ["", "## Machine", "", *machine(load_start), f"- total time: {seconds:.0f} s",
+    lines += ["", "## Machine", "", *machine_lines(load_start), f"- total time: {seconds:.0f} s",
               f"- GPU: {'CUDA ' + torch.cuda.get_device_name() if gpu else NO_GPU}"]
     return lines
 

@@ -48,10 +48,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from _report import emit, machine
 from devices import synthetic_windows, train_once
 from torch.profiler import ProfilerActivity, profile
 
+from pyg_fedgraph.experiment.reporting import machine_lines, save_report
 from pyg_fedgraph.models import GRUForecaster
 from pyg_fedgraph.train.config import LocalConfig
 from pyg_fedgraph.train.trainer import ClientTrainer
@@ -240,11 +240,12 @@ def main(argv: list[str] | None = None) -> str:
     if device.type != "cuda":
         lines += ["", "CUDA rows (launches per step, `reduce-overhead`, the real size): not "
                   "measured: the machine of this run has no CUDA device."]
-    lines += ["", "## Machine", "", *machine(load_start),
+    lines += ["", "## Machine", "", *machine_lines(load_start),
               f"- total time: {time.perf_counter() - start:.0f} s"]
     text = "\n".join(lines) + "\n"
     out = args.out if args.out is not None else (None if args.quick else RESULTS)
-    emit(text, out)
+    print(text)
+    save_report(text, out)
     return text
 
 

@@ -50,8 +50,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from _report import emit, machine
-from _runs import cached_run, client_accuracies, load_cached, pooled_clients
 from claims import (
     FL60_SOURCES,
     PANACEA_AS_RAN,
@@ -75,10 +73,19 @@ from claims import (
 
 from pyg_fedgraph.datasets import fl60
 from pyg_fedgraph.datasets.registry import register_dataset
-from pyg_fedgraph.experiment import DATASET_DEFAULTS, ExperimentConfig
+from pyg_fedgraph.experiment import DATASET_DEFAULTS, ExperimentConfig, RecordCache
+from pyg_fedgraph.experiment.reporting import (
+    client_accuracies,
+    machine_lines,
+    pooled_clients,
+    save_report,
+)
 from pyg_fedgraph.models import build_model
 
 RESULTS = Path(__file__).resolve().parent / "results"
+#: The records of finished runs (tracked) and checkpoints of runs in progress
+#: (untracked): the same folders as ``claims.py``'s.
+RUNS = RecordCache(RESULTS / "claims_runs", RESULTS.parent.parent / "runs" / "claims_cache")
 STRATEGIES = ("fedavg", "pfedhn", "sfl", "panacea")
 #: pFedHN's hypernetwork learning rate (its released code's, and our default).
 PFEDHN_HN_LR = 0.01
@@ -139,7 +146,7 @@ def sfl_table(run: bool) -> tuple[list[str], dict[str, dict[float, dict]]]:
         cells = got[label] = {}
         for lr in lrs:
             cfg = panacea_lr_config("sfl", lr, extra)
-            entry = cached_run(cfg) if run else load_cached(cfg)
+            entry = RUNS.run(cfg) if run else RUNS.load(cfg)
             if entry is not None:
                 cells[lr] = entry["summary"]
         out = [f"{pct(cells[lr]['test'])} ({pct(cells[lr]['val_best'])})" if lr in cells
@@ -194,7 +201,7 @@ def sfl_client_table(run: bool) -> tuple[list[str], dict[str, dict[float, tuple[
         cells = got[label] = {}
         for peak in SFL_CLIENT_PEAKS:
             cfg = sfl_client_config(peak, extra)
-            entry = cached_run(cfg) if run else load_cached(cfg)
+            entry = RUNS.run(cfg) if run else RUNS.load(cfg)
             if entry is not None and "test_clients" in entry:
                 m, sd = mean_spread(entry)
                 cells[peak] = (m, 100 * entry["summary"]["val_best"], sd)
@@ -298,7 +305,7 @@ def _chosen(name: str, extra: dict[str, Any] | None = None) -> float | None:
     r"""The client learning rate of the paper's grid with the best mean
     validation for ``name`` (with SFL options ``extra``), from the records;
     ``None`` while one is missing."""
-    entries = {lr: load_cached(panacea_lr_config(name, lr, extra)) for lr in PANACEA_LR_GRID}
+    entries = {lr: RUNS.load(panacea_lr_config(name, lr, extra)) for lr in PANACEA_LR_GRID}
     if any(e is None for e in entries.values()):
         return None
     return max(PANACEA_LR_GRID, key=lambda lr: entries[lr]["summary"]["val_best"])
@@ -332,7 +339,7 @@ def spread_rows() -> dict[str, tuple[str, str, ExperimentConfig]]:
     if lr is not None:
         rows[f"sfl, the authors' code, lr {lr} (chosen by validation)"] = (
             "sfl", "sfl code", panacea_lr_config("sfl", lr, SFL_CODE))
-        tests = {x: load_cached(panacea_lr_config("sfl", x, SFL_CODE))["summary"]["test"]
+        tests = {x: RUNS.load(panacea_lr_config("sfl", x, SFL_CODE))["summary"]["test"]
                  for x in PANACEA_LR_GRID}
         near = min(PANACEA_LR_GRID, key=lambda x: abs(tests[x] - PANACEA_T2["sfl"] / 100))
         if near != lr:
@@ -351,9 +358,9 @@ def spread_table(run: bool) -> tuple[list[str], dict[str, tuple[float, float, in
              "Table II |", "|---|---:|---:|---:|"]
     got: dict[str, tuple[float, float, int, int]] = {}
     for label, (name, role, cfg) in spread_rows().items():
-        entry = load_cached(cfg)
+        entry = RUNS.load(cfg)
         if run and (entry is None or "test_clients" not in entry):
-            entry = cached_run(cfg, refresh=True)
+            entry = RUNS.run(cfg, refresh=True)
         paper = f"{PANACEA_T2[name]:.1f} ± {PANACEA_T2_SPREAD[name]:.1f}"
         if entry is None or "test_clients" not in entry:
             lines.append(f"| {label} | pending | pending | {paper} |")
@@ -384,9 +391,9 @@ def spread_grid(run: bool) -> tuple[list[str], dict[str, list[float]]]:
         cells, found = [], []
         for lr in PANACEA_LR_GRID:
             cfg = panacea_lr_config(name, lr, extra)
-            entry = load_cached(cfg)
+            entry = RUNS.load(cfg)
             if run and (entry is None or "test_clients" not in entry):
-                entry = cached_run(cfg, refresh=True)
+                entry = RUNS.run(cfg, refresh=True)
             if entry is None or "test_clients" not in entry:
                 cells.append("pending")
                 continue
@@ -526,9 +533,9 @@ def grda_file_table(run: bool) -> tuple[list[str], dict[str, float],
     validation)]`` (bold in the table); ``None`` when nothing ran and ``run``
     is false."""
     def get(cfg: ExperimentConfig) -> dict | None:
-        return cached_run(cfg) if run else load_cached(cfg)
+        return RUNS.run(cfg) if run else RUNS.load(cfg)
 
-    if not run and all(load_cached(c) is None for c in grda_file_configs()):
+    if not run and all(RUNS.load(c) is None for c in grda_file_configs()):
         return None
     lines = ["| paper protocol, dataset defaults | " + " | ".join(STRATEGIES) + " |",
              "|---|" + "---:|" * len(STRATEGIES)]
@@ -569,7 +576,7 @@ def grda_file_table(run: bool) -> tuple[list[str], dict[str, float],
             matches = [(*x[:4], x[1] == lr) if x[0] == label else x for x in matches]
         ours_lr = _chosen(name, extra)
         ours = ("-" if ours_lr is None else
-                f"{pct(load_cached(panacea_lr_config(name, ours_lr, extra))['summary']['test'])}"
+                f"{pct(RUNS.load(panacea_lr_config(name, ours_lr, extra))['summary']['test'])}"
                 f" (lr {ours_lr})")
         lines.append(f"| {label} | " + " | ".join(cells) + f" | {best} | {ours} | "
                      f"{PANACEA_T2[name]:.1f} ± {PANACEA_T2_SPREAD[name]:.1f} |")
@@ -585,7 +592,7 @@ def grda_file_findings(chosen: dict[str, float],
     for label, name, extra in GRDA_FILE_ROWS:
         lr = _chosen(name, extra)
         ours = (None if lr is None else
-                100 * load_cached(panacea_lr_config(name, lr, extra))["summary"]["test"])
+                100 * RUNS.load(panacea_lr_config(name, lr, extra))["summary"]["test"])
         parts.append(f"{label} {chosen[label]:.1f}"
                      + ("" if ours is None else f" (our generator {ours:.1f})")
                      + f", {chosen[label] - PANACEA_T2[name]:+.1f} against Table II")
@@ -656,7 +663,7 @@ def hn_grid() -> dict[tuple[float, float], dict] | None:
     out = {}
     for lr in PANACEA_LR_GRID:
         for hn in PANACEA_LR_GRID:
-            entry = load_cached(hn_lr_config(hn, lr))
+            entry = RUNS.load(hn_lr_config(hn, lr))
             if entry is None:
                 return None
             out[lr, hn] = entry["summary"]
@@ -688,7 +695,7 @@ def hn_spread_table(dataset: str = "fl60"
         cells = []
         for hn in PANACEA_LR_GRID:
             cfg = hn_lr_config(hn, lr)
-            entry = load_cached(cfg if dataset == "fl60" else replace(cfg, dataset=dataset))
+            entry = RUNS.load(cfg if dataset == "fl60" else replace(cfg, dataset=dataset))
             if entry is None or "test_clients" not in entry:
                 return None
             val[lr, hn] = entry["summary"]["val_best"]
@@ -875,7 +882,7 @@ def _runs_of(configs: list[ExperimentConfig], run: bool) -> list[dict] | None:
     when ``run`` (those on GRDA's draw only with its file)."""
     for cfg in configs:
         if run and not (cfg.dataset.startswith("fl60-grda-file") and GRDA_FILE is None):
-            cached_run(cfg)
+            RUNS.run(cfg)
     return recorded(configs)
 
 
@@ -1083,7 +1090,7 @@ def one_rate_verdict(got: dict[str, OneRateRow], others: dict[tuple[str, str], f
     chosen = {}
     for name, extra in (("pfedhn", None), ("sfl", SFL_CODE)):
         lr = _chosen(name, extra)
-        entry = load_cached(panacea_lr_config(name, lr, extra)) if lr is not None else None
+        entry = RUNS.load(panacea_lr_config(name, lr, extra)) if lr is not None else None
         if entry is not None:
             chosen[name] = (lr, 100 * entry["summary"]["test"])
     text += (f" How it was found: {ONE_RATE} is the rate at which the authors' SFL code gives "
@@ -1149,7 +1156,7 @@ def findings(got: dict[tuple[str, str], dict], ceiling: dict[str, float],
     proto = {n: got["paper protocol", n]["test"] for n in STRATEGIES}
     grid: dict[str, list[float]] = {}
     for name in ("pfedhn", "sfl"):  # claims.py section A's runs, when there
-        entries = [load_cached(panacea_lr_config(name, lr)) for lr in PANACEA_LR_GRID]
+        entries = [RUNS.load(panacea_lr_config(name, lr)) for lr in PANACEA_LR_GRID]
         if all(entries):
             grid[name] = [e["summary"]["test"] for e in entries]
 
@@ -1322,7 +1329,7 @@ def closing_findings(seeds: tuple[list[str], dict[str, SeedRow]] | None,
                 "near Table II.")
     hits = [x for x in grda[2] if x[0] == code_label and not x[4]]
     if hits:
-        ours = {lr: load_cached(panacea_lr_config("sfl", lr, SFL_CODE)) for lr in
+        ours = {lr: RUNS.load(panacea_lr_config("sfl", lr, SFL_CODE)) for lr in
                 PANACEA_LR_GRID}
         lr0 = hits[0][1]
         out += (" On GRDA's draw, Table II's SFL, mean and spread, is what the authors' code "
@@ -1410,7 +1417,7 @@ def main(argv: list[str] | None = None) -> str:
             if "GRDA graph" in label and name in graph_free:
                 cells.append("= paper protocol")
                 continue
-            s = got[label, name] = cached_run(make(name))["summary"]
+            s = got[label, name] = RUNS.run(make(name))["summary"]
             cells.append(f"{pct(s['test'])} / {pct(s['test_final'])}")
         rows.append(f"| {label} | " + " | ".join(cells) + " |")
     base = panacea_config("fedavg", False, PANACEA_PROTOCOL)
@@ -1418,7 +1425,7 @@ def main(argv: list[str] | None = None) -> str:
                    "|---|---:|---:|---:|"]
     gentler = []
     for label, change in {"(nothing changed)": {}, **FEDAVG_VARIANTS}.items():
-        s = cached_run(replace(base, overrides={**base.overrides, **change}))["summary"]
+        s = RUNS.run(replace(base, overrides={**base.overrides, **change}))["summary"]
         if change:
             gentler.append(s["test"])
         fedavg_rows.append(f"| {label} | {pct(s['test'])} | {pct(s['test_per_client_best'])} "
@@ -1429,7 +1436,7 @@ def main(argv: list[str] | None = None) -> str:
     hn_variants = []
     hn_reach = None
     for label, change in {"(nothing changed)": {}, **PFEDHN_VARIANTS}.items():
-        entry = cached_run(replace(hn_base, overrides={**hn_base.overrides, **change}))
+        entry = RUNS.run(replace(hn_base, overrides={**hn_base.overrides, **change}))
         s = entry["summary"]
         if change:
             hn_variants.append(s["test"])
@@ -1440,9 +1447,9 @@ def main(argv: list[str] | None = None) -> str:
     if args.hn_grid:
         for lr in PANACEA_LR_GRID:
             for hn in PANACEA_LR_GRID:
-                entry = cached_run(hn_lr_config(hn, lr))
+                entry = RUNS.run(hn_lr_config(hn, lr))
                 if args.spread and "test_clients" not in entry:
-                    cached_run(hn_lr_config(hn, lr), refresh=True)
+                    RUNS.run(hn_lr_config(hn, lr), refresh=True)
     grid_rows = hn_grid()
     sfl_lines, sfl_cells = sfl_table(args.sfl_code)
     client_lines, client_cells = sfl_client_table(args.sfl_code)
@@ -1455,7 +1462,7 @@ def main(argv: list[str] | None = None) -> str:
         if args.hn_grid:  # pFedHN's two grids on GRDA's draw too
             for lr in PANACEA_LR_GRID:
                 for hn in PANACEA_LR_GRID:
-                    cached_run(replace(hn_lr_config(hn, lr), dataset="fl60-grda-file"))
+                    RUNS.run(replace(hn_lr_config(hn, lr), dataset="fl60-grda-file"))
     seeds = seed_table(args.seeds)
     one_rate = one_rate_table(args.one_rate)
     one_rate_rest = one_rate_others(args.one_rate)
@@ -1583,12 +1590,14 @@ def main(argv: list[str] | None = None) -> str:
         *closing_findings(seeds, client_cells, grda, hn_spread[1] if hn_spread else None,
                           grda_hn),
         *one_rate_verdict(one_rate[1], one_rate_rest[1], server, seeds[1] if seeds else None),
-        "## Machine", "", *machine(load_start), "",
+        "## Machine", "", *machine_lines(load_start), "",
         f"Total wall time {time.perf_counter() - t0:.0f} s (cached runs are reused). "
         "Command: `" + " ".join(["python benchmarks/fl60_protocol.py",
                                    *(sys.argv[1:] if argv is None else argv)]) + "`"]
     text = "\n".join(lines) + "\n"
-    emit(text, None if args.no_write else args.out)
+    print(text)
+    if not args.no_write:
+        print(f"written to {save_report(text, args.out)}")
     return text
 
 

@@ -44,11 +44,9 @@ from pathlib import Path
 import torch
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from _report import emit, machine  # noqa: E402
-
 from pyg_fedgraph.data import collate_graph_sets  # noqa: E402
 from pyg_fedgraph.datasets import tu  # noqa: E402
+from pyg_fedgraph.experiment.reporting import machine_lines, save_report  # noqa: E402
 from pyg_fedgraph.models import build_model  # noqa: E402
 from pyg_fedgraph.train import LocalConfig  # noqa: E402
 from pyg_fedgraph.train.trainer import ClientTrainer, batch_schedule  # noqa: E402
@@ -249,10 +247,11 @@ def main(argv: list[str] | None = None) -> str:
            "all clients replaces many small launches, `vmap` is expected to pay, to be "
            "measured with `--device cuda`." if device.type == "cpu" else
            "See the table above for where the time goes."), "",
-        "## Machine", "", *machine(load_start), "",
+        "## Machine", "", *machine_lines(load_start), "",
         f"Command: `python benchmarks/graph_classification_batching.py "
         f"{' '.join(argv if argv is not None else sys.argv[1:])}`", ""])
-    emit(text, args.out)
+    print(text)
+    save_report(text, args.out)
     return text
 
 

@@ -53,18 +53,15 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 from pathlib import Path
 from typing import Any
 
 import torch
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from _report import emit  # noqa: E402
-
 from pyg_fedgraph.experiment import ExperimentConfig, RecordCache  # noqa: E402
 from pyg_fedgraph.experiment.records import config_key  # noqa: E402
+from pyg_fedgraph.experiment.reporting import save_report  # noqa: E402
 
 ROOT = HERE.parent
 RECORDS = HERE / "results" / "graph_classification_runs"
@@ -428,7 +425,8 @@ def main(argv: list[str] | None = None) -> str | None:
         for name, seed in SUBSET:
             run(name, seed)
     text = report()
-    emit(text, None if args.no_write else args.out)
+    print(text)
+    save_report(text, None if args.no_write else args.out)
     return text
 
 

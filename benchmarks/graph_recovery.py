@@ -39,9 +39,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from _report import emit, machine
 
 from pyg_fedgraph.experiment import ExperimentConfig, build_simulator, resolved_model
+from pyg_fedgraph.experiment.reporting import machine_lines, save_report
 from pyg_fedgraph.utils.recovery import graph_recovery
 
 RESULTS = Path(__file__).resolve().parent / "results" / "graph_recovery.md"
@@ -151,9 +151,11 @@ def main() -> None:
         lines += ["Cora: skipped (no --root).", ""]
     lines += ["## Protocol", "", *(f"- {name}: {text}" for name, text in protocols.items()),
               "- strategies: their default hyper-parameters; all clients every round", "",
-              "## Machine", "", *machine(load_start),
+              "## Machine", "", *machine_lines(load_start),
               f"- total time: {time.perf_counter() - start:.0f} s", ""]
-    emit("\n".join(lines), None if args.quick else RESULTS)
+    text = "\n".join(lines)
+    print(text)
+    save_report(text, None if args.quick else RESULTS)
 
 
 if __name__ == "__main__":

@@ -41,13 +41,12 @@ from pathlib import Path
 import torch
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 
 import client_parallel  # noqa: E402 - imported after sys.path gets benchmarks/
 import pfedgraph_qp  # noqa: E402 - imported after sys.path gets benchmarks/
-from _report import emit, machine  # noqa: E402 - imported after sys.path gets benchmarks/
 
 from pyg_fedgraph.data.layout import ParamLayout  # noqa: E402 - imported after sys.path gets benchmarks/
+from pyg_fedgraph.experiment.reporting import machine_lines, save_report  # noqa: E402
 from pyg_fedgraph.models.cnn import CNNBN  # noqa: E402 - imported after sys.path gets benchmarks/
 from pyg_fedgraph.nn.aghn_conv import AGHNConv  # noqa: E402 - imported after sys.path gets benchmarks/
 from pyg_fedgraph.nn.collaboration_qp import CollaborationQP  # noqa: E402 - imported after sys.path gets benchmarks/
@@ -498,11 +497,12 @@ def main(argv: list[str] | None = None) -> str:
                   + traffic_note, ""]
         lines += table(rows, ["dataset", "strategy", "clients", "s/round", "note"]) + [""]
 
-    lines += ["## Machine", "", *machine(load_start), "",
+    lines += ["## Machine", "", *machine_lines(load_start), "",
               f"Total wall time {time.perf_counter() - t_start:.0f} s. Command: `"
               + " ".join(["python benchmarks/perf.py", *argv]) + "`"]
     text = "\n".join(lines) + "\n"
-    emit(text, args.out or RESULTS / ("perf_quick.md" if q else "perf.md"))
+    print(text)
+    save_report(text, args.out or RESULTS / ("perf_quick.md" if q else "perf.md"))
     return text
 
 

@@ -36,9 +36,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from _report import emit, machine
 
 from pyg_fedgraph.experiment import ExperimentConfig, build_simulator
+from pyg_fedgraph.experiment.reporting import machine_lines, save_report
 
 RESULTS = Path(__file__).resolve().parent / "results" / "pfedgat_allocation.md"
 
@@ -142,9 +142,11 @@ def main() -> None:
                          f"{'-' if variant == 'local' else f'{wins}/{seeds}'} | "
                          + " | ".join(cols) + " |")
         lines.append("")
-    lines += ["## Machine", "", *machine(load_start),
+    lines += ["## Machine", "", *machine_lines(load_start),
               f"- total time: {time.perf_counter() - start:.0f} s", ""]
-    emit("\n".join(lines), None if args.quick else RESULTS)
+    text = "\n".join(lines)
+    print(text)
+    save_report(text, None if args.quick else RESULTS)
 
 
 if __name__ == "__main__":

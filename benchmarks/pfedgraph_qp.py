@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from _report import emit
 
+from pyg_fedgraph.experiment.reporting import save_report
 from pyg_fedgraph.nn.collaboration_qp import (
     CollaborationQP,
     collaboration_qp_cvxpy,
@@ -207,7 +207,8 @@ def main(argv: list[str] | None = None) -> str:
               "rather than their `quad_form(x, lam * I)`, same minimizer.",
               "Command: `" + " ".join(["python benchmarks/pfedgraph_qp.py", *argv]) + "`"]
     text = "\n".join(header + table + footer) + "\n"
-    emit(text, out_path)
+    print(text)
+    save_report(text, out_path)
     return text
 
 

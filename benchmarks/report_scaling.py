@@ -37,9 +37,9 @@ import time
 from pathlib import Path
 
 import torch
-from _report import emit, machine
 
 from pyg_fedgraph.engine.history import History, RoundRecord
+from pyg_fedgraph.experiment.reporting import machine_lines, save_report
 from pyg_fedgraph.simulation.report import write_collaboration, write_run
 
 RESULTS = Path(__file__).resolve().parent / "results" / "report_scaling.md"
@@ -164,11 +164,13 @@ def main(argv: list[str] | None = None) -> None:
             + f" | {mb(r['sizes']['collaboration.npz'])} "
             f"| {mb(r['sizes']['collaboration_topk.csv'])} "
             f"| {mb(r['sizes']['clients.csv'])} |")
-    lines += ["", "## Machine", "", *machine(load_start),
+    lines += ["", "## Machine", "", *machine_lines(load_start),
               f"- total time: {time.perf_counter() - start:.0f} s",
               f"- command: `{' '.join(['python benchmarks/report_scaling.py', *sys.argv[1:]])}`",
               ""]
-    emit("\n".join(lines), None if args.quick else RESULTS)
+    text = "\n".join(lines)
+    print(text)
+    save_report(text, None if args.quick else RESULTS)
 
 
 if __name__ == "__main__":

@@ -57,12 +57,12 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from _report import emit, machine
 from torch import Tensor, nn
 from torch_geometric.nn import GATConv, GCNConv, SAGEConv
 
 from pyg_fedgraph.data.graph_dataset import GraphFederatedDataset
 from pyg_fedgraph.data.layout import ParamLayout
+from pyg_fedgraph.experiment.reporting import machine_lines, save_report
 from pyg_fedgraph.train.config import LocalConfig
 from pyg_fedgraph.train.execution import EXECUTION_TABLE, choose_execution
 
@@ -678,7 +678,8 @@ def main(argv: list[str] | None = None) -> str:
         out = args.out or RESULTS
         record = json.loads(out.with_suffix(".json").read_text())
         text = "\n".join(report(record)) + "\n"
-        emit(text, out)
+        print(text)
+        save_report(text, out)
         return text
     if args.child:
         kind, payload = args.child[0], json.loads(args.child[1])
@@ -712,14 +713,15 @@ def main(argv: list[str] | None = None) -> str:
               "repeats": repeats, "alternations": alternations,
               "speed": speed, "models": models, "rounds": rounds, "memory": memory,
               "table": [f"{f}/{d}: {e}" for (f, d), e in EXECUTION_TABLE.items()],
-              "machine": machine(load_start), "seconds": time.perf_counter() - start,
+              "machine": machine_lines(load_start), "seconds": time.perf_counter() - start,
               "cpu seconds": children.children_user + children.children_system}
     out = args.out if args.out is not None else (None if q else RESULTS)
     if out is not None:
         out.with_suffix(".json").write_text(json.dumps(record, indent=1) + "\n")
     text = "\n".join(report(record)) + "\n"
     print()
-    emit(text, out)
+    print(text)
+    save_report(text, out)
     return text
 
 

@@ -10,7 +10,7 @@ Usage::
 
 Each run is a record in ``benchmarks/results/claims_runs/`` (committed; a run
 in progress is checkpointed every round under ``runs/claims_cache/``), the
-same cache as ``claims.py``, whose section N is this table.
+same cache as ``claims.py``.
 """
 from __future__ import annotations
 
@@ -26,14 +26,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from _report import emit, machine
-from _runs import USED, cached_run, checkpoint_round, load_cached, runs_table
 
-from pyg_fedgraph.experiment import ExperimentConfig
+from pyg_fedgraph.experiment import ExperimentConfig, RecordCache
+from pyg_fedgraph.experiment.reporting import machine_lines, runs_table, save_report
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 RESULTS = HERE / "results"
+#: The records of finished runs (tracked) and checkpoints of runs in progress (untracked):
+#: the same folders as ``claims.py``'s.
+RUNS = RecordCache(RESULTS / "claims_runs", ROOT / "runs" / "claims_cache")
 #: Planetoid's files, relative to the repository root (the records' keys hold this
 #: string, so they are the same in every checkout beside ``../shared``).
 DATA_ROOT = "../shared/data/planetoid"
@@ -159,12 +161,12 @@ def cell(dataset: str, setting: str, name: str, seed: int, run_it: bool) -> dict
                 None)
     if run_it:
         with contextlib.chdir(ROOT):
-            cached_run(run_cfg, local_models_as=twin)
-    entry = load_cached(cfg)
+            RUNS.run(run_cfg, local_models_as=twin)
+    entry = RUNS.load(cfg)
     if entry is None:
         PENDING.append((f"{dataset} {setting} {name} seed {seed}",
                         f"{COMMAND} --datasets {dataset} --settings {setting} --strategies "
-                        f"{runner} --seeds {seed}", checkpoint_round(run_cfg)))
+                        f"{runner} --seeds {seed}", RUNS.checkpoint_round(run_cfg)))
     return entry
 
 
@@ -333,13 +335,15 @@ def main(argv: list[str] | None = None) -> str:
              *section(not args.cached_only, split(args.datasets), split(args.settings),
                       split(args.strategies),
                       [int(s) for s in args.seeds.split(",")] if args.seeds else None)]
-    if USED:
-        lines += ["## Runs", "", *runs_table(), ""]
-    lines += ["## Machine", "", *machine(load), "",
+    if RUNS.used:
+        lines += ["## Runs", "", *runs_table(RUNS.used), ""]
+    lines += ["## Machine", "", *machine_lines(load), "",
               f"Total wall time {time.perf_counter() - start:.0f} s. Command: `"
               + " ".join([COMMAND, *(sys.argv[1:] if argv is None else argv)]) + "`"]
     text = "\n".join(lines) + "\n"
-    emit(text, None if args.no_write else args.out)
+    print(text)
+    if not args.no_write:
+        print(f"written to {save_report(text, args.out)}")
     return text
 
 

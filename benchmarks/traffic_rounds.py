@@ -33,7 +33,6 @@ import platform
 import time
 
 import torch
-from _report import emit
 from claims import (
     ROOT,
     TRAFFIC_COST,
@@ -45,6 +44,7 @@ from claims import (
 
 from pyg_fedgraph.datasets import load_dataset
 from pyg_fedgraph.experiment import build_simulator
+from pyg_fedgraph.experiment.reporting import save_report
 
 
 def time_strategy(data, dataset: str, strategy: str, rounds: int) -> tuple[float, float]:
@@ -96,7 +96,8 @@ def main() -> None:
     text = "\n".join(["# Section O's cost: CPU seconds per round and per evaluation", "",
                       *traffic_hours_lines(TRAFFIC_COST)[2:],
                       "Command: `python benchmarks/traffic_rounds.py`", ""])
-    emit(text, None if args.no_write else TRAFFIC_COST.with_suffix(".md"))
+    print(text)
+    save_report(text, None if args.no_write else TRAFFIC_COST.with_suffix(".md"))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The reproduction scripts around the record cache (benchmarks/_runs.py, claims.py,
+"""The reproduction scripts around the record cache (claims.py,
 perf_compare.py, dispatch.py): their tables and rules, by hand. The cache itself (resuming
 interrupted runs, record keys) is the library's: tests/experiment/test_records.py."""
 from __future__ import annotations
@@ -11,20 +11,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from pyg_fedgraph.experiment import ExperimentConfig
+from pyg_fedgraph.experiment import ExperimentConfig, RecordCache
+from pyg_fedgraph.experiment.reporting import made_with, pooled_clients, runs_table
 
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
 @pytest.fixture
 def runs(monkeypatch, tmp_path):
+    r"""The benchmarks' record cache, its folders in ``tmp_path``."""
     monkeypatch.syspath_prepend(str(BENCH))
-    module = importlib.import_module("_runs")
-    monkeypatch.setattr(module, "CACHE", tmp_path / "cache")
-    monkeypatch.setattr(module, "RECORDS", tmp_path / "records")
-    monkeypatch.setattr(module, "USED", {})
-    yield module
-    sys.modules.pop("_runs", None)
+    return RecordCache(tmp_path / "records", tmp_path / "cache")
 
 
 def write_record(runs, cfg: ExperimentConfig, entry: dict) -> None:
@@ -32,17 +29,16 @@ def write_record(runs, cfg: ExperimentConfig, entry: dict) -> None:
     from pyg_fedgraph.experiment.records import config_key
     from pyg_fedgraph.experiment.runner import plain_settings
 
-    runs.RECORDS.mkdir(parents=True, exist_ok=True)
+    runs.records.mkdir(parents=True, exist_ok=True)
     entry = {"config": plain_settings(cfg.to_dict()), **entry}
-    (runs.RECORDS / f"{config_key(cfg)}.json").write_text(json.dumps(entry))
+    (runs.records / f"{config_key(cfg)}.json").write_text(json.dumps(entry))
 
 
 @pytest.fixture
 def claims(runs, monkeypatch):
     module = importlib.import_module("claims")
     monkeypatch.setattr(module, "PENDING", {})
-    monkeypatch.setattr(module, "load_cached", runs.load_cached)
-    monkeypatch.setattr(module, "checkpoint_round", runs.checkpoint_round)
+    monkeypatch.setattr(module, "RUNS", runs)
     yield module
     sys.modules.pop("claims", None)
 
@@ -152,11 +148,11 @@ def test_pooled_clients_by_hand(runs):
     # Two run records; the second has a client that was not evaluated (NaN),
     # which is dropped: the pooled clients are 100, 0, 50 and 100 points.
     entries = [{"test_clients": [1.0, 0.0]}, {"test_clients": [0.5, float("nan"), 1.0]}]
-    mean, std = runs.pooled_clients(entries)
+    mean, std = pooled_clients(entries)
     assert mean == pytest.approx(62.5)
     assert std == pytest.approx((((37.5 ** 2) * 2 + 62.5 ** 2 + 12.5 ** 2) / 4) ** 0.5)
     # One record alone gives that run's own mean and spread.
-    assert runs.pooled_clients(entries[:1]) == pytest.approx((50.0, 50.0))
+    assert pooled_clients(entries[:1]) == pytest.approx((50.0, 50.0))
 
 
 def test_full_level_findings_by_hand(claims, runs):
@@ -259,15 +255,12 @@ def block(text: str, letter: str) -> str:
 def committed(monkeypatch):
     r"""``claims`` on the repository's own records (``claims_runs/``)."""
     monkeypatch.syspath_prepend(str(BENCH))
-    for name in ("claims", "_runs"):
-        sys.modules.pop(name, None)
-    runs = importlib.import_module("_runs")
-    monkeypatch.setattr(runs, "USED", {})
+    sys.modules.pop("claims", None)
     module = importlib.import_module("claims")
     monkeypatch.setattr(module, "PENDING", {})
+    monkeypatch.setattr(module, "RUNS", RecordCache(module.RUNS.records, module.RUNS.checkpoints))
     yield module
-    for name in ("claims", "_runs"):
-        sys.modules.pop(name, None)
+    sys.modules.pop("claims", None)
 
 
 def test_committed_sections_b_to_f_rebuild_identical_from_their_records(committed,
@@ -289,7 +282,7 @@ def test_cached_only_without_records_trains_nothing_and_lists_commands(claims, r
     out = tmp_path / "claims.md"
     run_main(claims, ["--cached-only", "--only", DIGITS_ONLY, "--out", str(out)])
     text = out.read_text()
-    assert not runs.RECORDS.exists() and not runs.CACHE.exists()  # nothing run, nothing kept
+    assert not runs.records.exists() and not runs.checkpoints.exists()  # nothing run, nothing kept
     cmd = "`python benchmarks/claims.py --no-write --only {}`"
     # 15 strategies x 4 levels; 13 strategies x 4 attacks; 2 signs; 2 splits; 3 values of K.
     for letter, count, row in [
@@ -315,13 +308,13 @@ def test_cached_only_without_records_trains_nothing_and_lists_commands(claims, r
 
 def write_study(runs, cfg: ExperimentConfig, study: str, entry: dict) -> None:
     r"""A study record of ``cfg`` in the benchmarks' record folder, as
-    ``_runs.study_run`` writes them."""
+    ``RecordCache.run_study`` writes them."""
     from pyg_fedgraph.experiment.runner import plain_settings
 
-    runs.RECORDS.mkdir(parents=True, exist_ok=True)
+    runs.records.mkdir(parents=True, exist_ok=True)
     entry = {"config": plain_settings(cfg.to_dict()), "study": study, "seconds": 1.0,
              "load": [0.0, 0.0], "date": "today", **entry}
-    (runs.RECORDS / f"{runs.study_key(cfg, study)}.json").write_text(json.dumps(entry))
+    (runs.records / f"{runs.study_key(cfg, study)}.json").write_text(json.dumps(entry))
 
 
 def test_fedaghn_section_from_study_records_by_hand(claims, runs, monkeypatch):
@@ -363,16 +356,16 @@ def test_study_run_records_what_made_it_and_reads_back(runs):
         measured.append(cfg)
         return Finished(), {"series": [0.25, 1.0]}
 
-    entry = runs.study_run(cfg, "series", measure)
+    entry = runs.run_study(cfg, "series", measure)
     assert entry["series"] == [0.25, 1.0] and entry["summary"] == {"test": 0.5}
     assert entry["torch"] == torch.__version__ and entry["device"] == "cpu"
     assert entry["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
-    assert (runs.RECORDS / f"{runs.study_key(cfg, 'series')}.json").is_file()
+    assert (runs.records / f"{runs.study_key(cfg, 'series')}.json").is_file()
     # Read back, not measured again; the run's own record (another key) is untouched.
-    assert runs.study_run(cfg, "series", measure) == entry and len(measured) == 1
-    assert runs.load_cached(cfg) is None and runs.load_study(cfg, "other") is None
-    assert "| digits fedavg N=3 (study: series) | 2 |" in "\n".join(runs.runs_table())
-    assert runs.made_with([entry, None]) == (f"torch {torch.__version__} on cpu "
+    assert runs.run_study(cfg, "series", measure) == entry and len(measured) == 1
+    assert runs.load(cfg) is None and runs.load_study(cfg, "other") is None
+    assert "| digits fedavg N=3 (study: series) | 2 |" in "\n".join(runs_table(runs.used))
+    assert made_with([entry, None]) == (f"torch {torch.__version__} on cpu "
                                              f"({torch.backends.cpu.get_cpu_capability()})")
 @pytest.mark.parametrize("model", ["gcn", "sage", "gat"])
 def test_subgraph_speed_loop_trains_what_the_library_trains(monkeypatch, model):

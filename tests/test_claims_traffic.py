@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from pyg_fedgraph.engine.rounds import num_sampled
+from pyg_fedgraph.experiment import RecordCache
 
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
 SHARED = next((p / "shared" / "data" for p in Path(__file__).resolve().parents
@@ -24,17 +25,12 @@ FRAGMENTS = SHARED / "traffic-fragments" / "dcrnn-pytorch-modified"
 def runs(monkeypatch, tmp_path):
     r"""The benchmarks' record cache, its folders in ``tmp_path``."""
     monkeypatch.syspath_prepend(str(BENCH))
-    runs = importlib.import_module("_runs")
-    monkeypatch.setattr(runs, "CACHE", tmp_path / "cache")
-    monkeypatch.setattr(runs, "RECORDS", tmp_path / "records")
-    monkeypatch.setattr(runs, "USED", {})
-    yield runs
-    sys.modules.pop("_runs", None)
+    return RecordCache(tmp_path / "records", tmp_path / "cache")
 
 
 @pytest.fixture
 def records(runs) -> Path:
-    return runs.RECORDS
+    return runs.records
 
 
 @pytest.fixture
@@ -42,8 +38,7 @@ def claims(runs, monkeypatch, tmp_path):
     module = importlib.import_module("claims")
     monkeypatch.setattr(module, "PENDING", {})
     monkeypatch.setattr(module, "TRAFFIC_COST", tmp_path / "traffic_rounds.json")
-    monkeypatch.setattr(module, "load_cached", runs.load_cached)
-    monkeypatch.setattr(module, "checkpoint_round", runs.checkpoint_round)
+    monkeypatch.setattr(module, "RUNS", runs)
     yield module
     sys.modules.pop("claims", None)
 

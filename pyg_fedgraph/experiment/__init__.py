@@ -11,7 +11,9 @@ and the record cache of the reproduction scripts.
   strategy with every seed (``pyg-fedgraph run``);
 * :mod:`~pyg_fedgraph.experiment.files`: config files and the run folder;
 * :mod:`~pyg_fedgraph.experiment.records`: :class:`RecordCache`, finished runs
-  kept as records.
+  kept as records;
+* :mod:`~pyg_fedgraph.experiment.reporting`: pieces of a results file made from
+  records (the machine, a table of runs), shared by the benchmark scripts.
 
 Names are imported on first use (PEP 562), so that the settings load without
 torch.

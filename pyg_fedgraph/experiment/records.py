@@ -26,6 +26,7 @@ import hashlib
 import json
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -212,6 +213,77 @@ class RecordCache:
             "date": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
             **extra,
         }
+
+    @staticmethod
+    def study_key(cfg: ExperimentConfig, study: str) -> str:
+        r"""The key of the record of study ``study`` of a run of ``cfg``:
+        :func:`config_key` and the study's name (never a plain run's key)."""
+        return f"{config_key(cfg)}-{study}"
+
+    def load_study(self, cfg: ExperimentConfig, study: str) -> dict[str, Any] | None:
+        r"""The record of study ``study`` of ``cfg`` (see :meth:`run_study`),
+        or ``None`` when it has none (or the file under its key holds other
+        settings)."""
+        key = self.study_key(cfg, study)
+        path = self.records / f"{key}.json"
+        if not path.is_file():
+            return None
+        entry = json.loads(path.read_text())
+        if entry.get("study") != study or entry.get("config") != plain_settings(cfg.to_dict()):
+            return None
+        self.used[key] = entry
+        return entry
+
+    def run_study(self, cfg: ExperimentConfig, study: str,
+                  measure: Callable[[], tuple[Simulator, dict[str, Any]]], *,
+                  refresh: bool = False) -> dict[str, Any]:
+        r"""The record of study ``study`` of ``cfg``: read back when it
+        exists (unless ``refresh``), else measured and stored.
+
+        A study is a run whose reader needs more than a run record's summary
+        (weights per round, statistics of the final graph, a score per round):
+        ``measure()`` trains the run of ``cfg`` its own way and returns the
+        simulator and the figures to keep (plain JSON values). The record
+        holds them with the settings, the simulator's summary, timing,
+        machine load, torch version, device and CPU instruction set, as a run
+        record does; it is returned as read back, so that a reader sees the
+        same with or without the run. Studies are short (seconds to
+        minutes): no checkpoint."""
+        import time
+
+        import torch
+
+        if not refresh:
+            entry = self.load_study(cfg, study)
+            if entry is not None:
+                return entry
+        load_start = os.getloadavg()[0]
+        t0, cpu0 = time.perf_counter(), time.process_time()
+        sim, figures = measure()
+        entry = {
+            "config": plain_settings(cfg.to_dict()),
+            "study": study,
+            "summary": sim.summary(),
+            **figures,
+            "seconds": time.perf_counter() - t0,
+            "cpu_seconds": time.process_time() - cpu0,
+            "load": [load_start, os.getloadavg()[0]],
+            "torch_threads": torch.get_num_threads(),
+            "torch": torch.__version__,
+            "device": str(sim.device),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "date": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        }
+        self.records.mkdir(parents=True, exist_ok=True)
+        path = self.records / f"{self.study_key(cfg, study)}.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(entry, default=float, sort_keys=True) + "\n")
+        tmp.replace(path)
+        found = self.load_study(cfg, study)
+        if found is None:  # the settings do not survive JSON: a bug, not a user error
+            raise RuntimeError(f"the record {path} does not read back as the settings of "
+                               f"{study}")
+        return found
 
     def run(self, cfg: ExperimentConfig, *, refresh: bool = False,
             local_models_as: ExperimentConfig | None = None,

@@ -1,0 +1,117 @@
+r"""Pieces of a results file made from run records: the machine a benchmark
+ran on, which torch, device and CPU instruction set made a set of records,
+a table of the runs behind a file, and the clients' values pooled over runs.
+
+The benchmark scripts of the repository (``benchmarks/perf/``,
+``benchmarks/reproduce/``) share these instead of importing one another;
+they take records as :class:`~pyg_fedgraph.experiment.RecordCache` returns
+them and return Markdown lines. Nothing here writes a file or prints.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import os
+import platform
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+__all__ = ["save_report", "machine_lines", "made_with", "runs_table", "RUNS_HEADER", "RUNS_RULE",
+           "client_accuracies", "pooled_clients"]
+
+
+def save_report(text: str, path: str | Path | None) -> Path | None:
+    r"""Writes the results file ``path`` (its folder made where missing) with
+    ``text``, through a temporary file so that an interrupted write never
+    leaves half a file; returns the path (``None``, writing nothing, when
+    ``path`` is ``None``)."""
+    if path is None:
+        return None
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+    return path
+
+
+def machine_lines(load_start: float) -> list[str]:
+    r"""Markdown bullet lines describing this machine: date, platform, CPUs
+    and torch threads, versions, and the 1-minute load average at the start
+    (``load_start``, e.g. ``os.getloadavg()[0]`` taken then) and now."""
+    load = os.getloadavg()
+    return [
+        f"- date: {dt.datetime.now().astimezone().isoformat(timespec='seconds')}",
+        f"- platform: {platform.platform()} ({platform.machine()}, "
+        f"{platform.processor() or 'n/a'})",
+        f"- CPUs: {os.cpu_count()}; torch threads: {torch.get_num_threads()} "
+        f"(OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')})",
+        f"- python {platform.python_version()}, torch {torch.__version__}",
+        f"- 1-minute load average: {load_start:.1f} at the start, {load[0]:.1f} at the end "
+        f"(5/15 min: {load[1]:.1f}, {load[2]:.1f})",
+    ]
+
+
+def made_with(entries: Iterable[Mapping[str, Any] | None]) -> str:
+    r"""Which torch version(s), device(s) and, on the CPU, vector instruction
+    set(s) made these records, e.g. ``"torch 2.13.0+cpu on cpu (AVX512)"``
+    (with the count of each where they differ; ``"no records"`` without any)."""
+    found: dict[str, int] = {}
+    for e in entries:
+        if e is not None:
+            what = f"torch {e.get('torch', 'unrecorded')} on {e.get('device', 'unrecorded')}"
+            if e.get("cpu_capability") and e.get("device") == "cpu":
+                what += f" ({e['cpu_capability']})"
+            found[what] = found.get(what, 0) + 1
+    if len(found) <= 1:
+        return next(iter(found), "no records")
+    return ", ".join(f"{what} ({n} runs)" for what, n in sorted(found.items()))
+
+
+#: The header of :func:`runs_table`.
+RUNS_HEADER = "| run | rounds | wall (s) | CPU (s) | load start / end | finished |"
+#: The table's alignment row, below :data:`RUNS_HEADER`.
+RUNS_RULE = "|---|---:|---:|---:|---|---|"
+
+
+def runs_table(used: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    r"""Markdown table of the records ``used`` (by key, as
+    :attr:`RecordCache.used <pyg_fedgraph.experiment.RecordCache.used>` holds
+    them): what ran, wall and CPU time, load average at its start and end,
+    date; ordered by key."""
+    rows = [RUNS_HEADER, RUNS_RULE]
+    for _key, e in sorted(used.items()):
+        c = e["config"]
+        what = " ".join(str(v) for v in (c["dataset"], c["strategy"], c.get("partition") or "",
+                                         f"N={c['clients']}" if c.get("clients") else "",
+                                         f"attack={c['attack']}" if c.get("attack") else "",
+                                         " ".join(f"{k}={v}" for k, v in c["overrides"].items()
+                                                  if k in ("alpha_rule", "hn_rule")))
+                        if v)
+        cpu = e.get("cpu_seconds")
+        derived = " (inside the run " + e["derived_from"] + ")" if "derived_from" in e else ""
+        derived += f" (study: {e['study']})" if "study" in e else ""
+        rows.append(f"| {what}{derived} | {c['rounds']} | {e['seconds']:.0f} | "
+                    f"{'-' if cpu is None else f'{cpu:.0f}'} | {e['load'][0]:.1f} / "
+                    f"{e['load'][1]:.1f} | {e['date']} |")
+    return rows
+
+
+def client_accuracies(entry: Mapping[str, Any]) -> torch.Tensor:
+    r"""The test value, in percent, of every client a run record's summary
+    is over (its ``test_clients``, those not evaluated dropped).
+
+    Shapes:
+        - **output:** :math:`(N',)` float64, :math:`N'` the evaluated clients.
+    """
+    acc = torch.tensor(entry["test_clients"], dtype=torch.float64)
+    return 100 * acc[~acc.isnan()]
+
+
+def pooled_clients(entries: Iterable[Mapping[str, Any]]) -> tuple[float, float]:
+    r"""Mean and population standard deviation, in points, of the clients of
+    all run records ``entries`` taken together."""
+    acc = torch.cat([client_accuracies(e) for e in entries])
+    return float(acc.mean()), float(acc.std(unbiased=False))
