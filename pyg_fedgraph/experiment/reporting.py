@@ -18,8 +18,78 @@ from typing import Any
 
 import torch
 
-__all__ = ["save_report", "machine_lines", "made_with", "runs_table", "RUNS_HEADER", "RUNS_RULE",
+__all__ = ["READING", "keep_readings", "save_report", "machine_lines", "made_with", "runs_table", "RUNS_HEADER", "RUNS_RULE",
            "client_accuracies", "pooled_clients"]
+
+
+#: The heading of the hand-written part of a section of a results file.
+READING = "### Reading"
+
+
+def _sections(text: str) -> list[tuple[str, list[str]]]:
+    r"""``text`` cut at its ``## `` headings: (heading, lines) pairs, the
+    lines before the first heading under the heading ``""``."""
+    blocks: list[tuple[str, list[str]]] = [("", [])]
+    for line in text.splitlines():
+        if line.startswith("## "):
+            blocks.append((line, []))
+        blocks[-1][1].append(line)
+    return blocks
+
+
+def _reading(lines: list[str]) -> list[str]:
+    r"""The :data:`READING` block of a section's lines (up to the next
+    heading of level 2 or 3), or ``[]``."""
+    if READING not in lines:
+        return []
+    start = lines.index(READING)
+    end = next((i for i in range(start + 1, len(lines))
+                if lines[i].startswith(("## ", "### "))), len(lines))
+    block = lines[start:end]
+    while block and not block[-1].strip():
+        block.pop()
+    return block
+
+
+def keep_readings(old: str, new: str) -> str:
+    r"""``new`` (a results file as a script generated it, tables and figures)
+    with the hand-written readings of ``old`` (the file as it stands) kept.
+
+    A reading is the block under a ``### Reading`` heading (:data:`READING`)
+    of a ``## `` section, up to the next heading of level 2 or 3: the
+    judgment a person wrote about the generated tables, which no script
+    rewrites. Each of ``old``'s readings replaces the reading of the section
+    of ``new`` with the same heading (or is added at that section's end);
+    a reading whose section ``new`` no longer has is kept at the end of the
+    file under its heading, so that nothing written by hand is lost.
+
+    Example:
+        >>> old = "# R\n## A. x\n| 1 |\n### Reading\nGood.\n"
+        >>> print(keep_readings(old, "# R\n## A. x\n| 2 |\n"), end="")
+        # R
+        ## A. x
+        | 2 |
+        <BLANKLINE>
+        ### Reading
+        Good.
+    """
+    readings = {h: _reading(lines) for h, lines in _sections(old)}
+    readings = {h: r for h, r in readings.items() if r}
+    out: list[str] = []
+    for heading, lines in _sections(new):
+        own = _reading(lines)
+        hand = readings.pop(heading, own)
+        if own:  # a generated placeholder: the hand-written reading in its place
+            start = lines.index(READING)
+            lines = [*lines[:start], *hand, *lines[start + len(own):]]
+        elif hand:
+            while lines and not lines[-1].strip():
+                lines = lines[:-1]
+            lines = [*lines, "", *hand, ""]
+        out += lines
+    for heading, hand in readings.items():
+        out += ["", heading, "", *hand, ""] if heading else ["", *hand, ""]
+    return "\n".join(out).rstrip("\n") + "\n"
 
 
 def save_report(text: str, path: str | Path | None) -> Path | None:

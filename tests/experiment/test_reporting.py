@@ -1,0 +1,61 @@
+"""pyg_fedgraph.experiment.reporting: the pieces of a results file, by hand."""
+from __future__ import annotations
+
+import pytest
+
+from pyg_fedgraph.experiment.reporting import (
+    keep_readings,
+    made_with,
+    pooled_clients,
+    runs_table,
+    save_report,
+)
+
+OLD = ("# Results\n\nintro\n\n## A. first\n\n| a | 1 |\n\n### Reading\n\nA is what we "
+       "hoped.\n\n### Detail\n\nx\n\n## B. second\n\n| b |\n\n### Reading\n\nB is not.\n")
+
+
+def test_a_rebuild_keeps_the_hand_written_readings_in_place():
+    new = OLD.replace("| a | 1 |", "| a | 2 |")
+    new = new.replace("A is what we hoped.", "(write the reading by hand)")
+    out = keep_readings(OLD, new)
+    assert "| a | 2 |" in out and "| a | 1 |" not in out
+    assert out.index("A is what we hoped.") < out.index("### Detail")
+    assert "(write the reading" not in out
+    assert keep_readings(OLD, OLD) == OLD
+
+
+def test_a_reading_goes_to_its_sections_end_and_is_never_lost():
+    new = "# Results\n\nintro\n\n## A. first\n\n| a | 3 |\n\n## C. third\n\n| c |\n"
+    out = keep_readings(OLD, new)
+    a = out[out.index("## A. first"):out.index("## C. third")]
+    assert a.rstrip().endswith("A is what we hoped.")
+    # B is no longer built: its reading stays, under its heading, at the end.
+    assert out.rstrip().endswith("## B. second\n\n### Reading\n\nB is not.")
+    assert keep_readings("", new) == new
+
+
+def test_runs_table_and_made_with_by_hand():
+    entry = {"config": {"dataset": "digits", "strategy": "fedavg", "partition": "iid",
+                        "clients": 5, "rounds": 3, "overrides": {"hn_rule": "code"}},
+             "seconds": 12.4, "cpu_seconds": None, "load": [1.0, 2.25], "date": "d",
+             "torch": "2.13.0+cpu", "device": "cpu", "cpu_capability": "AVX512"}
+    rows = runs_table({"k": entry})
+    assert rows[2] == "| digits fedavg iid N=5 hn_rule=code | 3 | 12 | - | 1.0 / 2.2 | d |"
+    assert made_with([entry, None]) == "torch 2.13.0+cpu on cpu (AVX512)"
+    other = {**entry, "cpu_capability": "AVX2"}
+    assert made_with([entry, other, entry]) == ("torch 2.13.0+cpu on cpu (AVX2) (1 runs), "
+                                                "torch 2.13.0+cpu on cpu (AVX512) (2 runs)")
+    assert made_with([]) == "no records"
+
+
+def test_pooled_clients_pools_every_clients_value():
+    mean, sd = pooled_clients([{"test_clients": [0.5, float("nan")]},
+                               {"test_clients": [1.0, 0.0]}])
+    assert mean == pytest.approx(50.0) and sd == pytest.approx((2 / 3 * 2500 / 1) ** 0.5 * 1.0)
+
+
+def test_save_report_writes_whole_files_only_when_asked(tmp_path):
+    assert save_report("x", None) is None
+    path = save_report("text\n", tmp_path / "new" / "r.md")
+    assert path.read_text() == "text\n" and list(path.parent.iterdir()) == [path]
