@@ -15,7 +15,7 @@ update yet, so its weights are uniform; "first" below is round 2, the first
 round with weights computed from updates.
 
 The setting is ``configs/fedaghn_group_case_study.yaml`` (the same file
-``benchmarks/claims.py`` reads); options given here win over it.
+``benchmarks/reproduce/claims.py`` reads); options given here win over it.
 
 Runs in about a minute on a CPU:
     python examples/fedaghn_group_case_study.py [--clients 20] [--rounds 20] [--quick]

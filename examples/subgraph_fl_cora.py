@@ -67,7 +67,7 @@ SETTING = load_config(CONFIG)
 #: ``--quick``: four strategies, 10 rounds.
 QUICK = {"strategies": ["local", "fedavg", "fedpub", "pfedgraph"], "rounds": 10}
 #: FED-PUB runs with its masked GCN (masks private to the clients), dropout 0.5
-#: and the similarity scale of its Cora script (3): benchmarks/subgraph_t1.py.
+#: and the similarity scale of its Cora script (3): benchmarks/reproduce/subgraph_t1.py.
 FEDPUB = {"model": "masked-gcn", "set": {"scale": 3.0, "model.dropout": 0.5}}
 
 

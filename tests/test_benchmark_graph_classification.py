@@ -1,4 +1,4 @@
-"""benchmarks/graph_classification_tu.py rebuilt from records (made up here): the ARI of a
+"""benchmarks/reproduce/graph_classification_tu.py rebuilt from records (made up here): the ARI of a
 grouping against the datasets, the goal's verdict, the norms of GCFL's criterion and the
 commands of the runs not yet made, by hand."""
 from __future__ import annotations
@@ -20,7 +20,8 @@ TRUTH = [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]
 @pytest.fixture
 def bench(monkeypatch, tmp_path):
     pytest.importorskip("sklearn")
-    monkeypatch.syspath_prepend(str(BENCH))
+    monkeypatch.syspath_prepend(str(BENCH / "reproduce"))
+    monkeypatch.syspath_prepend(str(BENCH / "perf"))
     module = importlib.import_module("graph_classification_tu")
     monkeypatch.setattr(module, "RECORDS", tmp_path / "records")
     monkeypatch.setattr(module, "CACHE", tmp_path / "cache")
@@ -89,7 +90,7 @@ def test_report_by_hand(bench):
             "seed): not met") in text
     assert "  - fedaghn: not run" in text
     assert "  - goal: **not met**" in text
-    assert ("| fedaghn | 0 | `python benchmarks/graph_classification_tu.py --run fedaghn "
+    assert ("| fedaghn | 0 | `python benchmarks/reproduce/graph_classification_tu.py --run fedaghn "
             "--seed 0` |") in text
     assert "| local | 1 |" not in text  # finished runs are not listed as pending
     # The same grouping exactly right, above the baselines: the goal is met.
@@ -102,7 +103,8 @@ def test_report_by_hand(bench):
 
 def test_the_committed_results_are_rebuilt_from_the_committed_records(monkeypatch):
     pytest.importorskip("sklearn")
-    monkeypatch.syspath_prepend(str(BENCH))
+    monkeypatch.syspath_prepend(str(BENCH / "reproduce"))
+    monkeypatch.syspath_prepend(str(BENCH / "perf"))
     module = importlib.import_module("graph_classification_tu")
     try:
         assert module.report() == (BENCH / "results" / "graph_classification_tu.md").read_text()

@@ -20,7 +20,8 @@ BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
 @pytest.fixture
 def runs(monkeypatch, tmp_path):
     r"""The benchmarks' record cache, its folders in ``tmp_path``."""
-    monkeypatch.syspath_prepend(str(BENCH))
+    monkeypatch.syspath_prepend(str(BENCH / "reproduce"))
+    monkeypatch.syspath_prepend(str(BENCH / "perf"))
     return RecordCache(tmp_path / "records", tmp_path / "cache")
 
 
@@ -53,7 +54,8 @@ def test_cached_only_lists_missing_runs_with_their_command(claims, runs):
     assert "| local | 90.0 / 95.0 (full) / 99.46 | pending / 99.32 |" in text
     assert "| extreme / local | 95.00 | 99.46 | -4.46 |" in text
     assert "| extreme / fedavg | pending | 96.15 | - |" in text
-    cmd = "python benchmarks/claims.py --no-write --only fmnist-t1 --levels {} --strategies {}"
+    cmd = ("python benchmarks/reproduce/claims.py --no-write --only fmnist-t1 --levels {} "
+           "--strategies {}")
     assert f"| local, severe | not started | `{cmd.format('severe', 'local')}` |" in text
     assert f"`{cmd.format('extreme', 'local')}`" not in text  # cached: not listed
     # FedAvg-FT comes from the FedAvg run: its command is FedAvg's.
@@ -109,7 +111,8 @@ def _report(rows: dict[str, float]) -> str:
 
 
 def test_perf_compare_ratios_by_hand(monkeypatch, tmp_path):
-    monkeypatch.syspath_prepend(str(BENCH))
+    monkeypatch.syspath_prepend(str(BENCH / "reproduce"))
+    monkeypatch.syspath_prepend(str(BENCH / "perf"))
     perf_compare = importlib.import_module("perf_compare")
     # Two alternations; fedavg: before 0.010 / 0.020, now 0.012 / 0.018 -> ratio of the
     # minima 1.2, paired ratios 1.2 and 0.9 (median 1.05). sfl: only in one tree: left out.
@@ -129,7 +132,8 @@ def test_perf_compare_ratios_by_hand(monkeypatch, tmp_path):
 
 
 def test_perf_compare_steady_pairs_blocks_in_order(monkeypatch, tmp_path):
-    monkeypatch.syspath_prepend(str(BENCH))
+    monkeypatch.syspath_prepend(str(BENCH / "reproduce"))
+    monkeypatch.syspath_prepend(str(BENCH / "perf"))
     perf_compare = importlib.import_module("perf_compare")
     # steady_rounds.py's lines, prefixed by the tree; alternation 1 then 2.
     (tmp_path / "steady.txt").write_text("other fedavg 0.0200\nother local 0.0100\n"
@@ -177,7 +181,8 @@ def test_full_level_findings_by_hand(claims, runs):
     assert "Full protocol" not in text  # its runs are missing: no line, but pending rows
     assert "| pfedgat | 65.0 / 65.0 | pending | 89.76 (pFedGAT Table 1) | - |" in text
     assert ("| fedavg-ft, homogeneous full (in the fedavg run) | not started | "
-            "`python benchmarks/claims.py --no-write --only fmnist-full --strategies fedavg`"
+            "`python benchmarks/reproduce/claims.py --no-write --only fmnist-full "
+            "--strategies fedavg`"
             in text)
     assert claims.full_level_done() == 0
     store("full", {"local": 0.85, "fedavg": 0.88, "fedavg-ft": 0.86, "pfedgat": 0.90,
@@ -201,7 +206,8 @@ def test_dispatch_counts_calls_and_kernels_by_hand(monkeypatch):
     # (x @ x.T).view(-1).sigmoid(): matmul calls mm (one kernel), t and view are
     # views, sigmoid is one kernel: 2 compute ops among the aten calls.
     from torch.profiler import ProfilerActivity, profile
-    monkeypatch.syspath_prepend(str(BENCH))
+    monkeypatch.syspath_prepend(str(BENCH / "reproduce"))
+    monkeypatch.syspath_prepend(str(BENCH / "perf"))
     dispatch = importlib.import_module("dispatch")
     x = torch.randn(3, 4)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -254,7 +260,8 @@ def block(text: str, letter: str) -> str:
 @pytest.fixture
 def committed(monkeypatch):
     r"""``claims`` on the repository's own records (``claims_runs/``)."""
-    monkeypatch.syspath_prepend(str(BENCH))
+    monkeypatch.syspath_prepend(str(BENCH / "reproduce"))
+    monkeypatch.syspath_prepend(str(BENCH / "perf"))
     sys.modules.pop("claims", None)
     module = importlib.import_module("claims")
     monkeypatch.setattr(module, "PENDING", {})
@@ -283,7 +290,7 @@ def test_cached_only_without_records_trains_nothing_and_lists_commands(claims, r
     run_main(claims, ["--cached-only", "--only", DIGITS_ONLY, "--out", str(out)])
     text = out.read_text()
     assert not runs.records.exists() and not runs.checkpoints.exists()  # nothing run, nothing kept
-    cmd = "`python benchmarks/claims.py --no-write --only {}`"
+    cmd = "`python benchmarks/reproduce/claims.py --no-write --only {}`"
     # 15 strategies x 4 levels; 13 strategies x 4 attacks; 2 signs; 2 splits; 3 values of K.
     for letter, count, row in [
             ("B", 60, "| fedavg, extreme | not started | "
@@ -369,7 +376,7 @@ def test_study_run_records_what_made_it_and_reads_back(runs):
                                              f"({torch.backends.cpu.get_cpu_capability()})")
 @pytest.mark.parametrize("model", ["gcn", "sage", "gat"])
 def test_subgraph_speed_loop_trains_what_the_library_trains(monkeypatch, model):
-    # benchmarks/subgraph_speed.py compares the library's round with a per-client PyG
+    # benchmarks/perf/subgraph_speed.py compares the library's round with a per-client PyG
     # loop (PyG's layers at their defaults): both must compute the same round. From the
     # same start, one round each: the clients' parameters agree, and the loop's server
     # model is their FedAvg (weights: training nodes).
@@ -378,7 +385,8 @@ def test_subgraph_speed_loop_trains_what_the_library_trains(monkeypatch, model):
     from pyg_fedgraph.simulation import Simulator
     from pyg_fedgraph.strategies import build_strategy
 
-    monkeypatch.syspath_prepend(str(BENCH))
+    monkeypatch.syspath_prepend(str(BENCH / "reproduce"))
+    monkeypatch.syspath_prepend(str(BENCH / "perf"))
     speed = importlib.import_module("subgraph_speed")
     data = planted_graphs(num_clients=4, num_nodes=120)
     torch.manual_seed(0)

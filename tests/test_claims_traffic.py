@@ -1,4 +1,4 @@
-"""Section O of benchmarks/claims.py (Panacea's Tables II and III on the recorded traffic
+"""Section O of benchmarks/reproduce/claims.py (Panacea's Tables II and III on the recorded traffic
 fragments): its configurations, the rate choice, the cells, the goal line and the pending
 runs, from records written by hand; and its sigma constants against the shared files."""
 from __future__ import annotations
@@ -24,7 +24,8 @@ FRAGMENTS = SHARED / "traffic-fragments" / "dcrnn-pytorch-modified"
 @pytest.fixture
 def runs(monkeypatch, tmp_path):
     r"""The benchmarks' record cache, its folders in ``tmp_path``."""
-    monkeypatch.syspath_prepend(str(BENCH))
+    monkeypatch.syspath_prepend(str(BENCH / "reproduce"))
+    monkeypatch.syspath_prepend(str(BENCH / "perf"))
     return RecordCache(tmp_path / "records", tmp_path / "cache")
 
 
@@ -140,7 +141,8 @@ def test_the_section_reads_records_and_lists_what_is_missing_with_its_command(cl
     assert "| pfedhn | 500.0, 500.0, 500.0, 200.0, 500.0 | 0.03 |" in text
     assert ("| pfedhn | 0.03 | 67.3 ± 21.4 | 50.0 ± 10.0 | 64.5 ± 23.0 | 80.0 ± 10.0 | "
             "1.00 / 2.00 / 3.00 | 2.00 / 3.00 / 4.00 |") in text
-    cmd = "python benchmarks/claims.py --no-write --only traffic --datasets {} --strategies {}"
+    cmd = ("python benchmarks/reproduce/claims.py --no-write --only traffic --datasets {} "
+           "--strategies {}")
     assert (f"| metr-la panacea, Tables II and III, 800 rounds (3 seeds), after its rate "
             f"choice | not started | `{cmd.format('metr-la', 'panacea')}` |") in text
     assert (f"| pems-bay local, rate choice, client lr 0.001, 200 rounds | not started | "
@@ -190,7 +192,7 @@ def test_the_subset_measured_here_reads_its_records_and_judges_the_goal(claims, 
             "| 40 | 1 |") in text
     assert "| sfl | 73.2 ± 23.0 | pending |" in text
     assert "- Goal on this subset: pending (sfl not yet run)" in text
-    cmd = (f"python benchmarks/claims.py --no-write --only traffic --datasets {dataset} "
+    cmd = (f"python benchmarks/reproduce/claims.py --no-write --only traffic --datasets {dataset} "
            "--strategies sfl --traffic-reduced")
     assert f"seed 0 | not started | `{cmd}` |" in text
     write(records, claims.traffic_reduced_config(dataset, "sfl"), {"best_round": 40},
@@ -218,7 +220,7 @@ def test_a_measured_pair_against_the_goal_fails_it_before_all_eight_are_run(clai
 
 def test_the_hours_come_from_the_measured_costs_by_hand(claims, tmp_path):
     assert claims.traffic_hours_lines(tmp_path / "absent.json")[2].startswith(
-        "pending: `python benchmarks/traffic_rounds.py`")
+        "pending: `python benchmarks/reproduce/traffic_rounds.py`")
     path = tmp_path / "traffic_rounds.json"
     path.write_text(json.dumps({"cost": {"metr-la": {"fedavg": [4.0, 15.0, 2],
                                                      "pfedme": [20.0, 15.0, 1]}},
@@ -245,7 +247,7 @@ def test_the_hours_come_from_the_measured_costs_by_hand(claims, tmp_path):
 
 
 def test_the_queue_holds_one_line_per_dataset_and_strategy_of_the_plan(claims):
-    lines = [line.split() for line in (BENCH / "reproduction_jobs.txt").read_text().splitlines()
+    lines = [line.split() for line in (BENCH / "tools" / "reproduction_jobs.txt").read_text().splitlines()
              if "--only traffic" in line and not line.startswith("#")]
     planned = [(line[line.index("--datasets") + 1], line[line.index("--strategies") + 1])
                for line in lines if "--traffic-reduced" not in line]

@@ -18,7 +18,8 @@ from typing import Any
 
 import torch
 
-__all__ = ["READING", "keep_readings", "save_report", "machine_lines", "made_with", "runs_table", "RUNS_HEADER", "RUNS_RULE",
+__all__ = ["READING", "keep_readings", "save_report", "machine_lines", "made_with",
+           "runs_table", "RUNS_HEADER", "RUNS_RULE",
            "client_accuracies", "pooled_clients"]
 
 

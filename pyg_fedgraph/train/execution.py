@@ -11,7 +11,7 @@ Two executions give the same results to float rounding:
   there for convolutional models.
 
 :data:`EXECUTION_TABLE` holds the choice per model family and device type.
-It is written from the measurements of ``benchmarks/devices.py`` (section
+It is written from the measurements of ``benchmarks/perf/devices.py`` (section
 "execution", every candidate timed side by side; the committed results are
 in ``benchmarks/results/devices.md``), never measured at run time, so that a
 run's results do not depend on the machine's load. A run records the choice

@@ -257,7 +257,7 @@ class ClientTrainer:
     faster for convolutions on the CPU, where it also passes convolution
     weights in channels-last memory format); ``"auto"`` takes the choice of
     :func:`~pyg_fedgraph.train.execution.choose_execution`, a table measured
-    by ``benchmarks/devices.py``, never a measurement at run time. Both give
+    by ``benchmarks/perf/devices.py``, never a measurement at run time. Both give
     the same results to float rounding. ``precision`` runs the forward passes
     under autocast (``"bf16"``, ``"fp16"``); parameters, gradients and the
     update rule's state stay float32, and with ``"fp16"`` the loss is scaled

@@ -47,9 +47,9 @@ Every row is measured side by side in one run; the script asserts nothing.
 
 Usage::
 
-    OMP_NUM_THREADS=1 python benchmarks/devices.py           # writes results/devices.md
-    OMP_NUM_THREADS=1 python benchmarks/devices.py --quick   # small, prints only
-    python benchmarks/devices.py --device cpu cuda            # both, on a GPU machine
+    OMP_NUM_THREADS=1 python benchmarks/perf/devices.py           # writes results/devices.md
+    OMP_NUM_THREADS=1 python benchmarks/perf/devices.py --quick   # small, prints only
+    python benchmarks/perf/devices.py --device cpu cuda            # both, on a GPU machine
 """
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ from pyg_fedgraph.train.execution import (
 )
 from pyg_fedgraph.train.trainer import ClientTrainer
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]
 RESULTS = HERE / "results" / "devices.md"
 NO_GPU = ("not measured: the machine of this run has no CUDA device (rows of one H100: "
           "`devices_h100.md`)")
@@ -554,7 +554,7 @@ def main(argv: list[str] | None = None) -> str:
         determ += deterministic_rows(device, args.quick)
     scale = scale_rows(sizes, rounds)
 
-    cmd = " ".join(["python benchmarks/devices.py", *argv])
+    cmd = " ".join(["python benchmarks/perf/devices.py", *argv])
     text = "\n".join(report(chunk, execution, scale, metr, determ, bool(cuda), cmd,
                             load_start, time.perf_counter() - start)) + "\n"
     print()

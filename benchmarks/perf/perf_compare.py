@@ -9,7 +9,7 @@ rounds or operator calls.
 
 Usage::
 
-    python benchmarks/perf_compare.py OUT_DIR            # OUT_DIR of perf_alternate.sh
+    python benchmarks/perf/perf_compare.py OUT_DIR            # OUT_DIR of perf_alternate.sh
 """
 from __future__ import annotations
 

@@ -23,8 +23,8 @@ the matrix files, ordering the clients, and each picture (drawn and saved).
 
 Usage::
 
-    OMP_NUM_THREADS=1 python benchmarks/report_scaling.py           # N = 1,000 and 10,000
-    OMP_NUM_THREADS=1 python benchmarks/report_scaling.py --quick   # N = 300, prints only
+    OMP_NUM_THREADS=1 python benchmarks/perf/report_scaling.py           # N = 1,000 and 10,000
+    OMP_NUM_THREADS=1 python benchmarks/perf/report_scaling.py --quick   # N = 300, prints only
 """
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ from pyg_fedgraph.engine.history import History, RoundRecord
 from pyg_fedgraph.experiment.reporting import machine_lines, save_report
 from pyg_fedgraph.simulation.report import write_collaboration, write_run
 
-RESULTS = Path(__file__).resolve().parent / "results" / "report_scaling.md"
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "report_scaling.md"
 
 
 def make_matrix(n: int, cluster_size: int = 50, inside: int = 8, outside: int = 2,
@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> None:
     results = [run_case(n, g, repeats) for n in sizes for g in (True, False)]
     part_names = ["matrix files", "client order", "matrix png", "graph png"]
     lines = ["# Writing a run's files as N grows", "",
-             "`benchmarks/report_scaling.py`: `write_run` with a collaboration matrix of N "
+             "`benchmarks/perf/report_scaling.py`: `write_run` with a collaboration matrix of N "
              "clients (random row-stochastic, about 11 non-zeros per row in hidden clusters of "
              "50, float32) and 5 rounds of history. \"total s\" is the median of "
              f"{repeats} runs of `write_run` (range in brackets): config, history, clients, "
@@ -166,7 +166,8 @@ def main(argv: list[str] | None = None) -> None:
             f"| {mb(r['sizes']['clients.csv'])} |")
     lines += ["", "## Machine", "", *machine_lines(load_start),
               f"- total time: {time.perf_counter() - start:.0f} s",
-              f"- command: `{' '.join(['python benchmarks/report_scaling.py', *sys.argv[1:]])}`",
+              "- command: `"
+              + " ".join(["python benchmarks/perf/report_scaling.py", *sys.argv[1:]]) + "`",
               ""]
     text = "\n".join(lines)
     print(text)

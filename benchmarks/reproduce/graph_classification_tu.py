@@ -35,7 +35,7 @@ G2. **One dataset over clients**, GCFL's single-dataset setting
 Seed 0 of every strategy of G1 but FedRep has run; FedRep's seed 0 (10
 head epochs and 1 body epoch a round: about 11 times the others' local
 work) and seeds 1 and 2 of all ten are queued in
-``benchmarks/reproduction_jobs.txt`` and read ``pending`` here with the
+``benchmarks/tools/reproduction_jobs.txt`` and read ``pending`` here with the
 command that runs them until their records exist. The runs use
 the ``loop`` execution (one client after the other,
 ``benchmarks/results/graph_classification_batching.md``: faster than
@@ -43,11 +43,14 @@ the ``loop`` execution (one client after the other,
 
 Usage (from the repository root, with the datasets in ../shared/data/tu)::
 
-    OMP_NUM_THREADS=1 python benchmarks/graph_classification_tu.py --run-subset
-    OMP_NUM_THREADS=1 python benchmarks/graph_classification_tu.py --run STRATEGY --seed S
-    OMP_NUM_THREADS=1 python benchmarks/graph_classification_tu.py --no-write --run STRATEGY \
+    OMP_NUM_THREADS=1 python \
+        benchmarks/reproduce/graph_classification_tu.py --run-subset
+    OMP_NUM_THREADS=1 python \
+        benchmarks/reproduce/graph_classification_tu.py --run STRATEGY --seed S
+    OMP_NUM_THREADS=1 python \
+        benchmarks/reproduce/graph_classification_tu.py --no-write --run STRATEGY \
         --seed S    # the same, without rewriting the results file (queued runs)
-    python benchmarks/graph_classification_tu.py        # rebuild the file from the records
+    python benchmarks/reproduce/graph_classification_tu.py  # rebuild the file from the records
 """
 from __future__ import annotations
 
@@ -58,7 +61,7 @@ from typing import Any
 
 import torch
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]
 from pyg_fedgraph.experiment import ExperimentConfig, RecordCache  # noqa: E402
 from pyg_fedgraph.experiment.records import config_key  # noqa: E402
 from pyg_fedgraph.experiment.reporting import save_report  # noqa: E402
@@ -361,13 +364,15 @@ def report() -> str:
                     f"{e['config']['rounds'] or 200} | {e['seconds']:.0f} | "
                     f"{'-' if cpu is None else f'{cpu:.0f}'} | {e['load'][0]:.1f} / "
                     f"{e['load'][1]:.1f} | {e['device']}, torch {e['torch']} | {e['date']} |")
-    todo = [f"| {n} | {s} | `python benchmarks/graph_classification_tu.py --run {n} --seed "
+    todo = [f"| {n} | {s} | `python benchmarks/reproduce/graph_classification_tu.py --run {n} "
+            "--seed "
             f"{s}` |" for n, s in pending]
     text = "\n".join([
         "# Graph classification across clients and datasets (issue 35)", "",
-        "Protocols and sources: the docstring of `benchmarks/graph_classification_tu.py`. "
+        "Protocols and sources: the docstring of "
+        "`benchmarks/reproduce/graph_classification_tu.py`. "
         "Rebuilt from the records in `benchmarks/results/graph_classification_runs/` by "
-        "`python benchmarks/graph_classification_tu.py` (never trains).", "",
+        "`python benchmarks/reproduce/graph_classification_tu.py` (never trains).", "",
         "## G1. MUTAG, PROTEINS, ENZYMES, AIDS, 3 clients each (12 clients)", "",
         "The four datasets are 4 of the 10 of GCFL's \"biochem\" group (its code's "
         "`setupGC.py`: MUTAG, BZR, COX2, DHFR, PTC_MR, AIDS, NCI1, ENZYMES, DD, PROTEINS), and "

@@ -26,8 +26,8 @@ components of each client's top-k links (k = group size - 1).
 
 Usage::
 
-    OMP_NUM_THREADS=1 python benchmarks/graph_recovery.py --root DIR   # writes results
-    OMP_NUM_THREADS=1 python benchmarks/graph_recovery.py --quick      # 5 rounds, no file
+    OMP_NUM_THREADS=1 python benchmarks/reproduce/graph_recovery.py --root DIR   # writes results
+    OMP_NUM_THREADS=1 python benchmarks/reproduce/graph_recovery.py --quick      # 5 rounds, no file
 """
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ from pyg_fedgraph.experiment import ExperimentConfig, build_simulator, resolved_
 from pyg_fedgraph.experiment.reporting import machine_lines, save_report
 from pyg_fedgraph.utils.recovery import graph_recovery
 
-RESULTS = Path(__file__).resolve().parent / "results" / "graph_recovery.md"
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "graph_recovery.md"
 STRATEGIES = ("pfedgraph", "fedaghn", "pfedgat")
 SEPARATIONS = (0.0, 0.25, 0.5, 1.0)
 PLANTED = {"data.num_groups": 4, "data.num_nodes": 800, "data.num_features": 16}
@@ -106,7 +106,7 @@ def main() -> None:
               "| rounds ARI >= 0.9 | mean self weight | test acc % (mean) | seconds |",
               "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     lines = ["# Graph recovery: learned collaboration graphs against the true client groups",
-             "", f"`benchmarks/graph_recovery.py`{' --quick' if args.quick else ''}: "
+             "", f"`benchmarks/reproduce/graph_recovery.py`{' --quick' if args.quick else ''}: "
              "the groups read from each strategy's final collaboration matrix W, scored "
              "against the federation's true groups. ARI: adjusted Rand index with spectral "
              "clustering of (|W| + |W|^T)/2 (diagonal ignored) into the true number of groups "

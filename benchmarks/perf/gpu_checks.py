@@ -4,8 +4,8 @@ of ``devices.py``: 207 GRU clients, one local epoch), and GNN clients on CUDA
 (GCN and GAT on synthetic planted-community graphs: the ``vmap`` and ``loop``
 executions and the per-client reference loop, side by side).
 
-    python benchmarks/gpu_checks.py --out benchmarks/results/gpu_checks_h100.json
-    python benchmarks/gpu_checks.py --report benchmarks/results/gpu_checks_h100.json
+    python benchmarks/perf/gpu_checks.py --out benchmarks/results/gpu_checks_h100.json
+    python benchmarks/perf/gpu_checks.py --report benchmarks/results/gpu_checks_h100.json
 
 The first writes the measurements (JSON, after each case, so that a run cut
 short keeps what it measured) and the markdown beside it; ``--report`` only
@@ -85,7 +85,7 @@ def measure(out: Path) -> dict[str, Any]:
 
 def report(res: dict[str, Any]) -> str:
     lines = ["# GPU checks", "",
-             f"`python benchmarks/gpu_checks.py` on one {res['gpu']} (torch {res['torch']}), "
+             f"`python benchmarks/perf/gpu_checks.py` on one {res['gpu']} (torch {res['torch']}), "
              "one CPU thread for the CPU side (`OMP_NUM_THREADS=1`).", "",
              "## METR-LA round goal (207 GRU clients, one local epoch)", "",
              "Row (e) of `devices.py`: local training of all 207 clients for one epoch of the "
@@ -124,7 +124,7 @@ def report(res: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=HERE / "results" / "gpu_checks.json")
+    parser.add_argument("--out", type=Path, default=HERE.parent / "results" / "gpu_checks.json")
     parser.add_argument("--report", type=Path, default=None,
                         help="only rewrite the markdown of this JSON file")
     args = parser.parse_args(argv)

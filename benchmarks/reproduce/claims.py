@@ -31,9 +31,10 @@ command that makes them. Without it, the missing runs are run and recorded.
 
 Usage::
 
-    OMP_NUM_THREADS=1 python benchmarks/claims.py --cached-only   # seconds: from the records
-    OMP_NUM_THREADS=1 python benchmarks/claims.py --quick   # < 5 min on 2 cores
-    OMP_NUM_THREADS=1 python benchmarks/claims.py           # runs what is missing (days)
+    # seconds: from the records
+    OMP_NUM_THREADS=1 python benchmarks/reproduce/claims.py --cached-only
+    OMP_NUM_THREADS=1 python benchmarks/reproduce/claims.py --quick   # < 5 min on 2 cores
+    OMP_NUM_THREADS=1 python benchmarks/reproduce/claims.py           # runs what is missing (days)
 """
 from __future__ import annotations
 
@@ -66,7 +67,7 @@ from pyg_fedgraph.experiment.reporting import (
 )
 from pyg_fedgraph.strategies import STRATEGIES
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]
 ROOT = HERE.parent
 RESULTS = HERE / "results"
 #: The records of finished runs (tracked) and the checkpoints of runs in progress
@@ -96,7 +97,7 @@ def pct(v: float | None) -> str:
 #: (what, command that runs or resumes it, round its checkpoint reached).
 PENDING: dict[str, list[tuple[str, str, int | None]]] = {}
 #: What runs a cached run by itself (``--no-write``: the cache only).
-COMMAND = "python benchmarks/claims.py --no-write"
+COMMAND = "python benchmarks/reproduce/claims.py --no-write"
 
 
 def fetch(cfg: ExperimentConfig, run_it: bool, section: str, what: str, args: str,
@@ -126,7 +127,7 @@ def pending_lines(section: str) -> list[str]:
     lines = [f"Not yet run ({len(todo)} runs; their cells read `pending`): "
              "each command runs one into `benchmarks/results/claims_runs/` (or resumes it "
              "from its checkpoint in `runs/claims_cache/`), then "
-             "`python benchmarks/claims.py --cached-only` rewrites this file.", "",
+             "`python benchmarks/reproduce/claims.py --cached-only` rewrites this file.", "",
              "| run | state | command |", "|---|---|---|"]
     for what, cmd, rnd in todo:
         state = "not started" if rnd is None else f"checkpoint at round {rnd}"
@@ -162,7 +163,7 @@ PANACEA_T3 = {"fedavg": 99.2, "fedavg-ft": 100.0, "per-fedavg": 80.8, "pfedme": 
 #: default), FL-60's 100 samples per client split 80/20 (our validation split is
 #: carved from the 80: 64 / 16 / 20). Evaluated every 10 rounds.
 #: The settings files of configs/ that the sections read (the same settings users run).
-CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
 def setting(name: str) -> dict[str, Any]:
@@ -1483,7 +1484,7 @@ TRAFFIC_HORIZONS = ((3, 15), (6, 30), (12, 60))
 TRAFFIC_NAMES = {"metr-la": "METR-LA", "pems-bay": "PEMS-BAY"}
 
 
-#: The measured cost of section O's runs (benchmarks/traffic_rounds.py writes it).
+#: The measured cost of section O's runs (benchmarks/reproduce/traffic_rounds.py writes it).
 TRAFFIC_COST = RESULTS / "traffic_rounds.json"
 
 
@@ -1552,7 +1553,8 @@ def traffic_hours_lines(path: Path | None = None) -> list[str]:
     path = TRAFFIC_COST if path is None else path
     head = ["### Hours measured", ""]
     if not path.exists():
-        return [*head, "pending: `python benchmarks/traffic_rounds.py` measures them.", ""]
+        return [*head, "pending: `python benchmarks/reproduce/traffic_rounds.py` measures them.",
+                ""]
     record = json.loads(path.read_text())
     cost = record["cost"]
     rows = ["| dataset | strategy | CPU s / round (rounds timed) | CPU s / evaluation | "
@@ -1565,7 +1567,8 @@ def traffic_hours_lines(path: Path | None = None) -> list[str]:
                 rows.append(f"| {d} | {s} | {train:.2f} ({timed:.0f}) | {evaluate:.1f} | "
                             f"{hours:.2f} |")
     return [*head, f"CPU time of one process on one torch thread ({record['machine']}; "
-            f"{record['date']}; `benchmarks/traffic_rounds.py`): a training round (5 clients, "
+            f"{record['date']}; `benchmarks/reproduce/traffic_rounds.py`): a training round "
+            "(5 clients, "
             f"{TRAFFIC_PROTOCOL['steps']} steps of batch {TRAFFIC_PROTOCOL['batch_size']}, the "
             "server step) after a warm-up round, mean of the rounds timed, and one "
             "evaluation of every client (validation and test, "
@@ -2017,7 +2020,7 @@ def main(argv: list[str] | None = None) -> str:
              "Every section is built from run records in `claims_runs/` (committed; the "
              "FL-60 and Fashion-MNIST runs are checkpointed every round while they run; sections "
              "D-F keep what they measure during a run, weights, allocation statistics and "
-             "Rand indices, in a record of their own): `python benchmarks/claims.py "
+             "Rand indices, in a record of their own): `python benchmarks/reproduce/claims.py "
              "--cached-only` rebuilds this file from the records without training anything, "
              "and each section lists the runs it still lacks with the command that runs "
              "them. Each of sections B-F says which torch release, device and CPU instruction "
@@ -2080,7 +2083,7 @@ def main(argv: list[str] | None = None) -> str:
         lines += runs_section(runs_table(RUNS.used)[2:])
     lines += ["## Machine", "", *machine_lines(load_start), "",
               f"Total wall time {time.perf_counter() - t_start:.0f} s. Command: `"
-              + " ".join(["python benchmarks/claims.py",
+              + " ".join(["python benchmarks/reproduce/claims.py",
                         *('"(the note below)"' if i and argv[i - 1] == "--note" else a
                           for i, a in enumerate(argv))]) + "`"]
     text = "\n".join(lines) + "\n"

@@ -17,9 +17,11 @@ whole record is also written as ``results/traffic_rounds.md``.
 
 Usage::
 
-    OMP_NUM_THREADS=1 python benchmarks/traffic_rounds.py    # every dataset and strategy
-    OMP_NUM_THREADS=1 python benchmarks/traffic_rounds.py --datasets pems-bay --strategies fedavg
-    python benchmarks/traffic_rounds.py --report-only    # the markdown from the JSON record
+    OMP_NUM_THREADS=1 python \
+        benchmarks/reproduce/traffic_rounds.py    # every dataset and strategy
+    OMP_NUM_THREADS=1 python \
+        benchmarks/reproduce/traffic_rounds.py --datasets pems-bay --strategies fedavg
+    python benchmarks/reproduce/traffic_rounds.py --report-only  # the markdown from the JSON record
 """
 from __future__ import annotations
 
@@ -95,7 +97,7 @@ def main() -> None:
             TRAFFIC_COST.write_text(json.dumps(record, indent=1) + "\n")
     text = "\n".join(["# Section O's cost: CPU seconds per round and per evaluation", "",
                       *traffic_hours_lines(TRAFFIC_COST)[2:],
-                      "Command: `python benchmarks/traffic_rounds.py`", ""])
+                      "Command: `python benchmarks/reproduce/traffic_rounds.py`", ""])
     print(text)
     save_report(text, None if args.no_write else TRAFFIC_COST.with_suffix(".md"))
 

@@ -22,7 +22,7 @@ Also the share of the loop's time spent in each kind of operation (torch profile
 where time goes: the convolutions and max-pooling, the same work in every variant.
 Every variant's gradients are compared with the loop's (max abs difference). Asserts nothing.
 
-Usage: ``OMP_NUM_THREADS=1 python benchmarks/cnn_batching.py [--clients 10] [--repeats 9]
+Usage: ``OMP_NUM_THREADS=1 python benchmarks/perf/cnn_batching.py [--clients 10] [--repeats 9]
 [--out benchmarks/results/cnn_batching.md]``
 """
 from __future__ import annotations
@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.func import grad, vmap
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]
 from pyg_fedgraph.experiment.reporting import machine_lines, save_report  # noqa: E402
 from pyg_fedgraph.models import SimpleCNN  # noqa: E402
 
@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> str:
         "# Batched CNN training on one CPU thread (issue 17)", "",
         f"One gradient of the simple CNN (28x28, convolutions 16/32/64, batch {b}) for each "
         f"of {s} clients, six ways, alternated, {args.repeats} repeats "
-        "(`benchmarks/cnn_batching.py`; the docstring describes each variant). "
+        "(`benchmarks/perf/cnn_batching.py`; the docstring describes each variant). "
         "\"loop / variant\" > 1: the variant is faster than the per-client loop.", "",
         *rows, "",
         "Share of the loop's own CPU time by operation (torch profiler, one run):", "",
@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> str:
         "batching is expected to pay; that is measured by `devices.py` when a GPU is at "
         "hand.", "",
         "## Machine", "", *machine_lines(load_start), "",
-        f"Command: `python benchmarks/cnn_batching.py {' '.join(argv or sys.argv[1:])}`", ""])
+        f"Command: `python benchmarks/perf/cnn_batching.py {' '.join(argv or sys.argv[1:])}`", ""])
     print(text)
     save_report(text, args.out)
     return text

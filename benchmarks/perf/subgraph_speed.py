@@ -33,13 +33,13 @@ the setting applied at the process's start), the two settings alternating.
 (d) **memory**: 100 CiteSeer clients (overlapping), the dataset's protocol (FED-PUB's
     GCN and local training), FedAvg and pFedGraph for a few rounds (evaluation every
     round), each in its own process: the process's peak resident set size (``VmHWM``,
-    as ``benchmarks/devices.py`` reads it), goal < 4 GB.
+    as ``benchmarks/perf/devices.py`` reads it), goal < 4 GB.
 
 Usage::
 
-    OMP_NUM_THREADS=1 python benchmarks/subgraph_speed.py           # results/subgraph_speed.md
-    OMP_NUM_THREADS=1 python benchmarks/subgraph_speed.py --quick   # small, prints only
-    python benchmarks/subgraph_speed.py --report-only   # the markdown again from the .json
+    OMP_NUM_THREADS=1 python benchmarks/perf/subgraph_speed.py           # results/subgraph_speed.md
+    OMP_NUM_THREADS=1 python benchmarks/perf/subgraph_speed.py --quick   # small, prints only
+    python benchmarks/perf/subgraph_speed.py --report-only   # the markdown again from the .json
 """
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ from pyg_fedgraph.experiment.reporting import machine_lines, save_report
 from pyg_fedgraph.train.config import LocalConfig
 from pyg_fedgraph.train.execution import EXECUTION_TABLE, choose_execution
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]
 RESULTS = HERE / "results" / "subgraph_speed.md"
 PLANETOID = HERE.parent.parent / "shared" / "data" / "planetoid"
 FMNIST = Path("/usr/share/datasets/fashion-mnist")
@@ -187,7 +187,7 @@ class PerClientLoop:
 # ------------------------------------------------------------ children
 def _rss_peak() -> int:
     r"""This process's peak resident set size (``VmHWM``, bytes), as
-    ``benchmarks/devices.py`` reads it (not ``ru_maxrss``, which Linux carries
+    ``benchmarks/perf/devices.py`` reads it (not ``ru_maxrss``, which Linux carries
     over from the parent at ``exec``)."""
     with open("/proc/self/status") as f:
         for line in f:
@@ -709,7 +709,7 @@ def main(argv: list[str] | None = None) -> str:
     memory = (memory_rows(["fedavg", "pfedgraph"], 2 if q else 3, args.root, q)
               if "memory" in sections else [])
     children = os.times()
-    record = {"cmd": " ".join(["python benchmarks/subgraph_speed.py", *argv]),
+    record = {"cmd": " ".join(["python benchmarks/perf/subgraph_speed.py", *argv]),
               "repeats": repeats, "alternations": alternations,
               "speed": speed, "models": models, "rounds": rounds, "memory": memory,
               "table": [f"{f}/{d}: {e}" for (f, d), e in EXECUTION_TABLE.items()],

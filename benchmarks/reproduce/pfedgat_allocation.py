@@ -23,8 +23,9 @@ IID the mean :math:`|A_{ij} - 1/N|` (acceptance: below 0.02).
 
 Usage::
 
-    OMP_NUM_THREADS=1 python benchmarks/pfedgat_allocation.py           # 5 seeds, writes results
-    OMP_NUM_THREADS=1 python benchmarks/pfedgat_allocation.py --quick   # 2 seeds, 10 rounds
+    OMP_NUM_THREADS=1 python benchmarks/reproduce/pfedgat_allocation.py  # 5 seeds, writes results
+    # 2 seeds, 10 rounds
+    OMP_NUM_THREADS=1 python benchmarks/reproduce/pfedgat_allocation.py --quick
 """
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ import torch
 from pyg_fedgraph.experiment import ExperimentConfig, build_simulator
 from pyg_fedgraph.experiment.reporting import machine_lines, save_report
 
-RESULTS = Path(__file__).resolve().parent / "results" / "pfedgat_allocation.md"
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "pfedgat_allocation.md"
 
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "local": ("local", {}),
@@ -109,7 +110,8 @@ def main() -> None:
     load_start = os.getloadavg()[0]
     start = time.perf_counter()
     lines = ["# pFedGAT allocation on digits (10 clients)", "",
-             f"`benchmarks/pfedgat_allocation.py`: {seeds} seeds, {rounds} rounds, the CLI's "
+             "`benchmarks/reproduce/pfedgat_allocation.py`: "
+             f"{seeds} seeds, {rounds} rounds, the CLI's "
              "digits defaults otherwise. Test accuracy is the mean client accuracy at the "
              "best-validation round; \"≥ Local\" counts the seeds where the variant's "
              "accuracy is at least Local's on the same seed. Allocation columns come from "

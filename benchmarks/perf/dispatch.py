@@ -33,9 +33,9 @@ the largest parameter difference to the eager run after ``1 + k`` steps.
 
 Usage::
 
-    OMP_NUM_THREADS=1 python benchmarks/dispatch.py          # writes benchmarks/results/dispatch.md
-    OMP_NUM_THREADS=1 python benchmarks/dispatch.py --quick  # fewer steps, prints only
-    python benchmarks/dispatch.py --device cuda --out benchmarks/results/dispatch_h100.md
+    OMP_NUM_THREADS=1 python benchmarks/perf/dispatch.py  # writes benchmarks/results/dispatch.md
+    OMP_NUM_THREADS=1 python benchmarks/perf/dispatch.py --quick  # fewer steps, prints only
+    python benchmarks/perf/dispatch.py --device cuda --out benchmarks/results/dispatch_h100.md
 """
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ from pyg_fedgraph.models import GRUForecaster
 from pyg_fedgraph.train.config import LocalConfig
 from pyg_fedgraph.train.trainer import ClientTrainer
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]
 RESULTS = HERE / "results" / "dispatch.md"
 #: METR-LA's clients: one per road sensor.
 CLIENTS = 207
@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> str:
             "calls: eager / mode", "compute ops/step", "compute: eager / mode", "launches/step",
             "first 2 steps s", "graphs", "graph breaks", "max diff"]
     lines = ["# Dispatch cost of a METR-LA local step: eager and torch.compile", "",
-             "`" + " ".join(["python benchmarks/dispatch.py", *argv]) + "`. Modes timed "
+             "`" + " ".join(["python benchmarks/perf/dispatch.py", *argv]) + "`. Modes timed "
              "alternately.", "",
              f"{CLIENTS} GRU forecasters (`GRUForecaster(2, hidden)`, 12 input steps, 12 "
              "outputs) on synthetic windows of METR-LA's shape, trained together in one "

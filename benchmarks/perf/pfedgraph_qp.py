@@ -18,8 +18,8 @@ extrapolated linearly from the rows solved, and the table says so.
 
 Usage::
 
-    python benchmarks/pfedgraph_qp.py            # N = 207 (METR-LA sensors), writes results
-    python benchmarks/pfedgraph_qp.py --quick    # N = 30, a few repeats, prints only
+    python benchmarks/perf/pfedgraph_qp.py            # N = 207 (METR-LA sensors), writes results
+    python benchmarks/perf/pfedgraph_qp.py --quick    # N = 30, a few repeats, prints only
 """
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ from pyg_fedgraph.nn.collaboration_qp import (
     update_similarity,
 )
 
-RESULTS = Path(__file__).resolve().parent / "results" / "pfedgraph_qp.md"
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "pfedgraph_qp.md"
 
 
 def make_instance(n: int, dim: int, groups: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> str:
               "The authors' loop is reproduced with `CollaborationQP(per_row=True)`: one cvxpy "
               "problem per client, objective written as in eq. (4) (`sum_squares(x) + q @ x`) "
               "rather than their `quad_form(x, lam * I)`, same minimizer.",
-              "Command: `" + " ".join(["python benchmarks/pfedgraph_qp.py", *argv]) + "`"]
+              "Command: `" + " ".join(["python benchmarks/perf/pfedgraph_qp.py", *argv]) + "`"]
     text = "\n".join(header + table + footer) + "\n"
     print(text)
     save_report(text, out_path)

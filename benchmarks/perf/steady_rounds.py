@@ -1,7 +1,7 @@
 """Steady-state seconds per round on FL-60: 2 warm-up rounds, then the best of 3 blocks of 10
 rounds, one ``Simulator.step()`` loop per strategy (used by ``perf_alternate.sh --steady``).
 
-Usage: ``python benchmarks/steady_rounds.py fedavg,local,...`` prints ``name seconds`` lines.
+Usage: ``python benchmarks/perf/steady_rounds.py fedavg,local,...`` prints ``name seconds`` lines.
 """
 from __future__ import annotations
 

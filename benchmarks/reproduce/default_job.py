@@ -6,7 +6,7 @@ runs it, import and start-up included), and reports each seed's test metric
 is above Local and FedAvg on that seed, and the wall-clock seconds of each
 command.
 
-    python benchmarks/default_job.py --out benchmarks/results/default_job.md
+    python benchmarks/reproduce/default_job.py --out benchmarks/results/default_job.md
 """
 from __future__ import annotations
 

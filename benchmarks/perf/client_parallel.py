@@ -17,8 +17,8 @@ largest parameter difference, for:
 
 Usage::
 
-    python benchmarks/client_parallel.py           # full run, writes results/client_parallel.md
-    python benchmarks/client_parallel.py --quick   # small, 1 repeat, prints only
+    python benchmarks/perf/client_parallel.py  # full run, writes results/client_parallel.md
+    python benchmarks/perf/client_parallel.py --quick   # small, 1 repeat, prints only
 """
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ from pyg_fedgraph.models import MLP, GRUForecaster
 from pyg_fedgraph.train.config import LocalConfig
 from pyg_fedgraph.train.trainer import ClientTrainer
 
-RESULTS = Path(__file__).resolve().parent / "results" / "client_parallel.md"
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "client_parallel.md"
 
 
 @dataclass
@@ -219,7 +219,8 @@ def main(argv: list[str] | None = None) -> str:
                       f"average {load_before:.1f} at the start, {load_after:.1f} at the end, "
                       f"on {cpus} CPUs): absolute seconds are inflated and noisy; the two "
                       "paths alternate, so the ratio is the more reliable number.")
-    footer.append("Command: `" + " ".join(["python benchmarks/client_parallel.py", *argv]) + "`")
+    footer.append("Command: `" + " ".join(["python benchmarks/perf/client_parallel.py", *argv])
+                  + "`")
     text = "\n".join(header + table + details + footer) + "\n"
     print()
     print(text)

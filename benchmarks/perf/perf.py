@@ -5,13 +5,13 @@ Rows (see issue 10):
 1. pFedGraph graph inference at N = 50, 207, 1000: the batched simplex
    projection (:class:`~pyg_fedgraph.nn.collaboration_qp.CollaborationQP`) vs the
    authors' per-client cvxpy loop (capped; extrapolated), max |difference|.
-   Reuses ``benchmarks/pfedgraph_qp.py``.
+   Reuses ``benchmarks/perf/pfedgraph_qp.py``.
 2. FedAGHN server step (hypernetwork forward + gradient of p, q) at N = 20, 100
    on the 4-layer :class:`~pyg_fedgraph.models.cnn.CNNBN` (28x28 inputs):
    batched :class:`~pyg_fedgraph.nn.aghn_conv.AGHNConv` vs a per-client loop
    (written here, one client's hypernetwork at a time as in the authors' code).
 3. Client-parallel local training vs the per-client loop: FL-60 MLP clients and
-   GRU forecasters (reuses ``benchmarks/client_parallel.py``), with the achieved
+   GRU forecasters (reuses ``benchmarks/perf/client_parallel.py``), with the achieved
    FLOP/s of the parallel path vs a measured matmul FLOP/s.
 4. :class:`~pyg_fedgraph.nn.aggregation.GraphAggregation` at N = 207, D = 60k and
    N = 1000, D = 100k: time and peak memory (subprocess, ``ru_maxrss``) against the
@@ -22,8 +22,8 @@ Rows (see issue 10):
 
 Usage::
 
-    OMP_NUM_THREADS=1 python benchmarks/perf.py --quick   # < 5 min on 2 cores
-    OMP_NUM_THREADS=1 python benchmarks/perf.py           # full, writes results/perf.md
+    OMP_NUM_THREADS=1 python benchmarks/perf/perf.py --quick   # < 5 min on 2 cores
+    OMP_NUM_THREADS=1 python benchmarks/perf/perf.py           # full, writes results/perf.md
 """
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ from pyg_fedgraph.models.cnn import CNNBN  # noqa: E402 - imported after sys.pat
 from pyg_fedgraph.nn.aghn_conv import AGHNConv  # noqa: E402 - imported after sys.path gets benchmarks/
 from pyg_fedgraph.nn.collaboration_qp import CollaborationQP  # noqa: E402 - imported after sys.path gets benchmarks/
 
-RESULTS = HERE / "results"
+RESULTS = HERE.parent / "results"
 METR_LA_GRAPH = Path("/work/shared/data/metr-la")
 
 
@@ -434,7 +434,7 @@ def main(argv: list[str] | None = None) -> str:
         sizes = [50, 207] if q else [50, 207, 1000]
         rows = qp_rows(sizes, cap, 5 if q else 50)
         lines += ["## 1. pFedGraph graph inference: batched projection vs per-client cvxpy",
-                  "", "Instance from `benchmarks/pfedgraph_qp.py` (`make_instance`, D = 2000, "
+                  "", "Instance from `benchmarks/perf/pfedgraph_qp.py` (`make_instance`, D = 2000, "
                   "5 clusters); reference = one cvxpy problem per client (CLARABEL, tight "
                   "tolerances), the authors' approach. Seconds per full graph.", ""]
         lines += table(rows, ["N", "fast s", "ref s", "speed-up", "max diff", "note"]) + [""]
@@ -449,7 +449,7 @@ def main(argv: list[str] | None = None) -> str:
     if "parallel" in sections:
         rows = parallel_rows(q, 1 if q else 3, peak_flops)
         lines += ["## 3. Client-parallel local training vs per-client loop", "",
-                  "Cases and timing from `benchmarks/client_parallel.py` ("
+                  "Cases and timing from `benchmarks/perf/client_parallel.py` ("
                   + ("quick: 20 GRU clients x 64 windows, 2 steps" if q
                      else "207 GRU clients x 256 windows, 5 steps") + "). "
                   "GFLOP/s of the parallel path = 6 x D x samples (x 12 steps for the GRU) / "
@@ -499,7 +499,7 @@ def main(argv: list[str] | None = None) -> str:
 
     lines += ["## Machine", "", *machine_lines(load_start), "",
               f"Total wall time {time.perf_counter() - t_start:.0f} s. Command: `"
-              + " ".join(["python benchmarks/perf.py", *argv]) + "`"]
+              + " ".join(["python benchmarks/perf/perf.py", *argv]) + "`"]
     text = "\n".join(lines) + "\n"
     print(text)
     save_report(text, args.out or RESULTS / ("perf_quick.md" if q else "perf.md"))

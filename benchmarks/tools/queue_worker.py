@@ -9,7 +9,7 @@ Claiming is serialized with a lock file, so several workers share one queue. The
 ``claimed.txt`` and start the workers again (finished runs are read from their records at
 once).
 
-Usage: ``python benchmarks/queue_worker.py NAME [--queue runs/queue] [--after PID]
+Usage: ``python benchmarks/tools/queue_worker.py NAME [--queue runs/queue] [--after PID]
 [--background]`` (``--after``: wait for that process to end first; ``--background``: yield
 the CPU to interactive work, see :func:`lower_priority`).
 """
@@ -22,7 +22,7 @@ import subprocess
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def claim(queue: Path) -> str | None:

@@ -31,9 +31,14 @@ server rule one change at a time.
 
 Usage::
 
-    OMP_NUM_THREADS=1 python benchmarks/fl60_protocol.py   # writes results/fl60_protocol.md
-    OMP_NUM_THREADS=1 python benchmarks/fl60_protocol.py --hn-grid  # and pFedHN's 5 x 5 grid
-    OMP_NUM_THREADS=1 python benchmarks/fl60_protocol.py --hn-grid --sfl-code --spread --seeds \
+    # writes results/fl60_protocol.md
+    OMP_NUM_THREADS=1 python \
+        benchmarks/reproduce/fl60_protocol.py
+    # and pFedHN's 5 x 5 grid
+    OMP_NUM_THREADS=1 python \
+        benchmarks/reproduce/fl60_protocol.py --hn-grid
+    OMP_NUM_THREADS=1 python \
+        benchmarks/reproduce/fl60_protocol.py --hn-grid --sfl-code --spread --seeds \
         --one-rate --grda-file runs/grda/toy_d60_spiral.pkl  # all
 """
 from __future__ import annotations
@@ -82,7 +87,7 @@ from pyg_fedgraph.experiment.reporting import (
 )
 from pyg_fedgraph.models import build_model
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "results"
 #: The records of finished runs (tracked) and checkpoints of runs in progress
 #: (untracked): the same folders as ``claims.py``'s.
 RUNS = RecordCache(RESULTS / "claims_runs", RESULTS.parent.parent / "runs" / "claims_cache")
@@ -1592,7 +1597,7 @@ def main(argv: list[str] | None = None) -> str:
         *one_rate_verdict(one_rate[1], one_rate_rest[1], server, seeds[1] if seeds else None),
         "## Machine", "", *machine_lines(load_start), "",
         f"Total wall time {time.perf_counter() - t0:.0f} s (cached runs are reused). "
-        "Command: `" + " ".join(["python benchmarks/fl60_protocol.py",
+        "Command: `" + " ".join(["python benchmarks/reproduce/fl60_protocol.py",
                                    *(sys.argv[1:] if argv is None else argv)]) + "`"]
     text = "\n".join(lines) + "\n"
     print(text)

@@ -27,7 +27,7 @@ gather of neighbour features (what :func:`torch.vmap` makes of PyG's
 scatter-add of messages, and the matrix products. Every way's trained
 parameters are compared with the per-client loop's. Asserts nothing.
 
-Usage: ``OMP_NUM_THREADS=1 python benchmarks/graph_classification_batching.py
+Usage: ``OMP_NUM_THREADS=1 python benchmarks/perf/graph_classification_batching.py
 [--root ../shared/data/tu] [--repeats 5] [--model gin] [--device cpu]
 [--out benchmarks/results/graph_classification_batching.md]``
 """
@@ -43,7 +43,7 @@ from pathlib import Path
 
 import torch
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]
 from pyg_fedgraph.data import collate_graph_sets  # noqa: E402
 from pyg_fedgraph.datasets import tu  # noqa: E402
 from pyg_fedgraph.experiment.reporting import machine_lines, save_report  # noqa: E402
@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> str:
         f"One round of local training of {n} {args.model.upper()} clients ({NAMES}, "
         f"{args.clients_per_dataset} clients each; GCFL's protocol: Adam, batches of 128 "
         "graphs, one epoch; dropout off), three ways, alternated, "
-        f"{args.repeats} repeats (`benchmarks/graph_classification_batching.py`; the "
+        f"{args.repeats} repeats (`benchmarks/perf/graph_classification_batching.py`; the "
         "docstring describes each way); and one evaluation of every client's test graphs. "
         "\"per-client / way\" > 1: the way is faster than the per-client loop.", "",
         *rows, "",
@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> str:
            "measured with `--device cuda`." if device.type == "cpu" else
            "See the table above for where the time goes."), "",
         "## Machine", "", *machine_lines(load_start), "",
-        f"Command: `python benchmarks/graph_classification_batching.py "
+        f"Command: `python benchmarks/perf/graph_classification_batching.py "
         f"{' '.join(argv if argv is not None else sys.argv[1:])}`", ""])
     print(text)
     save_report(text, args.out)

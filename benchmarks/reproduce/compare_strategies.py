@@ -1,9 +1,9 @@
 """Every registered strategy on one setting: test metric (mean and std over seeds) and
 seconds per round, as a markdown table.
 
-    python benchmarks/compare_strategies.py                      # digits, pathological, 3 seeds
-    python benchmarks/compare_strategies.py --dataset fl60 --rounds 30
-    python benchmarks/compare_strategies.py --quick              # few rounds, under 5 minutes
+    python benchmarks/reproduce/compare_strategies.py  # digits, pathological, 3 seeds
+    python benchmarks/reproduce/compare_strategies.py --dataset fl60 --rounds 30
+    python benchmarks/reproduce/compare_strategies.py --quick  # few rounds, under 5 minutes
 
 The table is printed and written to benchmarks/results/compare_<dataset>_<partition>.md with the
 machine description, the date and the command.
@@ -45,7 +45,7 @@ def main() -> None:
                    metavar="KEY=VALUE",
                    help="a setting as on the command line (data.fractions=[0.5,0.2,0.3], lr=0.1)")
     p.add_argument("--tag", default=None, help="results file name: compare_<tag>.md")
-    p.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    p.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "results")
     args = p.parse_args()
     rounds, seeds = (5, 1) if args.quick else (args.rounds, args.seeds)
     overrides: dict = {"epochs": 1} if args.quick else {}
@@ -91,7 +91,8 @@ def main() -> None:
               f"std = sample standard deviation over seeds.\n"
               f"Machine: {platform.platform()}, {torch.get_num_threads()} torch threads, "
               f"torch {torch.__version__}; date {date.today()}.\n"
-              f"Command: `python benchmarks/compare_strategies.py {' '.join(sys.argv[1:])}`\n\n")
+              "Command: `python benchmarks/reproduce/compare_strategies.py "
+              f"{' '.join(sys.argv[1:])}`\n\n")
     print(header + table)
     args.out.mkdir(parents=True, exist_ok=True)
     tag = f"compare_{args.tag}" if args.tag else (

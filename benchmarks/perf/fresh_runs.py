@@ -5,9 +5,9 @@ Builds 13 simulators (not counted apart: the same in every process), runs one un
 the difference of two processes with different K, divided by the difference of K, is one run::
 
     OMP_NUM_THREADS=1 PYTHONHASHSEED=0 valgrind --tool=cachegrind --cache-sim=no \
-        python benchmarks/fresh_runs.py fedavg 2     # and again with 12
+        python benchmarks/perf/fresh_runs.py fedavg 2     # and again with 12
 
-Usage: ``python benchmarks/fresh_runs.py STRATEGY K`` (K at most 12). Prints nothing.
+Usage: ``python benchmarks/perf/fresh_runs.py STRATEGY K`` (K at most 12). Prints nothing.
 """
 from __future__ import annotations
 

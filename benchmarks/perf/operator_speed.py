@@ -8,7 +8,7 @@ Two ways to compare two source trees (it runs unchanged in trees before issue 38
 ``AGHNConv`` took ``(x, delta, layer_ptr, edge_index)``; rows a tree cannot run are left out):
 
 - ``perf_alternate.sh OTHER OUT N --operators`` runs it in each tree in turn, in separate
-  processes (``python benchmarks/perf_compare.py --steady OUT`` prints the table);
+  processes (``python benchmarks/perf/perf_compare.py --steady OUT`` prints the table);
 - ``--against OTHER`` imports the other tree's package too, under another name (a copy in a
   temporary folder with its imports renamed), and alternates the two trees' calls of every row
   in one process, ``--rounds`` times: on a shared machine whose load moves one row's time by
@@ -16,8 +16,8 @@ Two ways to compare two source trees (it runs unchanged in trees before issue 38
 
 Usage::
 
-    python benchmarks/operator_speed.py                       # name seconds lines
-    python benchmarks/operator_speed.py --against ../before   # markdown table, before vs now
+    python benchmarks/perf/operator_speed.py                       # name seconds lines
+    python benchmarks/perf/operator_speed.py --against ../before   # markdown table, before vs now
 """
 from __future__ import annotations
 
