@@ -247,7 +247,8 @@ def test_the_hours_come_from_the_measured_costs_by_hand(claims, tmp_path):
 
 
 def test_the_queue_holds_one_line_per_dataset_and_strategy_of_the_plan(claims):
-    lines = [line.split() for line in (BENCH / "tools" / "reproduction_jobs.txt").read_text().splitlines()
+    jobs = BENCH / "tools" / "reproduction_jobs.txt"
+    lines = [line.split() for line in jobs.read_text().splitlines()
              if "--only traffic" in line and not line.startswith("#")]
     planned = [(line[line.index("--datasets") + 1], line[line.index("--strategies") + 1])
                for line in lines if "--traffic-reduced" not in line]

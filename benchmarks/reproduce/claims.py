@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.util
 import json
 import logging
 import math
@@ -52,7 +51,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from pfedgat_allocation import allocation_stats, label_histogram
 
 from pyg_fedgraph.experiment import ExperimentConfig, RecordCache, build_simulator
 from pyg_fedgraph.experiment.files import load_config
@@ -66,6 +64,8 @@ from pyg_fedgraph.experiment.reporting import (
     save_report,
 )
 from pyg_fedgraph.strategies import STRATEGIES
+from pyg_fedgraph.train.rules import class_counts
+from pyg_fedgraph.utils import allocation_stats, relation_weights
 
 HERE = Path(__file__).resolve().parents[1]
 ROOT = HERE.parent
@@ -73,14 +73,6 @@ RESULTS = HERE / "results"
 #: The records of finished runs (tracked) and the checkpoints of runs in progress
 #: (untracked, ``runs/claims_cache``), shared by every section.
 RUNS = RecordCache(RESULTS / "claims_runs", ROOT / "runs" / "claims_cache")
-
-
-def _load_example(name: str):
-    r"""Imports ``examples/<name>.py`` as a module (examples are not a package)."""
-    spec = importlib.util.spec_from_file_location(name, ROOT / "examples" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def run(cfg: ExperimentConfig, callbacks: list | None = None) -> tuple[Any, dict]:
@@ -603,18 +595,17 @@ def fedaghn_config(rounds: int, clients: int, rule: str) -> ExperimentConfig:
 
 def fedaghn_weights(cfg: ExperimentConfig) -> tuple[Any, dict[str, Any]]:
     r"""Trains section D's run of ``cfg`` and measures, after every round, the
-    mean Self / Similar / Other weight (the example's ``relation_weights``) of
+    mean Self / Similar / Other weight (:func:`~pyg_fedgraph.utils.relation_weights`) of
     the layers' mean weights and of each layer's, and at the end the self
     weights q."""
-    case = _load_example("fedaghn_group_case_study")
     sim = build_simulator(cfg)
     group = sim.dataset.client_labels
     weights, per_layer = [], []
     for _ in range(cfg.rounds):
         sim.step()
         alpha = sim.strategy.layer_graphs()
-        weights.append(list(case.relation_weights(alpha.mean(0), group)))
-        per_layer.append([list(case.relation_weights(a, group)) for a in alpha])
+        weights.append(list(relation_weights(alpha.mean(0), group)))
+        per_layer.append([list(relation_weights(a, group)) for a in alpha])
     q = sim.strategy.conv.self_weight.detach()
     return sim, {"relation_weights": weights, "layer_relation_weights": per_layer,
                  "self_weight": {"mean": float(q.mean()), "at_zero": int((q == 0).sum()),
@@ -673,11 +664,11 @@ def pfedgat_config(partition: str, rounds: int, quick: bool) -> ExperimentConfig
 
 def allocation_study(cfg: ExperimentConfig) -> tuple[Any, dict[str, Any]]:
     r"""Trains section E's run of ``cfg`` and measures its final allocation
-    matrix (:func:`pfedgat_allocation.allocation_stats`, with its least and
+    matrix (:func:`~pyg_fedgraph.utils.allocation_stats`, with its least and
     largest weight and largest deviation from 1/N)."""
     sim, _ = run(cfg)
     w = sim.strategy.collaboration_graph().float()
-    stats = allocation_stats(w, label_histogram(sim.dataset))
+    stats = allocation_stats(w, class_counts(sim.dataset, torch.arange(sim.dataset.num_clients)))
     return sim, {"allocation": {**stats, "min": float(w.min()), "max": float(w.max()),
                                 "max_dev": float((w - 1.0 / w.size(0)).abs().max())},
                  "graph": w.tolist()}
@@ -736,7 +727,6 @@ def fedcedar_config(k: int, rounds: int, per_group: int, epochs: int) -> Experim
 def fedcedar_rand_index(cfg: ExperimentConfig) -> tuple[Any, dict[str, Any]]:
     r"""Trains section F's run of ``cfg`` and scores its clustering with the
     Rand index every evaluated round."""
-    _load_example("fedcedar_case_study")  # registers the "topology" dataset, like the example
     from pyg_fedgraph.datasets.topology import rand_index_callback
 
     scores: list = []
