@@ -220,7 +220,7 @@ def test_a_measured_pair_against_the_goal_fails_it_before_all_eight_are_run(clai
 
 def test_the_hours_come_from_the_measured_costs_by_hand(claims, tmp_path):
     assert claims.traffic_hours_lines(tmp_path / "absent.json")[2].startswith(
-        "pending: `python benchmarks/reproduce/traffic_rounds.py`")
+        "pending: `python benchmarks/reproduce/claims.py --measure-traffic-cost`")
     path = tmp_path / "traffic_rounds.json"
     path.write_text(json.dumps({"cost": {"metr-la": {"fedavg": [4.0, 15.0, 2],
                                                      "pfedme": [20.0, 15.0, 1]}},

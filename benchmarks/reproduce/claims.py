@@ -40,13 +40,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime as dt
 import json
 import logging
 import math
 import os
+import platform
 import statistics
 import sys
 import time
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +73,18 @@ from pyg_fedgraph.utils import allocation_stats, relation_weights
 HERE = Path(__file__).resolve().parents[1]
 ROOT = HERE.parent
 RESULTS = HERE / "results"
+#: The papers' numbers beside ours (each table with its source).
+PAPERS: dict[str, Any] = tomllib.loads((HERE / "papers.toml").read_text())
+
+
+def paper_rows(*path: str) -> dict[str, tuple[float, ...]]:
+    r"""The rows of the table of :data:`PAPERS` at ``path`` (e.g.
+    ``("pfedgraph", "table3")``: its ``rows``; or a dataset's rows, e.g.
+    ``("panacea_traffic", "table2", "metr-la")``), as tuples by strategy."""
+    table: Any = PAPERS
+    for key in path:
+        table = table[key]
+    return {name: tuple(v) for name, v in table.get("rows", table).items()}
 #: The records of finished runs (tracked) and the checkpoints of runs in progress
 #: (untracked, ``runs/claims_cache``), shared by every section.
 RUNS = RecordCache(RESULTS / "claims_runs", ROOT / "runs" / "claims_cache")
@@ -425,13 +440,7 @@ def panacea_tuned_lines(run_missing: bool, strategies: list[str] | None) -> list
 
 
 # -------------------------------------------------------------- B. pFedGraph T1
-PFEDGRAPH_T1_AVG = {  # AVG columns: Fashion-MNIST, CIFAR-10
-    "local": (95.02, 80.39), "fedavg": (90.83, 66.26), "fedavg-ft": (95.23, 81.85),
-    "fedprox": (88.26, 61.06), "fedprox-ft": (95.12, 81.62), "cfl": (95.42, 81.74),
-    # pFedGraph's "FedAMP" row ran the heuristic form (its self weight is a setting).
-    "per-fedavg": (95.23, 81.80), "pfedme": (91.85, 71.65), "heurfedamp": (91.19, 72.08),
-    "ditto": (95.17, 81.93), "fedrep": (95.15, 81.85), "pfedhn": (93.45, 81.44),
-    "fedrod": (95.10, 81.81), "knn-per": (93.75, 73.77), "pfedgraph": (95.64, 83.98)}
+PFEDGRAPH_T1_AVG = paper_rows("pfedgraph", "table1_avg")  # FMNIST, CIFAR-10
 T1_SETTINGS = [("extreme: pathological, 5 clients", {"partition": "pathological", "clients": 5}),
                ("severe: pathological, 10 clients", {"partition": "pathological",
                                                      "clients": 10}),
@@ -501,18 +510,7 @@ def pfedgraph_t1_section(rounds: int, quick: bool, strategies: list[str] | None,
 
 
 # -------------------------------------------------------------- C. pFedGraph T3
-PFEDGRAPH_T3 = {  # SHUFFLE, SAME, FLIP, GAUSS, AVG on CIFAR-10, r = 0.4
-    "local": (54.98, 54.86, 54.88, 54.90, 54.91), "fedavg": (42.55, 12.77, 9.92, 11.08, 19.08),
-    "fedavg-ft": (47.30, 29.47, 29.61, 29.58, 33.99), "cfl": (62.13, 29.47, 60.90, 29.69, 45.55),
-    "per-fedavg": (11.81, 10.62, 11.39, 10.83, 11.16),
-    "pfedme": (11.41, 11.00, 11.41, 19.21, 13.26),
-    "heurfedamp": (42.98, 43.11, 43.07, 42.85, 43.00),
-    "ditto": (44.53, 10.07, 12.39, 10.71, 19.43),
-    "fedrep": (47.79, 29.96, 29.34, 28.76, 33.96),
-    "pfedhn": (27.59, 19.22, 28.00, 28.62, 25.86),
-    "fedrod": (50.53, 26.87, 29.24, 27.36, 33.50),
-    "knn-per": (47.20, 11.73, 28.98, 12.33, 25.06),
-    "pfedgraph": (65.45, 66.36, 66.25, 65.46, 65.88)}
+PFEDGRAPH_T3 = paper_rows("pfedgraph", "table3")  # CIFAR-10, r = 0.4; AVG last
 T3_ATTACKS = ("shuffle", "same-value", "sign-flip", "gaussian")
 
 
@@ -620,7 +618,9 @@ def fedaghn_section(rounds: int, clients: int, run_missing: bool = True,
         return title + ["pending: strategy fedaghn not registered", ""]
     rows = ["| hn_rule | round | Self | Similar | Other | Similar / Other |",
             "|---|---|---:|---:|---:|---:|",
-            "| paper (CIFAR-10, 20 clients) | best | 0.0126 | 0.0733 | 0.0480 | 1.53 |"]
+            "| paper (CIFAR-10, 20 clients) | best | "
+            + " | ".join(f"{v:.4f}" for v in PAPERS["fedaghn"]["table9"]["row"][:3])
+            + f" | {PAPERS['fedaghn']['table9']['row'][3]:.2f} |"]
     accuracy = []
     entries = []
     for rule in ("pfedhn", "code"):
@@ -801,19 +801,9 @@ SECTION_NOTES: dict[str, str] = {
 
 # ------------------------------------------- G-I. Fashion-MNIST reproduction
 #: pFedGraph Table 1, Fashion-MNIST columns: extreme, severe, modest, homogeneous.
-PFEDGRAPH_T1_FMNIST = {
-    "local": (99.46, 99.32, 96.44, 84.88), "fedavg": (96.15, 95.37, 84.51, 87.27),
-    "fedavg-ft": (99.25, 99.09, 96.33, 86.23), "fedprox": (89.37, 93.65, 82.79, 87.21),
-    "fedprox-ft": (99.18, 99.08, 96.27, 85.96), "cfl": (99.32, 99.35, 96.64, 86.38),
-    # pFedGraph's "FedAMP" is the heuristic form (its App. C.1.4): our heurfedamp.
-    "heurfedamp": (98.51, 98.71, 93.13, 74.42), "ditto": (98.97, 98.89, 95.97, 86.85),
-    "pfedhn": (98.95, 98.88, 95.87, 80.11), "pfedgraph": (99.46, 99.39, 96.46, 87.25)}
+PFEDGRAPH_T1_FMNIST = paper_rows("pfedgraph", "table1_fmnist")
 #: pFedGAT Table 1, Fashion-MNIST columns: IID, pathological, Dirichlet(0.5).
-PFEDGAT_T1_FMNIST = {
-    "local": (84.77, 99.28, 90.38), "fedavg": (89.61, 96.33, 88.44),
-    "fedprox": (89.61, 94.11, 88.20), "sfl": (88.91, 98.81, 91.15),
-    "cfl": (87.95, 99.35, 91.41), "fedamp": (81.59, 99.02, 86.93),
-    "pfedhn": (85.30, 99.05, 90.38), "pfedgat": (89.76, 99.31, 91.90)}
+PFEDGAT_T1_FMNIST = paper_rows("pfedgat", "table1_fmnist")
 #: pFedGraph Table 3 (CIFAR-10, homogeneous, r = 0.4): shuffle, same, flip, gauss.
 PFEDGRAPH_T3_CIFAR = {k: v[:4] for k, v in PFEDGRAPH_T3.items()}
 
@@ -854,7 +844,8 @@ FMNIST_LEVELS = {
     for level, v in _LEVELS.items()}
 T1_LEVELS = ("extreme", "severe", "modest", "homogeneous")
 DEFAULT_T1_STRATEGIES = ["local", "fedavg", "fedavg-ft", "fedprox", "fedprox-ft", "cfl",
-                         "heurfedamp", "ditto", "pfedhn", "sfl", "pfedgat", "fedaghn", "pfedgraph"]
+                         "heurfedamp", "ditto", "pfedhn", "sfl", "pfedgat", "fedaghn", "fedcedar",
+                         "pfedgraph"]
 
 
 def fmnist_config(level: str, strategy: str, protocol: str, *, attack: str | None = None,
@@ -1447,20 +1438,8 @@ def traffic_config(dataset: str, strategy: str, lr: float, *, rounds: int | None
 
 #: Panacea's Tables II and III, METR-LA and PEMS-BAY columns: MSE x 1e-3, mean ± spread
 #: across clients over five runs (Lin, Lan, He and Li, Sec. IV-B).
-PANACEA_TRAFFIC_T2 = {
-    "metr-la": {"fedavg": (112.4, 43.2), "fedavg-ft": (20.0, 7.8), "per-fedavg": (289.5, 89.9),
-                "pfedme": (315.8, 81.3), "ditto": (71.5, 23.0), "sfl": (73.2, 23.0),
-                "pfedhn": (67.3, 21.4), "panacea": (1.0, 0.2)},
-    "pems-bay": {"fedavg": (33.5, 38.5), "fedavg-ft": (13.2, 12.9), "per-fedavg": (63.7, 70.4),
-                 "pfedme": (75.7, 126.1), "ditto": (42.8, 30.8), "sfl": (36.4, 27.3),
-                 "pfedhn": (33.2, 24.8), "panacea": (0.4, 0.4)}}
-PANACEA_TRAFFIC_T3 = {
-    "metr-la": {"fedavg": (109.7, 38.3), "fedavg-ft": (19.7, 9.7), "per-fedavg": (274.8, 80.1),
-                "pfedme": (305.3, 83.2), "ditto": (68.0, 24.3), "sfl": (70.8, 24.9),
-                "pfedhn": (64.5, 23.0), "panacea": (1.0, 0.3)},
-    "pems-bay": {"fedavg": (30.7, 31.7), "fedavg-ft": (12.3, 6.6), "per-fedavg": (59.4, 64.2),
-                 "pfedme": (98.5, 97.5), "ditto": (38.1, 22.8), "sfl": (33.7, 19.3),
-                 "pfedhn": (31.1, 17.5), "panacea": (0.4, 0.5)}}
+PANACEA_TRAFFIC_T2 = {d: paper_rows("panacea_traffic", "table2", d) for d in TRAFFIC_DATA}
+PANACEA_TRAFFIC_T3 = {d: paper_rows("panacea_traffic", "table3", d) for d in TRAFFIC_DATA}
 #: The z-score sigma (mph) of each fragment's training readings: zeros left out (the
 #: library's normalization, used here) and zeros included (DCRNN's StandardScaler), as
 #: ``METRLA(root).std[0]`` and the plain std of ``speed[:train_steps]`` give them
@@ -1468,13 +1447,13 @@ PANACEA_TRAFFIC_T3 = {
 TRAFFIC_SIGMA = {"metr-la": (15.517, 19.920), "pems-bay": (9.549, 9.552)}
 #: DCRNN's masked MAE (mph) at 15 and 60 minutes on all 207 / 325 sensors (Li et al.,
 #: ICLR 2018, Table 1): what a centralized graph model reaches.
-DCRNN_MAE = {"metr-la": (2.77, 3.60), "pems-bay": (1.38, 2.07)}
+DCRNN_MAE = {d: tuple(PAPERS["dcrnn"]["table1"][d]) for d in TRAFFIC_DATA}
 #: The three reported horizons (steps of 5 minutes) and their minutes.
 TRAFFIC_HORIZONS = ((3, 15), (6, 30), (12, 60))
 TRAFFIC_NAMES = {"metr-la": "METR-LA", "pems-bay": "PEMS-BAY"}
 
 
-#: The measured cost of section O's runs (benchmarks/reproduce/traffic_rounds.py writes it).
+#: The measured cost of section O's runs (``--measure-traffic-cost`` writes it).
 TRAFFIC_COST = RESULTS / "traffic_rounds.json"
 
 
@@ -1543,8 +1522,7 @@ def traffic_hours_lines(path: Path | None = None) -> list[str]:
     path = TRAFFIC_COST if path is None else path
     head = ["### Hours measured", ""]
     if not path.exists():
-        return [*head, "pending: `python benchmarks/reproduce/traffic_rounds.py` measures them.",
-                ""]
+        return [*head, f"pending: `{TRAFFIC_COST_COMMAND}` measures them.", ""]
     record = json.loads(path.read_text())
     cost = record["cost"]
     rows = ["| dataset | strategy | CPU s / round (rounds timed) | CPU s / evaluation | "
@@ -1557,8 +1535,7 @@ def traffic_hours_lines(path: Path | None = None) -> list[str]:
                 rows.append(f"| {d} | {s} | {train:.2f} ({timed:.0f}) | {evaluate:.1f} | "
                             f"{hours:.2f} |")
     return [*head, f"CPU time of one process on one torch thread ({record['machine']}; "
-            f"{record['date']}; `benchmarks/reproduce/traffic_rounds.py`): a training round "
-            "(5 clients, "
+            f"{record['date']}; `{TRAFFIC_COST_COMMAND}`): a training round (5 clients, "
             f"{TRAFFIC_PROTOCOL['steps']} steps of batch {TRAFFIC_PROTOCOL['batch_size']}, the "
             "server step) after a warm-up round, mean of the rounds timed, and one "
             "evaluation of every client (validation and test, "
@@ -1566,6 +1543,53 @@ def traffic_hours_lines(path: Path | None = None) -> list[str]:
             f"{TRAFFIC_PROTOCOL['eval_every']} rounds.", "", *rows, "",
             "The plan (issue 37's budget rule) in CPU hours of one core:", "",
             *traffic_plan_hours(cost)]
+
+
+#: What measures section O's cost (:func:`measure_traffic_cost`).
+TRAFFIC_COST_COMMAND = "python benchmarks/reproduce/claims.py --measure-traffic-cost"
+
+
+def _time_traffic_strategy(data: Any, dataset: str, strategy: str, rounds: int
+                           ) -> tuple[float, float]:
+    r"""CPU seconds of one training round (mean of ``rounds`` after a warm-up
+    round) and of one evaluation of ``strategy`` on ``data``."""
+    cfg = traffic_config(dataset, strategy, 0.01)
+    cfg = dataclasses.replace(cfg, rounds=10_000,
+                              overrides={**cfg.overrides, "eval_every": 10_000})
+    sim = build_simulator(cfg, dataset=data)
+    sim.step()
+    t0 = time.process_time()
+    for _ in range(rounds):
+        sim.step()
+    train = (time.process_time() - t0) / rounds
+    t0 = time.process_time()
+    sim.evaluate()
+    return train, time.process_time() - t0
+
+
+def measure_traffic_cost(datasets: list[str], strategies: list[str], rounds: int,
+                         write: bool) -> None:
+    r"""Measures section O's cost per round and per evaluation of each of
+    ``strategies`` on each of ``datasets`` into :data:`TRAFFIC_COST` (kept
+    with what it held for the others), from which section O's "Hours
+    measured" and the plan's hours are built."""
+    from pyg_fedgraph.datasets import load_dataset
+
+    os.chdir(ROOT)  # TRAFFIC_ROOT is relative to the repository
+    load_start = os.getloadavg()[0]
+    record = json.loads(TRAFFIC_COST.read_text()) if TRAFFIC_COST.exists() else {"cost": {}}
+    for d in datasets:
+        data = load_dataset(d, root=traffic_config(d, "fedavg", 0.01).overrides["data.root"])
+        for s in strategies:
+            train, evaluate = _time_traffic_strategy(data, d, s, rounds)
+            record["cost"].setdefault(d, {})[s] = [round(train, 3), round(evaluate, 2), rounds]
+            print(f"| {d} | {s} | {train:.2f} | {evaluate:.1f} |", flush=True)
+    record.update(date=dt.date.today().isoformat(),
+                  machine=f"{platform.machine()}, {os.cpu_count()} CPUs shared, torch "
+                          f"{torch.__version__}, {torch.backends.cpu.get_cpu_capability()}, "
+                          f"load {load_start:.1f} at the start")
+    if write:
+        TRAFFIC_COST.write_text(json.dumps(record, indent=1) + "\n")
 
 
 def grid_text() -> str:
@@ -1980,6 +2004,10 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--datasets", default=None,
                         help="comma list: section O (traffic) runs only these (metr-la, "
                              "pems-bay)")
+    parser.add_argument("--measure-traffic-cost", action="store_true",
+                        help="measure section O's CPU seconds per round and per evaluation "
+                             "(--datasets, --strategies: default all; --rounds: rounds timed, "
+                             f"default 2) into {TRAFFIC_COST.name}, then rebuild as asked")
     parser.add_argument("--traffic-reduced", action="store_true",
                         help="section O (traffic): run only the missing runs of the subset "
                              "measured here (TRAFFIC_REDUCED), not the protocol's plan")
@@ -1988,6 +2016,13 @@ def main(argv: list[str] | None = None) -> str:
     torch.set_num_threads(args.threads)
     logging.getLogger("pyg_fedgraph").setLevel(logging.ERROR)
     q = args.quick
+    if args.measure_traffic_cost:
+        measure_traffic_cost(args.datasets.split(",") if args.datasets else list(TRAFFIC_DATA),
+                             args.strategies.split(",") if args.strategies
+                             else list(TRAFFIC_STRATEGIES), args.rounds or 2,
+                             write=not args.no_write)
+        if args.only is None:
+            return ""
     rounds = args.rounds or (10 if q else 30)
     # Without --only: every section. Each runs what its records lack (A, G-M: days on a
     # CPU; B-F: digits runs of seconds to minutes each), unless --cached-only, which only
