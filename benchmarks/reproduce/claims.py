@@ -60,6 +60,7 @@ from pyg_fedgraph.experiment.files import load_config
 from pyg_fedgraph.experiment.reporting import (
     RUNS_HEADER,
     RUNS_RULE,
+    keep_readings,
     machine_lines,
     made_with,
     pooled_clients,
@@ -447,21 +448,6 @@ T1_SETTINGS = [("extreme: pathological, 5 clients", {"partition": "pathological"
                ("modest: Dirichlet(0.1), 10 clients", {"partition": "dirichlet", "beta": 0.1,
                                                        "clients": 10}),
                ("homogeneous: IID, 10 clients", {"partition": "iid", "clients": 10})]
-#: What moves sections B-F and by how much, measured on 2026-11-26 (issue 39):
-#: b145e67's code and today's, torch 2.13.0+cpu and 2.14.1+cu130 (CPU), and
-#: torch's kernels at their default instruction set on that machine (AVX-512)
-#: and restricted to AVX2 (``ATEN_CPU_CAPABILITY=avx2``).
-CPU_NOTE = (
-    " What moves these numbers (measured on 2026-11-26 with the runs of sections B-F): "
-    "neither the code since b145e67 (its code gives the same test value, to the last bit, in "
-    "the 84 runs of B and C compared) nor the torch release (2.13.0+cpu and 2.14.1+cu130 "
-    "on the CPU: 43 runs of B compared, all identical), but the CPU's vector instructions: "
-    "with torch's kernels restricted to AVX2 (`ATEN_CPU_CAPABILITY=avx2`) instead of "
-    "AVX-512, 25 of the 119 runs of B-F differ in some recorded value, 13 cells of B and C "
-    "move by up "
-    "to 5.1 points (FedProx-FT modest 93.4 here, 97.6 with AVX2; C's heurfedamp sign-flip "
-    "80.9 / 76.1 here, 85.6 / 81.2), D-F do not move, and every number of B-F committed at "
-    "b145e67 comes back: those were made where torch ran its AVX2 kernels.")
 
 
 def t1_config(name: str, level: dict[str, Any], rounds: int, quick: bool) -> ExperimentConfig:
@@ -505,7 +491,7 @@ def pfedgraph_t1_section(rounds: int, quick: bool, strategies: list[str] | None,
             "seed 0; levels as the paper defines them (Sec. 4.1). Test accuracy (%) at the "
             f"best-validation round. Best average here: **{best or 'pending'}**."
             + (f" Not registered: {', '.join(missing)}." if missing else "")
-            + records_sentence(entries) + CPU_NOTE,
+            + records_sentence(entries),
             "", *rows, "", *pending_lines("t1")]
 
 
@@ -768,37 +754,6 @@ def fedcedar_section(rounds: int, per_group: int, epochs: int, run_missing: bool
         + records_sentence(entries), "", *rows, "", *pending_lines("fedcedar")]
 
 
-#: What we conclude from each reproduction section (written after the runs; the
-#: numbers it quotes are those of the tables generated with it).
-SECTION_NOTES: dict[str, str] = {
-    "fmnist-t1": (
-        "Why pFedGraph's average is not the best here, as we read it. Three of the four levels "
-        "(and every cell of the other strategies) run the reduced protocol, 8 rounds of 50 local "
-        "steps against the paper's 50 of 200: the collaboration graph has few rounds to pay "
-        "off, and in the one level run fully (extreme) pFedGraph is within 0.2 points of the "
-        "paper. The margins are small in the paper too: its pFedGraph beats Local by 0.00, "
-        "0.07, 0.02 and 2.37 points per level; where the paper's margin is large (IID, "
-        "homogeneous), 8 rounds leave every strategy about 20 points under the paper (Local "
-        "and pFedGraph alike at 64.6 per-client-best against 84.88 and 87.25), so the "
-        "difference collaboration makes on IID data cannot show yet. The averages of pFedGAT, "
-        "Local and pFedGraph lie within one point, from one run (seed 0) per cell; how much "
-        "they vary from seed to seed is not measured here."),
-    "fmnist-full": (
-        "What this says about section G, as we read it. Section G's reading holds on this "
-        "level: under the paper's protocol pFedGraph leads Local by 3.9 points "
-        "(per-client-best; paper +2.37), against +0.1 under the reduced protocol, and every "
-        "full-protocol cell lands within 3 points of its paper (Local -0.33, pFedGraph "
-        "+1.15), where the reduced ones were about 20 points under. It does not make "
-        "pFedGraph the best here: pFedGAT (89.9) and FedAvg (89.9) lead it (88.4), as "
-        "FedAvg matches it in the paper (87.27 against 87.25) on IID data, where one model "
-        "suits everyone. Put in place of G's homogeneous column, these cells would give "
-        "G's averages (per-client-best) pFedGAT 93.6, pFedGraph 93.2, Local 92.6: pFedGraph "
-        "second, 0.5 behind, with G's other levels as they are (reduced runs, except the "
-        "extreme level's full runs of Local, FedAvg, FedAvg-FT and pFedGraph). One run "
-        "(seed 0) per cell."),
-}
-
-
 # ------------------------------------------- G-I. Fashion-MNIST reproduction
 #: pFedGraph Table 1, Fashion-MNIST columns: extreme, severe, modest, homogeneous.
 PFEDGRAPH_T1_FMNIST = paper_rows("pfedgraph", "table1_fmnist")
@@ -984,8 +939,6 @@ def fmnist_t1_section(strategies: list[str] | None, levels: list[str] | None,
             ours = 100 * entry["summary"]["test_per_client_best"]
             gaps.append(f"| extreme / {n} | {ours:.2f} | {paper:.2f} | {ours - paper:+.2f} |")
     goals = t1_goals(cells, avgs)
-    # The note explains the goal's miss: shown while it is missed.
-    notes = SECTION_NOTES.get("fmnist-t1", "") if best_name not in (None, "pfedgraph") else ""
     return ["## G. pFedGraph Table 1 on Fashion-MNIST", "", FMNIST_PROTOCOL_TEXT, "",
             f"Protocols: **full** = the paper's {_protocol_text(FULL)} (Sec. 4.1), run for "
             f"{', '.join(FULL_STRATEGIES)} at the extreme level; every other cell **reduced** "
@@ -997,7 +950,7 @@ def fmnist_t1_section(strategies: list[str] | None, levels: list[str] | None,
             + (f" Not registered: {', '.join(missing)}." if missing else "")
             + (f" Not run at all yet: {', '.join(not_run)}."
                if not_run else ""), "", *rows, "", *gaps, "", *goals,
-            *pending_lines("fmnist-t1"), *([notes, ""] if notes else [])]
+            *pending_lines("fmnist-t1")]
 
 
 def t1_goals(cells: dict[str, dict | None], avgs: dict[str, tuple[float, float]]
@@ -1062,7 +1015,7 @@ def fmnist_pfedgat_section(strategies: list[str] | None, run_missing: bool) -> l
             not_run.append(n)
         rows.append(f"| {n} | " + " | ".join(parts) + f" | {avg} / {p_avg} |")
     best_name = max(avgs, key=avgs.get) if avgs else None
-    notes = SECTION_NOTES.get("fmnist-pfedgat", "")
+    notes = ""
     # FedAMP's cloud models extrapolate where a self weight of xi went negative.
     for key, entry in sorted(cells.items()):
         lv, n = key.split("/")
@@ -1072,11 +1025,7 @@ def fmnist_pfedgat_section(strategies: list[str] | None, run_missing: bool) -> l
         low = min(graph[i][i] for i in range(len(graph)))
         if low < 0:
             notes = (f"FedAMP, {lv}: its cloud models extrapolated (final self weights of "
-                     f"xi down to {low:.2f}; the strategy logs a warning): with PFLlib's "
-                     "defaults (alpha_k = 1, sigma = 1) and models this close, "
-                     "1 - alpha_k sum_j A'(d_ij) goes below 0; alpha_k <= sigma / (N - 1) "
-                     "keeps them convex; FedAMP's paper tunes them per data set. "
-                     + notes).strip()
+                     f"xi down to {low:.2f}; the strategy logs a warning). " + notes).strip()
     return ["## H. pFedGAT Table 1 on Fashion-MNIST (10 clients)", "", FMNIST_PROTOCOL_TEXT, "",
             f"Protocol: reduced ({_protocol_text(REDUCED)}) for every cell; the paper runs 50 "
             "rounds of 5 local epochs (Sec. 4.1). Splits (Sec. 4.1): IID, pathological (2 "
@@ -1134,8 +1083,7 @@ def fmnist_t3_section(strategies: list[str] | None, run_missing: bool) -> list[s
             "shown for the direction only. AVG: per-client-best (the code's rule)."
             + (f" Not registered: {', '.join(missing)}." if missing else "")
             + (f" Not run at all yet: {', '.join(not_run)}."
-               if not_run else ""), "", *rows, "", *goal, *pending_lines("fmnist-t3"),
-            *([SECTION_NOTES["fmnist-t3"], ""] if "fmnist-t3" in SECTION_NOTES else [])]
+               if not_run else ""), "", *rows, "", *goal, *pending_lines("fmnist-t3")]
 
 
 def t3_goal(cells: dict[str, dict | None]) -> list[str]:
@@ -1192,16 +1140,8 @@ def pfedgraph_alpha_section(run_missing: bool, levels: list[str] | None = None) 
         mean_diff = statistics.mean(diffs)
         per_level = ", ".join(f"{lv} {d:+.1f}" for lv, d in zip(ALPHA_LEVELS, diffs,
                                                                 strict=True))
-        if abs(mean_diff) < 0.5:
-            verdict = ("a tie at this scale, so the default stays `alpha_rule=\"paper\"`, "
-                       "the rule the paper states")
-        else:
-            better = "code" if mean_diff > 0 else "paper"
-            verdict = f"`alpha_rule=\"{better}\"` serves better here"
-        choice = [f"The default, by this table: the scripts' alpha minus the paper's is "
-                  f"{mean_diff:+.1f} points on average (per level: {per_level}): {verdict}. "
-                  "Not measured here: larger federations, where the two rules differ most "
-                  "(0.08 N grows with N, the scripts' 1.25 does not).", ""]
+        choice = [f"- The scripts' alpha minus the paper's (best-round): {mean_diff:+.1f} points "
+                  f"on average (per level: {per_level}).", ""]
     return ["## J. pFedGraph: the paper's alpha against the authors' scripts' alpha", "",
             FMNIST_PROTOCOL_TEXT, "",
             "The paper (App. C.1.4) sets the similarity weight alpha = 0.08 N (0.4 for 5 "
@@ -1209,9 +1149,8 @@ def pfedgraph_alpha_section(run_missing: bool, levels: list[str] | None = None) 
             "the quadratic term, i.e. alpha = 1 / 0.8 = 1.25 at any N (`alpha_rule=\"code\"`). "
             f"Both on the four levels of Table 1, reduced protocol ({_protocol_text(REDUCED)}), "
             "all else equal. The strategy's default `alpha_rule` is chosen by this table "
-            "(see the text below it).", "", *rows, "", *choice, *pending_lines("pfedgraph-alpha"),
-            *([SECTION_NOTES["pfedgraph-alpha"], ""] if "pfedgraph-alpha" in SECTION_NOTES
-              else [])]
+            "(see the reading below it).", "", *rows, "", *choice,
+            *pending_lines("pfedgraph-alpha")]
 
 
 def fedaghn_rule_section(run_missing: bool, level: str = "severe") -> list[str]:
@@ -1232,8 +1171,7 @@ def fedaghn_rule_section(run_missing: bool, level: str = "severe") -> list[str]:
             f"reduced protocol ({_protocol_text(REDUCED)}), FedAGHN's defaults (p = 5, "
             "q = 0.1, hn lr 0.005, momentum 0) with pFedHN's sign of eq. (10) (`pfedhn`, "
             "default) and the released code's opposite sign (`code`).", "", *rows, "",
-            *pending_lines("fedaghn-rule"),
-            *([SECTION_NOTES["fedaghn-rule"], ""] if "fedaghn-rule" in SECTION_NOTES else [])]
+            *pending_lines("fedaghn-rule")]
 
 
 #: Section L's level: the one where pFedGraph's paper margin over Local is largest
@@ -1295,9 +1233,8 @@ def fmnist_full_section(run_missing: bool, strategies: list[str] | None = None) 
             f"Level {FULL_LEVEL} ({partition}, {clients} clients) with both protocols: reduced "
             f"({_protocol_text(REDUCED)}) and full (the paper's {_protocol_text(FULL)}, all "
             "validation and test images). The reduced cells are the records of section H's "
-            "runs of these configurations; section G's table shows earlier runs of the same "
-            "configurations, whose records were lost (see the header), and differs from them "
-            "by up to 0.7 points. Section G explains its unmet goal (pFedGraph's average not "
+            "runs of these configurations. Section G explains its unmet goal (pFedGraph's "
+            "average not "
             "the best of its strategies) by the reduced protocol; of the four levels, the "
             f"paper's pFedGraph leads Local most on this one ({lead:+.2f} points), so this "
             "section runs the paper's protocol here for the strategies that decide G's "
@@ -1306,9 +1243,7 @@ def fmnist_full_section(run_missing: bool, strategies: list[str] | None = None) 
             "pFedGraph's 200 local steps here; no code of pFedGAT is public). \"full - "
             "paper\": per-client-best against pFedGraph's table (its code's rule), "
             "best-round against pFedGAT's (its text's rule), as in sections G and H.", "",
-            *rows, "", *against, *full_level_findings(cells), *pending_lines("fmnist-full"),
-            *([SECTION_NOTES["fmnist-full"], ""] if "fmnist-full" in SECTION_NOTES
-              and all(v is not None for c in cells.values() for v in c.values()) else [])]
+            *rows, "", *against, *full_level_findings(cells), *pending_lines("fmnist-full")]
 
 
 def full_level_findings(cells: dict[str, dict[str, dict | None]]) -> list[str]:
@@ -1889,20 +1824,30 @@ def traffic_section(run_missing: bool, strategies: list[str] | None = None,
             *traffic_hours_lines(), *lines, *pending_lines("traffic")]
 
 
+# ------------------------------------------------- N. FED-PUB (subgraph FL)
+def subgraph_t1_pointer() -> list[str]:
+    r"""Section N: where FED-PUB's subgraph-FL table lives (its own script
+    and results file, so that no script imports another)."""
+    return ["## N. FED-PUB's subgraph FL on Cora and CiteSeer (issue 34)", "",
+            "FED-PUB's table (Cora and CiteSeer, METIS disjoint and overlapping settings, "
+            "the protocol, the authors' figures beside ours and the goal lines) is "
+            "`subgraph_t1.md`, built from the same records by "
+            "`python benchmarks/reproduce/subgraph_t1.py --cached-only`.", ""]
+
+
 # -------------------------------------------------------------------- main
 #: Sections of digits runs (B-F: a few seconds to minutes per run).
 DIGITS_SECTIONS = ("t1", "t3", "fedaghn", "pfedgat", "fedcedar")
 #: Sections of long runs (FL-60 and Fashion-MNIST, minutes to hours per run).
 CACHED_SECTIONS = ("panacea", "fmnist-t1", "fmnist-pfedgat", "fmnist-t3", "pfedgraph-alpha",
-                   "fedaghn-rule", "fmnist-full", "fmnist-t1-full",
-                   "traffic")
+                   "fedaghn-rule", "fmnist-full", "fmnist-t1-full", "subgraph-t1", "traffic")
 
 
 #: The heading letter of each section in claims.md.
 LETTERS = {"panacea": "A", "t1": "B", "t3": "C", "fedaghn": "D", "pfedgat": "E",
            "fedcedar": "F", "fmnist-t1": "G", "fmnist-pfedgat": "H", "fmnist-t3": "I",
            "pfedgraph-alpha": "J", "fedaghn-rule": "K", "fmnist-full": "L",
-           "fmnist-t1-full": "M", "traffic": "O"}
+           "fmnist-t1-full": "M", "subgraph-t1": "N", "traffic": "O"}
 
 
 def split_sections(text: str) -> tuple[list[str], list[tuple[str, list[str]]]]:
@@ -1981,7 +1926,7 @@ def main(argv: list[str] | None = None) -> str:
                         help="comma list of sections (default: all; with --quick, A-F): "
                              "panacea,t1,t3,fedaghn,pfedgat,fedcedar,fmnist-t1,"
                              "fmnist-pfedgat,fmnist-t3,pfedgraph-alpha,fedaghn-rule,"
-                             "fmnist-full,fmnist-t1-full,traffic")
+                             "fmnist-full,fmnist-t1-full,subgraph-t1,traffic")
     parser.add_argument("--rounds", type=int, default=None, help="rounds of sections A-C, E")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--strategies", default=None,
@@ -2100,6 +2045,8 @@ def main(argv: list[str] | None = None) -> str:
         lines += fmnist_full_section(run_missing, chosen)
     if "fmnist-t1-full" in sections:
         lines += fmnist_t1_full_section(run_missing, chosen, levels)
+    if "subgraph-t1" in sections:
+        lines += subgraph_t1_pointer()
     if "traffic" in sections:
         lines += traffic_section(run_missing, chosen,
                                  args.datasets.split(",") if args.datasets else None,
@@ -2121,6 +2068,8 @@ def main(argv: list[str] | None = None) -> str:
                 "sections are as an earlier command left them (`git log -p` on this file "
                 "says which)." + (f" {args.note}" if args.note else ""))
         text = merge_sections(out.read_text() if out.is_file() else "", text, rebuilt, note)
+    if out.is_file():  # the hand-written readings stay
+        text = keep_readings(out.read_text(), text)
     print(text)
     if not args.no_write:
         print(f"written to {save_report(text, out)}")
