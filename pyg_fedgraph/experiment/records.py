@@ -319,7 +319,7 @@ class RecordCache:
         return self.checkpoints / f"{config_key(cfg)}.ckpt.pt"
 
     def load(self, cfg: ExperimentConfig) -> dict[str, Any] | None:
-        r"""The record of ``cfg``, or ``None`` when it has none (or the file
+        r"""The record of ``cfg``, or ``None`` when it has none (or the record
         under its key holds other settings)."""
         key = config_key(cfg)
         entry = self._read(key)
@@ -516,7 +516,7 @@ class RecordCache:
 
     def load_study(self, cfg: ExperimentConfig, study: str) -> dict[str, Any] | None:
         r"""The record of study ``study`` of ``cfg`` (see :meth:`run_study`),
-        or ``None`` when it has none (or the file under its key holds other
+        or ``None`` when it has none (or the record under its key holds other
         settings)."""
         key = self.study_key(cfg, study)
         entry = self._read(key)
