@@ -21,7 +21,7 @@ F. FedCEDAR Figure 3: Rand index over rounds for K = 3, 4, 5
 N. FED-PUB's subgraph FL table on Cora and CiteSeer: ``subgraph_t1.py`` writes it
    into ``subgraph_t1.md``; this file points there.
 
-Every section is built from run records (``results/claims_runs/*.json``, see
+Every section is built from run records (``results/claims_runs/*.jsonl``, see
 :class:`~pyg_fedgraph.experiment.RecordCache`): a run's record where its summary
 suffices, and for sections
 D-F a study record of each run with what the section measures during it.
