@@ -53,21 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
 if __name__ == "__main__":  # --help and bad options answer before torch is imported
     build_parser().parse_args()
 
-import torch  # noqa: E402
 
 from pyg_fedgraph.experiment import ExperimentConfig, build_simulator  # noqa: E402
-
-
-def relation_weights(alpha: torch.Tensor, group: torch.Tensor) -> tuple[float, float, float]:
-    r"""Mean Self / Similar / Other weight of an (N, N) weight matrix."""
-    n = group.numel()
-    eye = torch.eye(n, dtype=torch.bool)
-    same = (group.unsqueeze(0) == group.unsqueeze(1)) & ~eye
-    other = group.unsqueeze(0) != group.unsqueeze(1)
-    self_w = alpha.diagonal().mean()
-    similar = ((alpha * same).sum(1) / same.sum(1).clamp_min(1)).mean()
-    different = ((alpha * other).sum(1) / other.sum(1)).mean()
-    return float(self_w), float(similar), float(different)
+from pyg_fedgraph.utils import relation_weights  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:

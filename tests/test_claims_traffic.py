@@ -220,7 +220,7 @@ def test_a_measured_pair_against_the_goal_fails_it_before_all_eight_are_run(clai
 
 def test_the_hours_come_from_the_measured_costs_by_hand(claims, tmp_path):
     assert claims.traffic_hours_lines(tmp_path / "absent.json")[2].startswith(
-        "pending: `python benchmarks/reproduce/traffic_rounds.py`")
+        "pending: `python benchmarks/reproduce/claims.py --measure-traffic-cost`")
     path = tmp_path / "traffic_rounds.json"
     path.write_text(json.dumps({"cost": {"metr-la": {"fedavg": [4.0, 15.0, 2],
                                                      "pfedme": [20.0, 15.0, 1]}},
@@ -247,7 +247,8 @@ def test_the_hours_come_from_the_measured_costs_by_hand(claims, tmp_path):
 
 
 def test_the_queue_holds_one_line_per_dataset_and_strategy_of_the_plan(claims):
-    lines = [line.split() for line in (BENCH / "tools" / "reproduction_jobs.txt").read_text().splitlines()
+    jobs = BENCH / "tools" / "reproduction_jobs.txt"
+    lines = [line.split() for line in jobs.read_text().splitlines()
              if "--only traffic" in line and not line.startswith("#")]
     planned = [(line[line.index("--datasets") + 1], line[line.index("--strategies") + 1])
                for line in lines if "--traffic-reduced" not in line]

@@ -22,7 +22,7 @@ F. FedCEDAR Figure 3: Rand index over rounds for K = 3, 4, 5
 N. FED-PUB's subgraph FL table on Cora and CiteSeer: ``subgraph_t1.py`` writes it
    into ``subgraph_t1.md``; this file points there.
 
-Every section is built from run records (``results/claims_runs/*.json``, see
+Every section is built from run records (``results/claims_runs/*.jsonl``, see
 :class:`~pyg_fedgraph.experiment.RecordCache`): a run's record where its summary
 suffices, and for sections
 D-F a study record of each run with what the section measures during it.
@@ -41,11 +41,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.util
+import datetime as dt
 import json
 import logging
 import math
 import os
+import platform
 import statistics
 import sys
 import time
@@ -54,34 +55,40 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from pfedgat_allocation import allocation_stats, label_histogram
 
 from pyg_fedgraph.experiment import ExperimentConfig, RecordCache, build_simulator
 from pyg_fedgraph.experiment.files import load_config
 from pyg_fedgraph.experiment.reporting import (
     RUNS_HEADER,
     RUNS_RULE,
+    keep_readings,
     machine_lines,
     made_with,
     runs_table,
     save_report,
 )
 from pyg_fedgraph.strategies import STRATEGIES
+from pyg_fedgraph.train.rules import class_counts
+from pyg_fedgraph.utils import allocation_stats, relation_weights
 
 HERE = Path(__file__).resolve().parents[1]
 ROOT = HERE.parent
 RESULTS = HERE / "results"
+#: The papers' numbers beside ours (each table with its source).
+PAPERS: dict[str, Any] = tomllib.loads((HERE / "papers.toml").read_text())
+
+
+def paper_rows(*path: str) -> dict[str, tuple[float, ...]]:
+    r"""The rows of the table of :data:`PAPERS` at ``path`` (e.g.
+    ``("pfedgraph", "table3")``: its ``rows``; or a dataset's rows, e.g.
+    ``("panacea_traffic", "table2", "metr-la")``), as tuples by strategy."""
+    table: Any = PAPERS
+    for key in path:
+        table = table[key]
+    return {name: tuple(v) for name, v in table.get("rows", table).items()}
 #: The records of finished runs (tracked) and the checkpoints of runs in progress
 #: (untracked, ``runs/claims_cache``), shared by every section.
 RUNS = RecordCache(RESULTS / "claims_runs", ROOT / "runs" / "claims_cache")
-
-
-def _load_example(name: str):
-    r"""Imports ``examples/<name>.py`` as a module (examples are not a package)."""
-    spec = importlib.util.spec_from_file_location(name, ROOT / "examples" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def run(cfg: ExperimentConfig, callbacks: list | None = None) -> tuple[Any, dict]:
@@ -148,8 +155,6 @@ def available(names: list[str]) -> tuple[list[str], list[str]]:
 
 
 # ------------------------------------------------------------------ A. Panacea
-#: The papers' numbers (``benchmarks/papers.toml``, each table with its source).
-PAPERS: dict[str, Any] = tomllib.loads((HERE / "papers.toml").read_text())
 #: Panacea's Table II on FL-60 (mean test accuracy, %), by strategy: the
 #: paper's eight strategies, in its order.
 PANACEA_T2: dict[str, float] = PAPERS["panacea"]["fl60_table2"]["mean"]
@@ -177,34 +182,13 @@ def panacea_section() -> list[str]:
 
 
 # -------------------------------------------------------------- B. pFedGraph T1
-PFEDGRAPH_T1_AVG = {  # AVG columns: Fashion-MNIST, CIFAR-10
-    "local": (95.02, 80.39), "fedavg": (90.83, 66.26), "fedavg-ft": (95.23, 81.85),
-    "fedprox": (88.26, 61.06), "fedprox-ft": (95.12, 81.62), "cfl": (95.42, 81.74),
-    # pFedGraph's "FedAMP" row ran the heuristic form (its self weight is a setting).
-    "per-fedavg": (95.23, 81.80), "pfedme": (91.85, 71.65), "heurfedamp": (91.19, 72.08),
-    "ditto": (95.17, 81.93), "fedrep": (95.15, 81.85), "pfedhn": (93.45, 81.44),
-    "fedrod": (95.10, 81.81), "knn-per": (93.75, 73.77), "pfedgraph": (95.64, 83.98)}
+PFEDGRAPH_T1_AVG = paper_rows("pfedgraph", "table1_avg")  # FMNIST, CIFAR-10
 T1_SETTINGS = [("extreme: pathological, 5 clients", {"partition": "pathological", "clients": 5}),
                ("severe: pathological, 10 clients", {"partition": "pathological",
                                                      "clients": 10}),
                ("modest: Dirichlet(0.1), 10 clients", {"partition": "dirichlet", "beta": 0.1,
                                                        "clients": 10}),
                ("homogeneous: IID, 10 clients", {"partition": "iid", "clients": 10})]
-#: What moves sections B-F and by how much, measured on 2026-11-26 (issue 39):
-#: b145e67's code and today's, torch 2.13.0+cpu and 2.14.1+cu130 (CPU), and
-#: torch's kernels at their default instruction set on that machine (AVX-512)
-#: and restricted to AVX2 (``ATEN_CPU_CAPABILITY=avx2``).
-CPU_NOTE = (
-    " What moves these numbers (measured on 2026-11-26 with the runs of sections B-F): "
-    "neither the code since b145e67 (its code gives the same test value, to the last bit, in "
-    "the 84 runs of B and C compared) nor the torch release (2.13.0+cpu and 2.14.1+cu130 "
-    "on the CPU: 43 runs of B compared, all identical), but the CPU's vector instructions: "
-    "with torch's kernels restricted to AVX2 (`ATEN_CPU_CAPABILITY=avx2`) instead of "
-    "AVX-512, 25 of the 119 runs of B-F differ in some recorded value, 13 cells of B and C "
-    "move by up "
-    "to 5.1 points (FedProx-FT modest 93.4 here, 97.6 with AVX2; C's heurfedamp sign-flip "
-    "80.9 / 76.1 here, 85.6 / 81.2), D-F do not move, and every number of B-F committed at "
-    "b145e67 comes back: those were made where torch ran its AVX2 kernels.")
 
 
 def t1_config(name: str, level: dict[str, Any], rounds: int, quick: bool) -> ExperimentConfig:
@@ -248,23 +232,12 @@ def pfedgraph_t1_section(rounds: int, quick: bool, strategies: list[str] | None,
             "seed 0; levels as the paper defines them (Sec. 4.1). Test accuracy (%) at the "
             f"best-validation round. Best average here: **{best or 'pending'}**."
             + (f" Not registered: {', '.join(missing)}." if missing else "")
-            + records_sentence(entries) + CPU_NOTE,
+            + records_sentence(entries),
             "", *rows, "", *pending_lines("t1")]
 
 
 # -------------------------------------------------------------- C. pFedGraph T3
-PFEDGRAPH_T3 = {  # SHUFFLE, SAME, FLIP, GAUSS, AVG on CIFAR-10, r = 0.4
-    "local": (54.98, 54.86, 54.88, 54.90, 54.91), "fedavg": (42.55, 12.77, 9.92, 11.08, 19.08),
-    "fedavg-ft": (47.30, 29.47, 29.61, 29.58, 33.99), "cfl": (62.13, 29.47, 60.90, 29.69, 45.55),
-    "per-fedavg": (11.81, 10.62, 11.39, 10.83, 11.16),
-    "pfedme": (11.41, 11.00, 11.41, 19.21, 13.26),
-    "heurfedamp": (42.98, 43.11, 43.07, 42.85, 43.00),
-    "ditto": (44.53, 10.07, 12.39, 10.71, 19.43),
-    "fedrep": (47.79, 29.96, 29.34, 28.76, 33.96),
-    "pfedhn": (27.59, 19.22, 28.00, 28.62, 25.86),
-    "fedrod": (50.53, 26.87, 29.24, 27.36, 33.50),
-    "knn-per": (47.20, 11.73, 28.98, 12.33, 25.06),
-    "pfedgraph": (65.45, 66.36, 66.25, 65.46, 65.88)}
+PFEDGRAPH_T3 = paper_rows("pfedgraph", "table3")  # CIFAR-10, r = 0.4; AVG last
 T3_ATTACKS = ("shuffle", "same-value", "sign-flip", "gaussian")
 
 
@@ -347,18 +320,17 @@ def fedaghn_config(rounds: int, clients: int, rule: str) -> ExperimentConfig:
 
 def fedaghn_weights(cfg: ExperimentConfig) -> tuple[Any, dict[str, Any]]:
     r"""Trains section D's run of ``cfg`` and measures, after every round, the
-    mean Self / Similar / Other weight (the example's ``relation_weights``) of
+    mean Self / Similar / Other weight (:func:`~pyg_fedgraph.utils.relation_weights`) of
     the layers' mean weights and of each layer's, and at the end the self
     weights q."""
-    case = _load_example("fedaghn_group_case_study")
     sim = build_simulator(cfg)
     group = sim.dataset.client_labels
     weights, per_layer = [], []
     for _ in range(cfg.rounds):
         sim.step()
         alpha = sim.strategy.layer_graphs()
-        weights.append(list(case.relation_weights(alpha.mean(0), group)))
-        per_layer.append([list(case.relation_weights(a, group)) for a in alpha])
+        weights.append(list(relation_weights(alpha.mean(0), group)))
+        per_layer.append([list(relation_weights(a, group)) for a in alpha])
     q = sim.strategy.conv.self_weight.detach()
     return sim, {"relation_weights": weights, "layer_relation_weights": per_layer,
                  "self_weight": {"mean": float(q.mean()), "at_zero": int((q == 0).sum()),
@@ -373,7 +345,9 @@ def fedaghn_section(rounds: int, clients: int, run_missing: bool = True,
         return title + ["pending: strategy fedaghn not registered", ""]
     rows = ["| hn_rule | round | Self | Similar | Other | Similar / Other |",
             "|---|---|---:|---:|---:|---:|",
-            "| paper (CIFAR-10, 20 clients) | best | 0.0126 | 0.0733 | 0.0480 | 1.53 |"]
+            "| paper (CIFAR-10, 20 clients) | best | "
+            + " | ".join(f"{v:.4f}" for v in PAPERS["fedaghn"]["table9"]["row"][:3])
+            + f" | {PAPERS['fedaghn']['table9']['row'][3]:.2f} |"]
     accuracy = []
     entries = []
     for rule in ("pfedhn", "code"):
@@ -417,11 +391,11 @@ def pfedgat_config(partition: str, rounds: int, quick: bool) -> ExperimentConfig
 
 def allocation_study(cfg: ExperimentConfig) -> tuple[Any, dict[str, Any]]:
     r"""Trains section E's run of ``cfg`` and measures its final allocation
-    matrix (:func:`pfedgat_allocation.allocation_stats`, with its least and
+    matrix (:func:`~pyg_fedgraph.utils.allocation_stats`, with its least and
     largest weight and largest deviation from 1/N)."""
     sim, _ = run(cfg)
     w = sim.strategy.collaboration_graph().float()
-    stats = allocation_stats(w, label_histogram(sim.dataset))
+    stats = allocation_stats(w, class_counts(sim.dataset, torch.arange(sim.dataset.num_clients)))
     return sim, {"allocation": {**stats, "min": float(w.min()), "max": float(w.max()),
                                 "max_dev": float((w - 1.0 / w.size(0)).abs().max())},
                  "graph": w.tolist()}
@@ -480,7 +454,6 @@ def fedcedar_config(k: int, rounds: int, per_group: int, epochs: int) -> Experim
 def fedcedar_rand_index(cfg: ExperimentConfig) -> tuple[Any, dict[str, Any]]:
     r"""Trains section F's run of ``cfg`` and scores its clustering with the
     Rand index every evaluated round."""
-    _load_example("fedcedar_case_study")  # registers the "topology" dataset, like the example
     from pyg_fedgraph.datasets.topology import rand_index_callback
 
     scores: list = []
@@ -522,52 +495,11 @@ def fedcedar_section(rounds: int, per_group: int, epochs: int, run_missing: bool
         + records_sentence(entries), "", *rows, "", *pending_lines("fedcedar")]
 
 
-#: What we conclude from each reproduction section (written after the runs; the
-#: numbers it quotes are those of the tables generated with it).
-SECTION_NOTES: dict[str, str] = {
-    "fmnist-t1": (
-        "Why pFedGraph's average is not the best here, as we read it. Three of the four levels "
-        "(and every cell of the other strategies) run the reduced protocol, 8 rounds of 50 local "
-        "steps against the paper's 50 of 200: the collaboration graph has few rounds to pay "
-        "off, and in the one level run fully (extreme) pFedGraph is within 0.2 points of the "
-        "paper. The margins are small in the paper too: its pFedGraph beats Local by 0.00, "
-        "0.07, 0.02 and 2.37 points per level; where the paper's margin is large (IID, "
-        "homogeneous), 8 rounds leave every strategy about 20 points under the paper (Local "
-        "and pFedGraph alike at 64.6 per-client-best against 84.88 and 87.25), so the "
-        "difference collaboration makes on IID data cannot show yet. The averages of pFedGAT, "
-        "Local and pFedGraph lie within one point, from one run (seed 0) per cell; how much "
-        "they vary from seed to seed is not measured here."),
-    "fmnist-full": (
-        "What this says about section G, as we read it. Section G's reading holds on this "
-        "level: under the paper's protocol pFedGraph leads Local by 3.9 points "
-        "(per-client-best; paper +2.37), against +0.1 under the reduced protocol, and every "
-        "full-protocol cell lands within 3 points of its paper (Local -0.33, pFedGraph "
-        "+1.15), where the reduced ones were about 20 points under. It does not make "
-        "pFedGraph the best here: pFedGAT (89.9) and FedAvg (89.9) lead it (88.4), as "
-        "FedAvg matches it in the paper (87.27 against 87.25) on IID data, where one model "
-        "suits everyone. Put in place of G's homogeneous column, these cells would give "
-        "G's averages (per-client-best) pFedGAT 93.6, pFedGraph 93.2, Local 92.6: pFedGraph "
-        "second, 0.5 behind, with G's other levels as they are (reduced runs, except the "
-        "extreme level's full runs of Local, FedAvg, FedAvg-FT and pFedGraph). One run "
-        "(seed 0) per cell."),
-}
-
-
 # ------------------------------------------- G-I. Fashion-MNIST reproduction
 #: pFedGraph Table 1, Fashion-MNIST columns: extreme, severe, modest, homogeneous.
-PFEDGRAPH_T1_FMNIST = {
-    "local": (99.46, 99.32, 96.44, 84.88), "fedavg": (96.15, 95.37, 84.51, 87.27),
-    "fedavg-ft": (99.25, 99.09, 96.33, 86.23), "fedprox": (89.37, 93.65, 82.79, 87.21),
-    "fedprox-ft": (99.18, 99.08, 96.27, 85.96), "cfl": (99.32, 99.35, 96.64, 86.38),
-    # pFedGraph's "FedAMP" is the heuristic form (its App. C.1.4): our heurfedamp.
-    "heurfedamp": (98.51, 98.71, 93.13, 74.42), "ditto": (98.97, 98.89, 95.97, 86.85),
-    "pfedhn": (98.95, 98.88, 95.87, 80.11), "pfedgraph": (99.46, 99.39, 96.46, 87.25)}
+PFEDGRAPH_T1_FMNIST = paper_rows("pfedgraph", "table1_fmnist")
 #: pFedGAT Table 1, Fashion-MNIST columns: IID, pathological, Dirichlet(0.5).
-PFEDGAT_T1_FMNIST = {
-    "local": (84.77, 99.28, 90.38), "fedavg": (89.61, 96.33, 88.44),
-    "fedprox": (89.61, 94.11, 88.20), "sfl": (88.91, 98.81, 91.15),
-    "cfl": (87.95, 99.35, 91.41), "fedamp": (81.59, 99.02, 86.93),
-    "pfedhn": (85.30, 99.05, 90.38), "pfedgat": (89.76, 99.31, 91.90)}
+PFEDGAT_T1_FMNIST = paper_rows("pfedgat", "table1_fmnist")
 #: pFedGraph Table 3 (CIFAR-10, homogeneous, r = 0.4): shuffle, same, flip, gauss.
 PFEDGRAPH_T3_CIFAR = {k: v[:4] for k, v in PFEDGRAPH_T3.items()}
 
@@ -608,7 +540,8 @@ FMNIST_LEVELS = {
     for level, v in _LEVELS.items()}
 T1_LEVELS = ("extreme", "severe", "modest", "homogeneous")
 DEFAULT_T1_STRATEGIES = ["local", "fedavg", "fedavg-ft", "fedprox", "fedprox-ft", "cfl",
-                         "heurfedamp", "ditto", "pfedhn", "sfl", "pfedgat", "fedaghn", "pfedgraph"]
+                         "heurfedamp", "ditto", "pfedhn", "sfl", "pfedgat", "fedaghn", "fedcedar",
+                         "pfedgraph"]
 
 
 def fmnist_config(level: str, strategy: str, protocol: str, *, attack: str | None = None,
@@ -747,8 +680,6 @@ def fmnist_t1_section(strategies: list[str] | None, levels: list[str] | None,
             ours = 100 * entry["summary"]["test_per_client_best"]
             gaps.append(f"| extreme / {n} | {ours:.2f} | {paper:.2f} | {ours - paper:+.2f} |")
     goals = t1_goals(cells, avgs)
-    # The note explains the goal's miss: shown while it is missed.
-    notes = SECTION_NOTES.get("fmnist-t1", "") if best_name not in (None, "pfedgraph") else ""
     return ["## G. pFedGraph Table 1 on Fashion-MNIST", "", FMNIST_PROTOCOL_TEXT, "",
             f"Protocols: **full** = the paper's {_protocol_text(FULL)} (Sec. 4.1), run for "
             f"{', '.join(FULL_STRATEGIES)} at the extreme level; every other cell **reduced** "
@@ -760,7 +691,7 @@ def fmnist_t1_section(strategies: list[str] | None, levels: list[str] | None,
             + (f" Not registered: {', '.join(missing)}." if missing else "")
             + (f" Not run at all yet: {', '.join(not_run)}."
                if not_run else ""), "", *rows, "", *gaps, "", *goals,
-            *pending_lines("fmnist-t1"), *([notes, ""] if notes else [])]
+            *pending_lines("fmnist-t1")]
 
 
 def t1_goals(cells: dict[str, dict | None], avgs: dict[str, tuple[float, float]]
@@ -825,7 +756,7 @@ def fmnist_pfedgat_section(strategies: list[str] | None, run_missing: bool) -> l
             not_run.append(n)
         rows.append(f"| {n} | " + " | ".join(parts) + f" | {avg} / {p_avg} |")
     best_name = max(avgs, key=avgs.get) if avgs else None
-    notes = SECTION_NOTES.get("fmnist-pfedgat", "")
+    notes = ""
     # FedAMP's cloud models extrapolate where a self weight of xi went negative.
     for key, entry in sorted(cells.items()):
         lv, n = key.split("/")
@@ -835,11 +766,7 @@ def fmnist_pfedgat_section(strategies: list[str] | None, run_missing: bool) -> l
         low = min(graph[i][i] for i in range(len(graph)))
         if low < 0:
             notes = (f"FedAMP, {lv}: its cloud models extrapolated (final self weights of "
-                     f"xi down to {low:.2f}; the strategy logs a warning): with PFLlib's "
-                     "defaults (alpha_k = 1, sigma = 1) and models this close, "
-                     "1 - alpha_k sum_j A'(d_ij) goes below 0; alpha_k <= sigma / (N - 1) "
-                     "keeps them convex; FedAMP's paper tunes them per data set. "
-                     + notes).strip()
+                     f"xi down to {low:.2f}; the strategy logs a warning). " + notes).strip()
     return ["## H. pFedGAT Table 1 on Fashion-MNIST (10 clients)", "", FMNIST_PROTOCOL_TEXT, "",
             f"Protocol: reduced ({_protocol_text(REDUCED)}) for every cell; the paper runs 50 "
             "rounds of 5 local epochs (Sec. 4.1). Splits (Sec. 4.1): IID, pathological (2 "
@@ -897,8 +824,7 @@ def fmnist_t3_section(strategies: list[str] | None, run_missing: bool) -> list[s
             "shown for the direction only. AVG: per-client-best (the code's rule)."
             + (f" Not registered: {', '.join(missing)}." if missing else "")
             + (f" Not run at all yet: {', '.join(not_run)}."
-               if not_run else ""), "", *rows, "", *goal, *pending_lines("fmnist-t3"),
-            *([SECTION_NOTES["fmnist-t3"], ""] if "fmnist-t3" in SECTION_NOTES else [])]
+               if not_run else ""), "", *rows, "", *goal, *pending_lines("fmnist-t3")]
 
 
 def t3_goal(cells: dict[str, dict | None]) -> list[str]:
@@ -955,16 +881,8 @@ def pfedgraph_alpha_section(run_missing: bool, levels: list[str] | None = None) 
         mean_diff = statistics.mean(diffs)
         per_level = ", ".join(f"{lv} {d:+.1f}" for lv, d in zip(ALPHA_LEVELS, diffs,
                                                                 strict=True))
-        if abs(mean_diff) < 0.5:
-            verdict = ("a tie at this scale, so the default stays `alpha_rule=\"paper\"`, "
-                       "the rule the paper states")
-        else:
-            better = "code" if mean_diff > 0 else "paper"
-            verdict = f"`alpha_rule=\"{better}\"` serves better here"
-        choice = [f"The default, by this table: the scripts' alpha minus the paper's is "
-                  f"{mean_diff:+.1f} points on average (per level: {per_level}): {verdict}. "
-                  "Not measured here: larger federations, where the two rules differ most "
-                  "(0.08 N grows with N, the scripts' 1.25 does not).", ""]
+        choice = [f"- The scripts' alpha minus the paper's (best-round): {mean_diff:+.1f} points "
+                  f"on average (per level: {per_level}).", ""]
     return ["## J. pFedGraph: the paper's alpha against the authors' scripts' alpha", "",
             FMNIST_PROTOCOL_TEXT, "",
             "The paper (App. C.1.4) sets the similarity weight alpha = 0.08 N (0.4 for 5 "
@@ -972,9 +890,8 @@ def pfedgraph_alpha_section(run_missing: bool, levels: list[str] | None = None) 
             "the quadratic term, i.e. alpha = 1 / 0.8 = 1.25 at any N (`alpha_rule=\"code\"`). "
             f"Both on the four levels of Table 1, reduced protocol ({_protocol_text(REDUCED)}), "
             "all else equal. The strategy's default `alpha_rule` is chosen by this table "
-            "(see the text below it).", "", *rows, "", *choice, *pending_lines("pfedgraph-alpha"),
-            *([SECTION_NOTES["pfedgraph-alpha"], ""] if "pfedgraph-alpha" in SECTION_NOTES
-              else [])]
+            "(see the reading below it).", "", *rows, "", *choice,
+            *pending_lines("pfedgraph-alpha")]
 
 
 def fedaghn_rule_section(run_missing: bool, level: str = "severe") -> list[str]:
@@ -995,8 +912,7 @@ def fedaghn_rule_section(run_missing: bool, level: str = "severe") -> list[str]:
             f"reduced protocol ({_protocol_text(REDUCED)}), FedAGHN's defaults (p = 5, "
             "q = 0.1, hn lr 0.005, momentum 0) with pFedHN's sign of eq. (10) (`pfedhn`, "
             "default) and the released code's opposite sign (`code`).", "", *rows, "",
-            *pending_lines("fedaghn-rule"),
-            *([SECTION_NOTES["fedaghn-rule"], ""] if "fedaghn-rule" in SECTION_NOTES else [])]
+            *pending_lines("fedaghn-rule")]
 
 
 #: Section L's level: the one where pFedGraph's paper margin over Local is largest
@@ -1058,9 +974,8 @@ def fmnist_full_section(run_missing: bool, strategies: list[str] | None = None) 
             f"Level {FULL_LEVEL} ({partition}, {clients} clients) with both protocols: reduced "
             f"({_protocol_text(REDUCED)}) and full (the paper's {_protocol_text(FULL)}, all "
             "validation and test images). The reduced cells are the records of section H's "
-            "runs of these configurations; section G's table shows earlier runs of the same "
-            "configurations, whose records were lost (see the header), and differs from them "
-            "by up to 0.7 points. Section G explains its unmet goal (pFedGraph's average not "
+            "runs of these configurations. Section G explains its unmet goal (pFedGraph's "
+            "average not "
             "the best of its strategies) by the reduced protocol; of the four levels, the "
             f"paper's pFedGraph leads Local most on this one ({lead:+.2f} points), so this "
             "section runs the paper's protocol here for the strategies that decide G's "
@@ -1069,9 +984,7 @@ def fmnist_full_section(run_missing: bool, strategies: list[str] | None = None) 
             "pFedGraph's 200 local steps here; no code of pFedGAT is public). \"full - "
             "paper\": per-client-best against pFedGraph's table (its code's rule), "
             "best-round against pFedGAT's (its text's rule), as in sections G and H.", "",
-            *rows, "", *against, *full_level_findings(cells), *pending_lines("fmnist-full"),
-            *([SECTION_NOTES["fmnist-full"], ""] if "fmnist-full" in SECTION_NOTES
-              and all(v is not None for c in cells.values() for v in c.values()) else [])]
+            *rows, "", *against, *full_level_findings(cells), *pending_lines("fmnist-full")]
 
 
 def full_level_findings(cells: dict[str, dict[str, dict | None]]) -> list[str]:
@@ -1201,20 +1114,8 @@ def traffic_config(dataset: str, strategy: str, lr: float, *, rounds: int | None
 
 #: Panacea's Tables II and III, METR-LA and PEMS-BAY columns: MSE x 1e-3, mean ± spread
 #: across clients over five runs (Lin, Lan, He and Li, Sec. IV-B).
-PANACEA_TRAFFIC_T2 = {
-    "metr-la": {"fedavg": (112.4, 43.2), "fedavg-ft": (20.0, 7.8), "per-fedavg": (289.5, 89.9),
-                "pfedme": (315.8, 81.3), "ditto": (71.5, 23.0), "sfl": (73.2, 23.0),
-                "pfedhn": (67.3, 21.4), "panacea": (1.0, 0.2)},
-    "pems-bay": {"fedavg": (33.5, 38.5), "fedavg-ft": (13.2, 12.9), "per-fedavg": (63.7, 70.4),
-                 "pfedme": (75.7, 126.1), "ditto": (42.8, 30.8), "sfl": (36.4, 27.3),
-                 "pfedhn": (33.2, 24.8), "panacea": (0.4, 0.4)}}
-PANACEA_TRAFFIC_T3 = {
-    "metr-la": {"fedavg": (109.7, 38.3), "fedavg-ft": (19.7, 9.7), "per-fedavg": (274.8, 80.1),
-                "pfedme": (305.3, 83.2), "ditto": (68.0, 24.3), "sfl": (70.8, 24.9),
-                "pfedhn": (64.5, 23.0), "panacea": (1.0, 0.3)},
-    "pems-bay": {"fedavg": (30.7, 31.7), "fedavg-ft": (12.3, 6.6), "per-fedavg": (59.4, 64.2),
-                 "pfedme": (98.5, 97.5), "ditto": (38.1, 22.8), "sfl": (33.7, 19.3),
-                 "pfedhn": (31.1, 17.5), "panacea": (0.4, 0.5)}}
+PANACEA_TRAFFIC_T2 = {d: paper_rows("panacea_traffic", "table2", d) for d in TRAFFIC_DATA}
+PANACEA_TRAFFIC_T3 = {d: paper_rows("panacea_traffic", "table3", d) for d in TRAFFIC_DATA}
 #: The z-score sigma (mph) of each fragment's training readings: zeros left out (the
 #: library's normalization, used here) and zeros included (DCRNN's StandardScaler), as
 #: ``METRLA(root).std[0]`` and the plain std of ``speed[:train_steps]`` give them
@@ -1222,13 +1123,13 @@ PANACEA_TRAFFIC_T3 = {
 TRAFFIC_SIGMA = {"metr-la": (15.517, 19.920), "pems-bay": (9.549, 9.552)}
 #: DCRNN's masked MAE (mph) at 15 and 60 minutes on all 207 / 325 sensors (Li et al.,
 #: ICLR 2018, Table 1): what a centralized graph model reaches.
-DCRNN_MAE = {"metr-la": (2.77, 3.60), "pems-bay": (1.38, 2.07)}
+DCRNN_MAE = {d: tuple(PAPERS["dcrnn"]["table1"][d]) for d in TRAFFIC_DATA}
 #: The three reported horizons (steps of 5 minutes) and their minutes.
 TRAFFIC_HORIZONS = ((3, 15), (6, 30), (12, 60))
 TRAFFIC_NAMES = {"metr-la": "METR-LA", "pems-bay": "PEMS-BAY"}
 
 
-#: The measured cost of section O's runs (benchmarks/reproduce/traffic_rounds.py writes it).
+#: The measured cost of section O's runs (``--measure-traffic-cost`` writes it).
 TRAFFIC_COST = RESULTS / "traffic_rounds.json"
 
 
@@ -1297,8 +1198,7 @@ def traffic_hours_lines(path: Path | None = None) -> list[str]:
     path = TRAFFIC_COST if path is None else path
     head = ["### Hours measured", ""]
     if not path.exists():
-        return [*head, "pending: `python benchmarks/reproduce/traffic_rounds.py` measures them.",
-                ""]
+        return [*head, f"pending: `{TRAFFIC_COST_COMMAND}` measures them.", ""]
     record = json.loads(path.read_text())
     cost = record["cost"]
     rows = ["| dataset | strategy | CPU s / round (rounds timed) | CPU s / evaluation | "
@@ -1311,8 +1211,7 @@ def traffic_hours_lines(path: Path | None = None) -> list[str]:
                 rows.append(f"| {d} | {s} | {train:.2f} ({timed:.0f}) | {evaluate:.1f} | "
                             f"{hours:.2f} |")
     return [*head, f"CPU time of one process on one torch thread ({record['machine']}; "
-            f"{record['date']}; `benchmarks/reproduce/traffic_rounds.py`): a training round "
-            "(5 clients, "
+            f"{record['date']}; `{TRAFFIC_COST_COMMAND}`): a training round (5 clients, "
             f"{TRAFFIC_PROTOCOL['steps']} steps of batch {TRAFFIC_PROTOCOL['batch_size']}, the "
             "server step) after a warm-up round, mean of the rounds timed, and one "
             "evaluation of every client (validation and test, "
@@ -1320,6 +1219,53 @@ def traffic_hours_lines(path: Path | None = None) -> list[str]:
             f"{TRAFFIC_PROTOCOL['eval_every']} rounds.", "", *rows, "",
             "The plan (issue 37's budget rule) in CPU hours of one core:", "",
             *traffic_plan_hours(cost)]
+
+
+#: What measures section O's cost (:func:`measure_traffic_cost`).
+TRAFFIC_COST_COMMAND = "python benchmarks/reproduce/claims.py --measure-traffic-cost"
+
+
+def _time_traffic_strategy(data: Any, dataset: str, strategy: str, rounds: int
+                           ) -> tuple[float, float]:
+    r"""CPU seconds of one training round (mean of ``rounds`` after a warm-up
+    round) and of one evaluation of ``strategy`` on ``data``."""
+    cfg = traffic_config(dataset, strategy, 0.01)
+    cfg = dataclasses.replace(cfg, rounds=10_000,
+                              overrides={**cfg.overrides, "eval_every": 10_000})
+    sim = build_simulator(cfg, dataset=data)
+    sim.step()
+    t0 = time.process_time()
+    for _ in range(rounds):
+        sim.step()
+    train = (time.process_time() - t0) / rounds
+    t0 = time.process_time()
+    sim.evaluate()
+    return train, time.process_time() - t0
+
+
+def measure_traffic_cost(datasets: list[str], strategies: list[str], rounds: int,
+                         write: bool) -> None:
+    r"""Measures section O's cost per round and per evaluation of each of
+    ``strategies`` on each of ``datasets`` into :data:`TRAFFIC_COST` (kept
+    with what it held for the others), from which section O's "Hours
+    measured" and the plan's hours are built."""
+    from pyg_fedgraph.datasets import load_dataset
+
+    os.chdir(ROOT)  # TRAFFIC_ROOT is relative to the repository
+    load_start = os.getloadavg()[0]
+    record = json.loads(TRAFFIC_COST.read_text()) if TRAFFIC_COST.exists() else {"cost": {}}
+    for d in datasets:
+        data = load_dataset(d, root=traffic_config(d, "fedavg", 0.01).overrides["data.root"])
+        for s in strategies:
+            train, evaluate = _time_traffic_strategy(data, d, s, rounds)
+            record["cost"].setdefault(d, {})[s] = [round(train, 3), round(evaluate, 2), rounds]
+            print(f"| {d} | {s} | {train:.2f} | {evaluate:.1f} |", flush=True)
+    record.update(date=dt.date.today().isoformat(),
+                  machine=f"{platform.machine()}, {os.cpu_count()} CPUs shared, torch "
+                          f"{torch.__version__}, {torch.backends.cpu.get_cpu_capability()}, "
+                          f"load {load_start:.1f} at the start")
+    if write:
+        TRAFFIC_COST.write_text(json.dumps(record, indent=1) + "\n")
 
 
 def grid_text() -> str:
@@ -1619,20 +1565,30 @@ def traffic_section(run_missing: bool, strategies: list[str] | None = None,
             *traffic_hours_lines(), *lines, *pending_lines("traffic")]
 
 
+# ------------------------------------------------- N. FED-PUB (subgraph FL)
+def subgraph_t1_pointer() -> list[str]:
+    r"""Section N: where FED-PUB's subgraph-FL table lives (its own script
+    and results file, so that no script imports another)."""
+    return ["## N. FED-PUB's subgraph FL on Cora and CiteSeer (issue 34)", "",
+            "FED-PUB's table (Cora and CiteSeer, METIS disjoint and overlapping settings, "
+            "the protocol, the authors' figures beside ours and the goal lines) is "
+            "`subgraph_t1.md`, built from the same records by "
+            "`python benchmarks/reproduce/subgraph_t1.py --cached-only`.", ""]
+
+
 # -------------------------------------------------------------------- main
 #: Sections of digits runs (B-F: a few seconds to minutes per run).
 DIGITS_SECTIONS = ("t1", "t3", "fedaghn", "pfedgat", "fedcedar")
 #: Sections of long runs (FL-60 and Fashion-MNIST, minutes to hours per run).
 CACHED_SECTIONS = ("panacea", "fmnist-t1", "fmnist-pfedgat", "fmnist-t3", "pfedgraph-alpha",
-                   "fedaghn-rule", "fmnist-full", "fmnist-t1-full",
-                   "traffic")
+                   "fedaghn-rule", "fmnist-full", "fmnist-t1-full", "subgraph-t1", "traffic")
 
 
 #: The heading letter of each section in claims.md.
 LETTERS = {"panacea": "A", "t1": "B", "t3": "C", "fedaghn": "D", "pfedgat": "E",
            "fedcedar": "F", "fmnist-t1": "G", "fmnist-pfedgat": "H", "fmnist-t3": "I",
            "pfedgraph-alpha": "J", "fedaghn-rule": "K", "fmnist-full": "L",
-           "fmnist-t1-full": "M", "traffic": "O"}
+           "fmnist-t1-full": "M", "subgraph-t1": "N", "traffic": "O"}
 
 
 def split_sections(text: str) -> tuple[list[str], list[tuple[str, list[str]]]]:
@@ -1711,7 +1667,7 @@ def main(argv: list[str] | None = None) -> str:
                         help="comma list of sections (default: all; with --quick, A-F): "
                              "panacea,t1,t3,fedaghn,pfedgat,fedcedar,fmnist-t1,"
                              "fmnist-pfedgat,fmnist-t3,pfedgraph-alpha,fedaghn-rule,"
-                             "fmnist-full,fmnist-t1-full,traffic")
+                             "fmnist-full,fmnist-t1-full,subgraph-t1,traffic")
     parser.add_argument("--rounds", type=int, default=None, help="rounds of sections A-C, E")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--strategies", default=None,
@@ -1734,6 +1690,10 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--datasets", default=None,
                         help="comma list: section O (traffic) runs only these (metr-la, "
                              "pems-bay)")
+    parser.add_argument("--measure-traffic-cost", action="store_true",
+                        help="measure section O's CPU seconds per round and per evaluation "
+                             "(--datasets, --strategies: default all; --rounds: rounds timed, "
+                             f"default 2) into {TRAFFIC_COST.name}, then rebuild as asked")
     parser.add_argument("--traffic-reduced", action="store_true",
                         help="section O (traffic): run only the missing runs of the subset "
                              "measured here (TRAFFIC_REDUCED), not the protocol's plan")
@@ -1742,6 +1702,13 @@ def main(argv: list[str] | None = None) -> str:
     torch.set_num_threads(args.threads)
     logging.getLogger("pyg_fedgraph").setLevel(logging.ERROR)
     q = args.quick
+    if args.measure_traffic_cost:
+        measure_traffic_cost(args.datasets.split(",") if args.datasets else list(TRAFFIC_DATA),
+                             args.strategies.split(",") if args.strategies
+                             else list(TRAFFIC_STRATEGIES), args.rounds or 2,
+                             write=not args.no_write)
+        if args.only is None:
+            return ""
     rounds = args.rounds or (10 if q else 30)
     # Without --only: every section. Each runs what its records lack (A, G-M: days on a
     # CPU; B-F: digits runs of seconds to minutes each), unless --cached-only, which only
@@ -1819,6 +1786,8 @@ def main(argv: list[str] | None = None) -> str:
         lines += fmnist_full_section(run_missing, chosen)
     if "fmnist-t1-full" in sections:
         lines += fmnist_t1_full_section(run_missing, chosen, levels)
+    if "subgraph-t1" in sections:
+        lines += subgraph_t1_pointer()
     if "traffic" in sections:
         lines += traffic_section(run_missing, chosen,
                                  args.datasets.split(",") if args.datasets else None,
@@ -1840,6 +1809,8 @@ def main(argv: list[str] | None = None) -> str:
                 "sections are as an earlier command left them (`git log -p` on this file "
                 "says which)." + (f" {args.note}" if args.note else ""))
         text = merge_sections(out.read_text() if out.is_file() else "", text, rebuilt, note)
+    if out.is_file():  # the hand-written readings stay
+        text = keep_readings(out.read_text(), text)
     print(text)
     if not args.no_write:
         print(f"written to {save_report(text, out)}")

@@ -40,6 +40,8 @@ import torch
 
 from pyg_fedgraph.experiment import ExperimentConfig, build_simulator
 from pyg_fedgraph.experiment.reporting import machine_lines, save_report
+from pyg_fedgraph.train.rules import class_counts
+from pyg_fedgraph.utils import allocation_stats
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "pfedgat_allocation.md"
 
@@ -52,31 +54,6 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
-def label_histogram(dataset: Any) -> torch.Tensor:
-    r"""Training label counts per client :math:`(N, C)`."""
-    split = dataset.splits["train"]
-    num_classes = int(split.y.max()) + 1
-    hist = torch.zeros(split.counts.numel(), num_classes)
-    for i, count in enumerate(split.counts.tolist()):  # set-up only
-        labels = split.y[i, :count].long().reshape(-1)
-        hist[i] = torch.bincount(labels, minlength=num_classes)[:num_classes].float()
-    return hist
-
-
-def allocation_stats(weights: torch.Tensor, hist: torch.Tensor) -> dict[str, float]:
-    n = weights.size(0)
-    share = (hist @ hist.t()) > 0
-    off = ~torch.eye(n, dtype=torch.bool)
-    return {
-        "same": float((weights * share).sum(dim=1).mean()),
-        "chance": float(share.float().mean()),
-        "within": float(weights[share & off].mean()) if (share & off).any() else float("nan"),
-        "between": float(weights[~share].mean()) if (~share).any() else float("nan"),
-        "self": float(weights.diagonal().mean()),
-        "dev": float((weights - 1.0 / n).abs().mean()),
-    }
-
-
 def run_one(variant: str, partition: str, seed: int, rounds: int) -> dict[str, float]:
     strategy, options = VARIANTS[variant]
     cfg = ExperimentConfig(dataset="digits", strategy=strategy, partition=partition,
@@ -86,7 +63,8 @@ def run_one(variant: str, partition: str, seed: int, rounds: int) -> dict[str, f
     out = {"test": float(sim.summary()["test"])}
     graph = sim.strategy.collaboration_graph()
     if graph is not None:
-        out.update(allocation_stats(graph.float(), label_histogram(sim.dataset)))
+        counts = class_counts(sim.dataset, torch.arange(sim.dataset.num_clients))
+        out.update(allocation_stats(graph.float(), counts))
     return out
 
 

@@ -24,6 +24,7 @@ import os
 import statistics
 import sys
 import time
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -124,11 +125,10 @@ FEDPUB_SCALE = {"metis": 3.0, "overlapping": 5.0}
 #: overlapping 30 clients (1 run each). Its FedAvg is each client's model after its
 #: local epoch, our ``fedavg-ft`` row (:data:`TWINS`).
 NOTEBOOK: dict[tuple[str, str, str], tuple[float, float]] = {
-    ("cora", "metis-10", "fedpub"): (81.19, 0.26),
-    ("cora", "metis-10", "fedavg-ft"): (68.80, 1.36),
-    ("cora", "overlapping-30", "fedpub"): (75.70, 0.0),
-    ("cora", "overlapping-30", "fedavg-ft"): (54.44, 0.0),
-}
+    (dataset, setting, name): (v[0], v[1])
+    for dataset, settings in tomllib.loads((HERE / "papers.toml").read_text())["fedpub"][
+        "notebook"].items() if isinstance(settings, dict)
+    for setting, rows in settings.items() for name, v in rows.items()}
 #: The paper's table (FED-PUB, ICML 2023, Table 1 and its overlapping counterpart):
 #: (dataset, setting, strategy) -> (mean, std). Left empty: the paper's text could not
 #: be read where this script was written; fill it from the paper (its numbers, cited,

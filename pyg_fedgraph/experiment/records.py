@@ -1,15 +1,31 @@
 r"""Finished runs kept as records: the cache of long reproduction runs.
 
 A reproduction run on real data takes minutes to hours, so each finished
-run's outcome is kept as a record (``<records>/<key>.json``: its settings,
-the summary, the mean validation and test metric per round, the clients'
-test values, the final collaboration graph, timing, machine load, torch
-version, device and the CPU's vector instruction set that torch's kernels
-used). A record is reused only when its settings are
-identical; its key is :func:`config_key`, a hash of
-:meth:`ExperimentConfig.to_dict() <pyg_fedgraph.experiment.ExperimentConfig.to_dict>`
+run's outcome is kept as a record: its settings, the summary, the mean
+validation and test metric per round, the clients' test values, the final
+collaboration graph, timing, machine load, torch version, device and the
+CPU's vector instruction set that torch's kernels used. A record is reused
+only when its settings are identical; its key is :func:`config_key`, a hash
+of :meth:`ExperimentConfig.to_dict() <pyg_fedgraph.experiment.ExperimentConfig.to_dict>`
 (settings added later leave that dict while at their defaults, so that keys
 never move).
+
+The records of a folder live in a few tables, ``<records>/<table>.jsonl``:
+JSON lines, one record a line (the record's fields and its ``"key"``), the
+lines sorted by key, so that a new record is one new line of a diff and a
+rewrite of the same records gives the same bytes. A record's table is
+:func:`record_table` of its settings (the dataset's family: ``fl60`` for
+every FL-60 variant, ``digits`` with the ``topology`` studies,
+``fashion-mnist``, ``planetoid`` for Cora, CiteSeer and PubMed, ``traffic``
+for METR-LA and PEMS-BAY, ``tu`` for the TU graph sets, any other dataset
+its own name), or the ``table`` a :class:`RecordCache` is given. A key is
+found in whichever table holds it. A table is rewritten whole (a temporary
+file moved over it) under an exclusive lock of the table (``fcntl``; none
+where the platform has no ``fcntl``), reading it again under the lock, so
+that two processes finishing runs at the same moment keep both records.
+Records of the earlier format, one file ``<records>/<key>.json`` each, are
+still read (before the tables); :meth:`RecordCache.fold` moves them into the
+tables.
 
 A run in progress is carried out by the :class:`~pyg_fedgraph.experiment.Runner`
 with a checkpoint, ``<checkpoints>/<key>.ckpt.pt``, written after every round
@@ -21,12 +37,15 @@ the other way round. It is removed once the record is stored.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import json
 import logging
 import os
-from collections.abc import Callable
+import re
+import tempfile
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +56,8 @@ if TYPE_CHECKING:
     from pyg_fedgraph.engine.history import History, RoundRecord
     from pyg_fedgraph.simulation.simulator import Simulator
 
-__all__ = ["RecordCache", "LocalModelsCallback", "config_key", "RECORD_FIELDS"]
+__all__ = ["RecordCache", "LocalModelsCallback", "config_key", "record_table", "RECORD_FIELDS",
+           "TABLES"]
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +77,130 @@ def config_key(cfg: ExperimentConfig) -> str:
     text = json.dumps(cfg.to_dict(), sort_keys=True, default=str)
     digest = hashlib.sha1(text.encode()).hexdigest()[:10]
     return f"{cfg.dataset}-{cfg.strategy}-{cfg.partition}-{cfg.clients}-{digest}"
+
+
+#: The table of each dataset's records (see :func:`record_table`; every FL-60
+#: variant, a dataset named ``fl60...``, goes to ``fl60``).
+TABLES: dict[str, str] = {"digits": "digits", "topology": "digits",
+                          "fashion-mnist": "fashion-mnist", "cora": "planetoid",
+                          "citeseer": "planetoid", "pubmed": "planetoid",
+                          "metr-la": "traffic", "pems-bay": "traffic", "tu": "tu"}
+
+_TABLE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_KEY_HEAD = '{"key":'
+_DECODER = json.JSONDecoder()
+
+
+def record_table(config: Mapping[str, Any]) -> str:
+    r"""The table of a record whose settings are ``config`` (a record's
+    ``"config"``, as :meth:`ExperimentConfig.to_dict` gives it): the
+    dataset's family in :data:`TABLES`, ``fl60`` for every FL-60 variant
+    (``fl60...``), else the dataset's own name (lower case, runs of other
+    characters than letters, digits and ``.`` made one ``-``)."""
+    dataset = str(config.get("dataset") or "")
+    if dataset.startswith("fl60"):
+        return "fl60"
+    if dataset in TABLES:
+        return TABLES[dataset]
+    return re.sub(r"[^a-z0-9.]+", "-", dataset.lower()).strip("-.") or "records"
+
+
+def _line(key: str, entry: Mapping[str, Any]) -> str:
+    r"""The table line of record ``entry`` under ``key``: the key first, then
+    the record's fields sorted, compact JSON on one line."""
+    if "key" in entry:
+        raise ValueError(f"the record {key} has a field 'key', which its table line keeps "
+                         "for the key")
+    body = json.dumps(entry, default=float, sort_keys=True, separators=(",", ":"))
+    return _KEY_HEAD + json.dumps(key) + ("}" if body == "{}" else "," + body[1:])
+
+
+def _line_key(line: str) -> str:
+    r"""The key of a table line (read without parsing the whole record when
+    the line starts with it, as :func:`_line` writes it)."""
+    if line.startswith(_KEY_HEAD):
+        key, _ = _DECODER.raw_decode(line, len(_KEY_HEAD))
+    else:
+        record = json.loads(line)
+        key = record.get("key") if isinstance(record, dict) else None
+    if not isinstance(key, str):
+        raise ValueError('no string "key"')
+    return key
+
+
+def _entry_of(line: str) -> dict[str, Any]:
+    r"""The record of a table line (its fields without the key)."""
+    entry = json.loads(line)
+    entry.pop("key", None)
+    return entry
+
+
+def _canonical(entry: Any) -> str:
+    r"""One JSON text per JSON value (keys sorted; NaN written alike)."""
+    return json.dumps(entry, default=float, sort_keys=True)
+
+
+def _read_table(path: Path) -> dict[str, str]:
+    r"""The lines of a table by key (none for a missing file; a key written
+    twice, as a merge can leave it, keeps its last line)."""
+    lines: dict[str, str] = {}
+    try:
+        f = open(path, encoding="utf-8")
+    except FileNotFoundError:
+        return lines
+    with f:
+        for number, line in enumerate(f, 1):
+            line = line.rstrip("\n")
+            if not line.strip():
+                continue
+            try:
+                lines[_line_key(line)] = line
+            except ValueError as err:
+                raise ValueError(f"{path}:{number} is not a record line ({err})") from None
+    return lines
+
+
+def _rewrite(path: Path, lines: Mapping[str, str]) -> None:
+    r"""Writes a table's lines sorted by key into a temporary file of its
+    folder and moves that over the table (readers see the old or the new
+    table, never a part)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.writelines(lines[key] + "\n" for key in sorted(lines))
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    r"""Holds an exclusive lock of the table ``path`` (created empty when
+    missing). A writer that waited on a table another one has since moved
+    over or deleted locks the new file instead, so that each rewrite starts
+    from the table the last one left."""
+    try:
+        import fcntl
+    except ImportError:  # no advisory locks on this platform (Windows): one writer at a time
+        yield
+        return
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                current = os.stat(path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                current = False
+            if current:
+                yield
+                return
+        finally:
+            os.close(fd)
 
 
 class LocalModelsCallback:
@@ -118,42 +262,70 @@ class RecordCache:
     progress in ``checkpoints`` (see the module docstring).
 
     Args:
-        records (str or pathlib.Path): the folder of the records (tracked in
-            a repository: a few kB each).
+        records (str or pathlib.Path): the folder of the records' tables
+            (tracked in a repository: a few kB a record).
         checkpoints (str or pathlib.Path): the folder of the checkpoints
             (large; untracked).
         checkpoint_seconds (float, optional): least seconds between two
             checkpoints of a run (``0.0``: after every round) (default: ``0.0``).
         progress (RoundProgress, optional): the display of the runs
             (default: a line per evaluated round on standard error).
+        table (str or callable, optional): the table of every record this
+            cache writes, or a function of a record's settings that names
+            it (letters, digits, ``.``, ``_`` and ``-``) (default:
+            :func:`record_table`). Reading finds a key in any table.
     """
 
     def __init__(self, records: str | Path, checkpoints: str | Path, *,
-                 checkpoint_seconds: float = 0.0, progress: RoundProgress | None = None) -> None:
+                 checkpoint_seconds: float = 0.0, progress: RoundProgress | None = None,
+                 table: str | Callable[[Mapping[str, Any]], str] | None = None) -> None:
         self.records = Path(records)
         self.checkpoints = Path(checkpoints)
         self.checkpoint_seconds = checkpoint_seconds
         self.progress = progress or RoundProgress(terminal=False)
+        if isinstance(table, str):
+            self._check_table(table)
+        self.table = table
         #: Every record read or written by this cache, by key (for a table of runs).
         self.used: dict[str, dict[str, Any]] = {}
+        # The tables as last read: their lines by key, and the file each was read from
+        # (inode, modification time, size), to read a table again once it has changed.
+        self._tables: dict[str, dict[str, str]] = {}
+        self._seen: dict[str, tuple[int, int, int]] = {}
 
-    def record_path(self, cfg: ExperimentConfig) -> Path:
-        return self.records / f"{config_key(cfg)}.json"
+    @staticmethod
+    def _check_table(name: str) -> str:
+        if not _TABLE_NAME.fullmatch(name):
+            raise ValueError(f"{name!r} is not a table name (letters, digits, '.', '_' and "
+                             "'-', starting with a letter or digit)")
+        return name
+
+    def table_of(self, config: Mapping[str, Any]) -> str:
+        r"""The table a record whose settings are ``config`` is written to
+        (the cache's ``table``, else :func:`record_table`)."""
+        if self.table is None:
+            return self._check_table(record_table(config))
+        if isinstance(self.table, str):
+            return self.table
+        return self._check_table(self.table(config))
+
+    def table_path(self, cfg: ExperimentConfig) -> Path:
+        r"""The table file the records of ``cfg`` (its run's and its studies')
+        are written to."""
+        return self.records / f"{self.table_of(plain_settings(cfg.to_dict()))}.jsonl"
 
     def checkpoint_path(self, cfg: ExperimentConfig) -> Path:
         r"""Where a run of ``cfg`` in progress keeps its checkpoint."""
         return self.checkpoints / f"{config_key(cfg)}.ckpt.pt"
 
     def load(self, cfg: ExperimentConfig) -> dict[str, Any] | None:
-        r"""The record of ``cfg``, or ``None`` when it has none (or the file
+        r"""The record of ``cfg``, or ``None`` when it has none (or the record
         under its key holds other settings)."""
-        path = self.record_path(cfg)
-        if not path.exists():
+        key = config_key(cfg)
+        entry = self._read(key)
+        if entry is None or entry.get("config") != plain_settings(cfg.to_dict()):
             return None
-        entry = json.loads(path.read_text())
-        if entry.get("config") != plain_settings(cfg.to_dict()):
-            return None
-        self.used[config_key(cfg)] = entry
+        self.used[key] = entry
         return entry
 
     def checkpoint_round(self, cfg: ExperimentConfig) -> int | None:
@@ -170,13 +342,135 @@ class RecordCache:
             return None
         return int(state["round"])
 
-    def _store(self, cfg: ExperimentConfig, entry: dict[str, Any]) -> None:
+    def _read(self, key: str) -> dict[str, Any] | None:
+        r"""The record under ``key``: its file of the earlier format where
+        there is one, else its line in whichever table holds it."""
+        try:
+            return json.loads((self.records / f"{key}.json").read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            pass
+        self._refresh()
+        for lines in self._tables.values():
+            if key in lines:
+                return _entry_of(lines[key])
+        return None
+
+    def _refresh(self) -> None:
+        r"""Reads again every table whose file changed since this cache read
+        it (another process or cache object wrote it), and forgets those
+        gone."""
+        present: dict[str, tuple[int, int, int]] = {}
+        if self.records.is_dir():
+            for path in self.records.glob("*.jsonl"):
+                try:
+                    st = path.stat()
+                except FileNotFoundError:
+                    continue
+                present[path.stem] = (st.st_ino, st.st_mtime_ns, st.st_size)
+        for name in [name for name in self._tables if name not in present]:
+            del self._tables[name], self._seen[name]
+        for name, seen in present.items():
+            if self._seen.get(name) != seen:
+                # Read after the stat: a table replaced in between is read new under
+                # the old stamp, and read once more next time (never missed).
+                self._tables[name] = _read_table(self.records / f"{name}.jsonl")
+                self._seen[name] = seen
+
+    def _update(self, name: str, add: Mapping[str, str], drop: Iterable[str] = ()) -> None:
+        r"""Adds (or replaces) lines of table ``name`` and drops keys from it,
+        under its lock, from the table as it is on disk then; a table left
+        empty is deleted."""
         self.records.mkdir(parents=True, exist_ok=True)
-        path = self.record_path(cfg)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(entry, default=float, sort_keys=True) + "\n")
-        tmp.replace(path)
+        path = self.records / f"{name}.jsonl"
+        with _locked(path):
+            lines = _read_table(path)
+            lines.update(add)
+            for key in drop:
+                lines.pop(key, None)
+            if lines:
+                _rewrite(path, lines)
+                st = path.stat()
+                self._tables[name] = lines
+                self._seen[name] = (st.st_ino, st.st_mtime_ns, st.st_size)
+            else:
+                path.unlink(missing_ok=True)
+                self._tables.pop(name, None)
+                self._seen.pop(name, None)
+
+    def _write(self, entries: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+        r"""Writes records by key into their tables (one rewrite per table),
+        drops those keys from any other table, and returns each key's table."""
+        home: dict[str, str] = {}
+        by_table: dict[str, dict[str, str]] = {}
+        for key, entry in entries.items():
+            home[key] = self.table_of(entry.get("config") or {})
+            by_table.setdefault(home[key], {})[key] = _line(key, entry)
+        for name, add in sorted(by_table.items()):
+            self._update(name, add)
+        self._refresh()
+        for name, lines in sorted(self._tables.items()):
+            stale = [key for key, table in home.items() if table != name and key in lines]
+            if stale:
+                self._update(name, {}, stale)
+        return home
+
+    def _put(self, key: str, entry: dict[str, Any]) -> None:
+        r"""Stores one record (replacing a file of the earlier format under
+        its key, which would otherwise be read before it)."""
+        self._write({key: entry})
+        (self.records / f"{key}.json").unlink(missing_ok=True)
+
+    def _store(self, cfg: ExperimentConfig, entry: dict[str, Any]) -> None:
+        self._put(config_key(cfg), entry)
         self.used[config_key(cfg)] = entry
+
+    def fold(self) -> list[str]:
+        r"""Moves the records of the earlier format, one file
+        ``<records>/<key>.json`` each, into their tables and deletes those
+        files. A file is deleted only once its record reads back from its
+        table equal to it (the same JSON, written with sorted keys); a
+        table's record of the same key is replaced by the file's (a file
+        there is newer: the tables never write one). Running it again does
+        nothing.
+
+        Returns:
+            list[str]: the keys folded, sorted.
+
+        Raises:
+            ValueError: when a file is not a record (not a JSON object).
+            RuntimeError: when a record does not read back equal (its file is
+                kept; the others are folded).
+        """
+        if not self.records.is_dir():
+            return []
+        files = {path.stem: path for path in sorted(self.records.glob("*.json"))}
+        entries: dict[str, dict[str, Any]] = {}
+        for key, path in files.items():
+            try:
+                entry = json.loads(path.read_text(encoding="utf-8"))
+            except ValueError as err:
+                raise ValueError(f"{path} is not a record ({err})") from None
+            if not isinstance(entry, dict):
+                raise ValueError(f"{path} is not a record (not a JSON object)")
+            entries[key] = entry
+        if not entries:
+            return []
+        home = self._write(entries)
+        tables = {name: _read_table(self.records / f"{name}.jsonl")
+                  for name in set(home.values())}
+        folded, kept = [], []
+        for key, path in files.items():
+            line = tables[home[key]].get(key)
+            if line is None or _canonical(_entry_of(line)) != _canonical(entries[key]):
+                kept.append(path.name)
+                continue
+            path.unlink()
+            folded.append(key)
+        if kept:
+            raise RuntimeError(f"{len(kept)} records do not read back from their tables as "
+                               f"their files hold them; kept: {', '.join(kept)}")
+        log.info("folded %d records into %s", len(folded), ", ".join(sorted(tables)))
+        return sorted(folded)
 
     @staticmethod
     def _entry(cfg: ExperimentConfig, summary: dict, history: History, graph: Any,
@@ -222,14 +516,12 @@ class RecordCache:
 
     def load_study(self, cfg: ExperimentConfig, study: str) -> dict[str, Any] | None:
         r"""The record of study ``study`` of ``cfg`` (see :meth:`run_study`),
-        or ``None`` when it has none (or the file under its key holds other
+        or ``None`` when it has none (or the record under its key holds other
         settings)."""
         key = self.study_key(cfg, study)
-        path = self.records / f"{key}.json"
-        if not path.is_file():
-            return None
-        entry = json.loads(path.read_text())
-        if entry.get("study") != study or entry.get("config") != plain_settings(cfg.to_dict()):
+        entry = self._read(key)
+        if entry is None or entry.get("study") != study or entry.get("config") != plain_settings(
+                cfg.to_dict()):
             return None
         self.used[key] = entry
         return entry
@@ -274,15 +566,12 @@ class RecordCache:
             "cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "date": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
         }
-        self.records.mkdir(parents=True, exist_ok=True)
-        path = self.records / f"{self.study_key(cfg, study)}.json"
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(entry, default=float, sort_keys=True) + "\n")
-        tmp.replace(path)
+        key = self.study_key(cfg, study)
+        self._put(key, entry)
         found = self.load_study(cfg, study)
         if found is None:  # the settings do not survive JSON: a bug, not a user error
-            raise RuntimeError(f"the record {path} does not read back as the settings of "
-                               f"{study}")
+            raise RuntimeError(f"the record {key} in {self.records} does not read back as the "
+                               f"settings of {study}")
         return found
 
     def run(self, cfg: ExperimentConfig, *, refresh: bool = False,

@@ -4,7 +4,13 @@ C allocator setting an application may choose (:func:`retain_freed_memory`)."""
 from pyg_fedgraph.utils.allocator import KEEP_MEMORY_ENV, retain_freed_memory
 from pyg_fedgraph.utils.clustering import kmeans
 from pyg_fedgraph.utils.graph import complete_graph
-from pyg_fedgraph.utils.recovery import graph_recovery, partition_scores, read_groups
+from pyg_fedgraph.utils.recovery import (
+    allocation_stats,
+    graph_recovery,
+    partition_scores,
+    read_groups,
+    relation_weights,
+)
 from pyg_fedgraph.utils.safe_pickle import load_array_pickle
 
 __all__ = [
@@ -13,6 +19,8 @@ __all__ = [
     "read_groups",
     "partition_scores",
     "graph_recovery",
+    "relation_weights",
+    "allocation_stats",
     "load_array_pickle",
     "retain_freed_memory",
     "KEEP_MEMORY_ENV",

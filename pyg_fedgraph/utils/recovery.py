@@ -1,5 +1,7 @@
 r"""Graph recovery: client groups read from a collaboration matrix, scored
-against known groups with the Rand index and the adjusted Rand index."""
+against known groups with the Rand index and the adjusted Rand index; and
+the weight a matrix puts inside and across known groups (FedAGHN's Self /
+Similar / Other, pFedGAT's within / between classes)."""
 from __future__ import annotations
 
 import warnings
@@ -9,7 +11,7 @@ import torch
 from torch import Tensor
 
 __all__ = ["ReadingRule", "READING_RULES", "RECOVERY_KEYS", "read_groups", "partition_scores",
-           "graph_recovery"]
+           "graph_recovery", "relation_weights", "allocation_stats"]
 
 #: How groups are read from a collaboration matrix (see :func:`read_groups`).
 ReadingRule = Literal["spectral", "components"]
@@ -188,3 +190,89 @@ def graph_recovery(weight: Tensor, groups: Tensor, *, rule: ReadingRule = "spect
                          f"{truth.numel()} clients")
     num_groups = int(truth.unique().numel())
     return partition_scores(read_groups(w, num_groups, rule=rule, k=k, seed=seed), truth)
+
+
+def _check_square(weight: Tensor) -> None:
+    if not isinstance(weight, Tensor) or weight.dim() != 2 or weight.size(0) != weight.size(1):
+        shape = tuple(weight.shape) if isinstance(weight, Tensor) else type(weight).__name__
+        raise ValueError(f"a collaboration matrix must be a square (N, N) tensor, got {shape}")
+
+
+def relation_weights(weight: Tensor, groups: Tensor) -> tuple[float, float, float]:
+    r"""The mean weight a client gives itself, a client of its own group and a
+    client of another group (FedAGHN's Table 9, "Self / Similar / Other"):
+
+    .. math::
+        \text{Self} = \frac{1}{N} \sum_i W_{ii}, \quad
+        \text{Similar} = \frac{1}{N} \sum_i \frac{\sum_{j \ne i, g_j = g_i} W_{ij}}
+        {\max(1, |\{j \ne i : g_j = g_i\}|)}, \quad
+        \text{Other} = \frac{1}{N} \sum_i \frac{\sum_{g_j \ne g_i} W_{ij}}
+        {|\{j : g_j \ne g_i\}|}
+
+    computed in ``weight``'s dtype.
+
+    Args:
+        weight (torch.Tensor): the collaboration matrix :math:`W` (row
+            :math:`i` = the weights client :math:`i` gives).
+        groups (torch.Tensor): each client's group :math:`g`; at least two
+            groups.
+
+    Shapes:
+        - **input:** ``weight`` :math:`(N, N)`, ``groups`` :math:`(N,)`
+        - **output:** ``(self, similar, other)``
+    """
+    _check_square(weight)
+    group = _check_labels(groups, "groups").to(weight.device)
+    n = group.numel()
+    if weight.size(0) != n:
+        raise ValueError(f"the collaboration matrix is {tuple(weight.shape)} but groups names "
+                         f"{n} clients")
+    if int(group.unique().numel()) < 2:
+        raise ValueError("relation weights need at least two groups (every client's 'Other' "
+                         "would be empty)")
+    eye = torch.eye(n, dtype=torch.bool, device=weight.device)
+    same = (group.unsqueeze(0) == group.unsqueeze(1)) & ~eye
+    other = group.unsqueeze(0) != group.unsqueeze(1)
+    self_w = weight.diagonal().mean()
+    similar = ((weight * same).sum(1) / same.sum(1).clamp_min(1)).mean()
+    different = ((weight * other).sum(1) / other.sum(1)).mean()
+    return float(self_w), float(similar), float(different)
+
+
+def allocation_stats(weight: Tensor, label_counts: Tensor) -> dict[str, float]:
+    r"""Where a collaboration matrix puts its weight relative to the classes
+    clients share (pFedGAT's Figure 3 reading): two clients *share* when
+    their label counts overlap, :math:`(H H^\top)_{ij} > 0`.
+
+    Returns ``same`` (mean over clients of the total weight given to clients
+    sharing a class, itself included), ``chance`` (the share of sharing
+    pairs: ``same`` under uniform weights), ``within`` / ``between`` (the
+    mean off-diagonal weight between sharing / non-sharing pairs, NaN where
+    there is no such pair), ``self`` (mean diagonal) and ``dev`` (mean
+    absolute deviation from the uniform :math:`1/N`).
+
+    Args:
+        weight (torch.Tensor): the collaboration matrix :math:`W`.
+        label_counts (torch.Tensor): samples of each class per client
+            :math:`H` (e.g. :func:`pyg_fedgraph.train.rules.class_counts`).
+
+    Shapes:
+        - **input:** ``weight`` :math:`(N, N)`, ``label_counts`` :math:`(N, C)`
+        - **output:** a dict of six floats
+    """
+    _check_square(weight)
+    n = weight.size(0)
+    if label_counts.dim() != 2 or label_counts.size(0) != n:
+        raise ValueError(f"label_counts must be (N, C) = ({n}, C), got "
+                         f"{tuple(label_counts.shape)}")
+    hist = label_counts.to(weight.device, weight.dtype)
+    share = (hist @ hist.t()) > 0
+    off = ~torch.eye(n, dtype=torch.bool, device=weight.device)
+    return {
+        "same": float((weight * share).sum(dim=1).mean()),
+        "chance": float(share.float().mean()),
+        "within": float(weight[share & off].mean()) if (share & off).any() else float("nan"),
+        "between": float(weight[~share].mean()) if (~share).any() else float("nan"),
+        "self": float(weight.diagonal().mean()),
+        "dev": float((weight - 1.0 / n).abs().mean()),
+    }

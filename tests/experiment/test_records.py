@@ -188,3 +188,167 @@ def test_a_trace_is_kept_in_the_record_across_a_resume(tmp_path, crash_in_round_
     entry = cache.run(cfg, traces={"seen": RoundsSeen()})  # a fresh trace, resumed
     assert entry["traces"] == {"seen": {"rounds": [1, 2, 3, 4]}}
     assert cache.load(cfg)["traces"] == entry["traces"]
+
+
+# ------------------------------------------------------------- tables of records
+
+
+def made_up(cfg: ExperimentConfig, test: float, **extra) -> dict:
+    r"""A record of ``cfg`` as a run stores it (numbers made up)."""
+    from pyg_fedgraph.experiment.runner import plain_settings
+
+    return {"config": plain_settings(cfg.to_dict()), "summary": {"test": test},
+            "test": [test / 2, test], "seconds": 1.5, "load": [0.5, 0.25], **extra}
+
+
+def legacy(cache: RecordCache, key: str, entry: dict) -> Path:
+    r"""A record in the earlier format, one file, as the cache wrote them."""
+    cache.records.mkdir(parents=True, exist_ok=True)
+    path = cache.records / f"{key}.json"
+    path.write_text(json.dumps(entry, default=float, sort_keys=True) + "\n")
+    return path
+
+
+def test_records_of_one_family_share_one_table_a_line_each_sorted_by_key(tmp_path):
+    a, b = configs(seed=0)[0], configs(seed=1)[0]
+    image = dataclasses.replace(a, dataset="fashion-mnist")
+    cache = RecordCache(tmp_path / "records", tmp_path / "ckpt")
+    for cfg, test in ((b, 0.75), (image, 0.5), (a, 0.25)):
+        cache._store(cfg, made_up(cfg, test))
+    assert sorted(p.name for p in cache.records.iterdir()) == ["digits.jsonl",
+                                                               "fashion-mnist.jsonl"]
+    assert cache.table_path(a) == cache.records / "digits.jsonl"
+    lines = (cache.records / "digits.jsonl").read_text().splitlines()
+    keys = [json.loads(line)["key"] for line in lines]
+    assert keys == sorted([config_key(a), config_key(b)]) and len(lines) == 2
+    assert lines[0].startswith('{"key":"digits-fedavg-pathological-3-')
+    # Read back equal by another cache object.
+    fresh = RecordCache(tmp_path / "records", tmp_path / "unused")
+    for cfg, test in ((a, 0.25), (b, 0.75), (image, 0.5)):
+        assert fresh.load(cfg) == made_up(cfg, test)
+    assert set(fresh.used) == {config_key(a), config_key(b), config_key(image)}
+    # The same records written in another order give the same bytes.
+    other = RecordCache(tmp_path / "other", tmp_path / "ckpt")
+    for cfg, test in ((a, 0.25), (b, 0.75)):
+        other._store(cfg, made_up(cfg, test))
+    assert (other.records / "digits.jsonl").read_bytes() == \
+        (cache.records / "digits.jsonl").read_bytes()
+
+
+def test_the_table_rule_and_an_explicit_table():
+    from pyg_fedgraph.experiment.records import record_table
+
+    assert [record_table({"dataset": d}) for d in (
+        "fl60", "fl60-grda-file-graph", "digits", "topology", "cora", "citeseer", "metr-la",
+        "pems-bay", "tu", "fashion-mnist", "My data/set")] == [
+        "fl60", "fl60", "digits", "digits", "planetoid", "planetoid", "traffic", "traffic",
+        "tu", "fashion-mnist", "my-data-set"]
+    cache = RecordCache("r", "c", table="mine")
+    assert cache.table_of({"dataset": "cora"}) == "mine"
+    assert RecordCache("r", "c", table=lambda c: c["dataset"] + "-x").table_of(
+        {"dataset": "cora"}) == "cora-x"
+    with pytest.raises(ValueError, match="'../up' is not a table name"):
+        RecordCache("r", "c", table="../up")
+
+
+def test_a_record_under_its_key_with_other_settings_is_not_returned(tmp_path):
+    cfg, twin = configs()
+    cache = RecordCache(tmp_path / "records", tmp_path / "ckpt")
+    cache._put(config_key(cfg), made_up(twin, 0.5))  # cfg's key, twin's settings
+    cache._put(cache.study_key(cfg, "s"), {**made_up(cfg, 0.5), "study": "other"})
+    assert (cache.records / "digits.jsonl").read_text().count("\n") == 2
+    assert cache.load(cfg) is None and cache.load_study(cfg, "s") is None and not cache.used
+    cache._put(cache.study_key(cfg, "s"), {**made_up(cfg, 0.5), "study": "s"})
+    assert cache.load_study(cfg, "s")["study"] == "s"
+
+
+def test_a_legacy_file_is_read_then_folded_once(tmp_path):
+    from math import isnan
+
+    cfg, twin = configs()
+    cache = RecordCache(tmp_path / "records", tmp_path / "ckpt")
+    cache._store(twin, made_up(twin, 0.5))
+    old = made_up(cfg, 0.25, test_clients=[0.5, float("nan")])
+    path = legacy(cache, config_key(cfg), old)
+    study = legacy(cache, cache.study_key(cfg, "s"), {**made_up(cfg, 0.75), "study": "s"})
+    entry = cache.load(cfg)
+    assert entry["summary"] == {"test": 0.25} and isnan(entry["test_clients"][1])
+    assert cache.load_study(cfg, "s")["summary"] == {"test": 0.75}
+    # Folded: the files are gone, the table holds both records, read back alike.
+    assert cache.fold() == sorted([config_key(cfg), cache.study_key(cfg, "s")])
+    assert not path.exists() and not study.exists()
+    assert sorted(p.name for p in cache.records.iterdir()) == ["digits.jsonl"]
+    table = (cache.records / "digits.jsonl").read_text()
+    assert table.count("\n") == 3 and config_key(cfg) in table
+    fresh = RecordCache(cache.records, tmp_path / "ckpt")
+    assert json.dumps(fresh.load(cfg)) == json.dumps(entry)  # NaN != NaN: compare the text
+    assert fresh.load_study(cfg, "s")["summary"] == {"test": 0.75}
+    assert fresh.load(twin) == made_up(twin, 0.5)
+    # Again: nothing to do, nothing rewritten.
+    assert fresh.fold() == [] and (cache.records / "digits.jsonl").read_text() == table
+    # A file newer than the table's record of its key replaces it, read first and folded.
+    legacy(cache, config_key(twin), made_up(twin, 0.125))
+    assert fresh.load(twin)["summary"] == {"test": 0.125}
+    assert fresh.fold() == [config_key(twin)]
+    assert RecordCache(cache.records, "c").load(twin)["summary"] == {"test": 0.125}
+    # A record stored while an old file of its key lies there replaces the file too.
+    legacy(cache, config_key(twin), made_up(twin, 0.0))
+    cache._store(twin, made_up(twin, 1.0))
+    assert not (cache.records / f"{config_key(twin)}.json").exists()
+    assert RecordCache(cache.records, "c").load(twin)["summary"] == {"test": 1.0}
+
+
+def test_a_file_that_is_not_a_record_stops_the_fold_with_its_name(tmp_path):
+    cache = RecordCache(tmp_path / "records", tmp_path / "ckpt")
+    cache.records.mkdir()
+    (cache.records / "broken.json").write_text('{"config": ')
+    with pytest.raises(ValueError, match=r"broken.json is not a record"):
+        cache.fold()
+    assert (cache.records / "broken.json").exists()
+
+
+def test_a_cache_object_sees_a_table_another_one_rewrote(tmp_path):
+    a, b = configs(seed=0)[0], configs(seed=1)[0]
+    reader = RecordCache(tmp_path / "records", tmp_path / "ckpt")
+    writer = RecordCache(tmp_path / "records", tmp_path / "ckpt")
+    assert reader.load(a) is None
+    writer._store(a, made_up(a, 0.25))
+    assert reader.load(a)["summary"] == {"test": 0.25}
+    writer._store(b, made_up(b, 0.5))
+    writer._store(a, made_up(a, 0.75))  # the same key rewritten
+    assert reader.load(a)["summary"] == {"test": 0.75}
+    assert reader.load(b)["summary"] == {"test": 0.5}
+    (tmp_path / "records" / "digits.jsonl").unlink()
+    assert reader.load(a) is None
+
+
+def _write_many(folder: str, seed: int, start) -> None:
+    r"""One process's share of the concurrent writers: 12 records of its own."""
+    start.wait()
+    cache = RecordCache(folder, folder + "-ckpt")
+    for clients in range(2, 14):
+        cfg = ExperimentConfig(dataset="digits", strategy="fedavg", clients=clients, seed=seed)
+        cache._store(cfg, made_up(cfg, clients / 100))
+
+
+def test_two_processes_writing_one_table_lose_no_record(tmp_path):
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork" if "fork" in
+                                          multiprocessing.get_all_start_methods() else "spawn")
+    start = context.Barrier(2)
+    workers = [context.Process(target=_write_many, args=(str(tmp_path / "records"), seed, start))
+               for seed in (0, 1)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(120)
+        assert worker.exitcode == 0
+    lines = (tmp_path / "records" / "digits.jsonl").read_text().splitlines()
+    assert len(lines) == 24
+    cache = RecordCache(tmp_path / "records", tmp_path / "ckpt")
+    for seed in (0, 1):
+        for clients in range(2, 14):
+            cfg = ExperimentConfig(dataset="digits", strategy="fedavg", clients=clients,
+                                   seed=seed)
+            assert cache.load(cfg) == made_up(cfg, clients / 100)

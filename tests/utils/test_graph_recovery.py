@@ -1,5 +1,7 @@
 r"""Graph recovery scores: groups read from a collaboration matrix, scored
 against known groups (values computed by hand)."""
+import math
+
 import pytest
 import torch
 
@@ -111,3 +113,58 @@ def test_bad_input_is_one_line():
         graph_recovery(w, groups.float())
     with pytest.raises(ValueError, match="labels name 3 clients, groups 4"):
         partition_scores(torch.tensor([0, 1, 1]), groups)
+
+
+# ---------------------------------------------- weight inside and across known groups
+def test_relation_weights_by_hand():
+    from pyg_fedgraph.utils import relation_weights
+
+    # Clients 0, 1 in group 0; clients 2, 3 in group 1.
+    w = torch.tensor([[0.4, 0.3, 0.2, 0.1],
+                      [0.1, 0.5, 0.2, 0.2],
+                      [0.0, 0.2, 0.6, 0.2],
+                      [0.25, 0.25, 0.25, 0.25]])
+    groups = torch.tensor([0, 0, 1, 1])
+    self_w, similar, other = relation_weights(w, groups)
+    assert self_w == pytest.approx((0.4 + 0.5 + 0.6 + 0.25) / 4)
+    assert similar == pytest.approx((0.3 + 0.1 + 0.2 + 0.25) / 4)
+    assert other == pytest.approx(((0.2 + 0.1) / 2 + (0.2 + 0.2) / 2 + (0.0 + 0.2) / 2
+                                   + (0.25 + 0.25) / 2) / 4)
+    # Relabelling clients (a permutation of rows, columns and groups) changes nothing.
+    perm = torch.tensor([2, 0, 3, 1])
+    assert relation_weights(w[perm][:, perm], groups[perm]) == pytest.approx(
+        (self_w, similar, other))
+
+
+def test_relation_weights_refuse_what_they_cannot_read():
+    from pyg_fedgraph.utils import relation_weights
+
+    with pytest.raises(ValueError, match="at least two groups"):
+        relation_weights(torch.eye(3), torch.zeros(3, dtype=torch.long))
+    with pytest.raises(ValueError, match="names 2 clients"):
+        relation_weights(torch.eye(3), torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match="square"):
+        relation_weights(torch.ones(2, 3), torch.tensor([0, 1]))
+
+
+def test_allocation_stats_by_hand():
+    from pyg_fedgraph.utils import allocation_stats
+
+    # Clients 0 and 1 share class 0; client 2 holds class 1 only.
+    counts = torch.tensor([[3.0, 0.0], [1.0, 0.0], [0.0, 5.0]])
+    w = torch.tensor([[0.5, 0.3, 0.2],
+                      [0.2, 0.6, 0.2],
+                      [0.1, 0.1, 0.8]])
+    stats = allocation_stats(w, counts)
+    share = [[1, 1, 0], [1, 1, 0], [0, 0, 1]]
+    assert stats["chance"] == pytest.approx(5 / 9)
+    assert stats["same"] == pytest.approx(sum(w[i, j].item() for i in range(3)
+                                              for j in range(3) if share[i][j]) / 3)
+    assert stats["within"] == pytest.approx((0.3 + 0.2) / 2)
+    assert stats["between"] == pytest.approx((0.2 + 0.2 + 0.1 + 0.1) / 4)
+    assert stats["self"] == pytest.approx((0.5 + 0.6 + 0.8) / 3)
+    assert stats["dev"] == pytest.approx(float((w - 1 / 3).abs().mean()))
+    # Every client alone with its class: no sharing pair off the diagonal.
+    assert math.isnan(allocation_stats(torch.eye(2), torch.eye(2))["within"])
+    with pytest.raises(ValueError, match=r"label_counts must be \(N, C\) = \(3, C\)"):
+        allocation_stats(w, counts[:2])
