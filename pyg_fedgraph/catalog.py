@@ -21,7 +21,8 @@ STRATEGY_NAMES: tuple[str, ...] = (
 )
 #: Every registered dataset (normalized names), sorted.
 DATASET_NAMES: tuple[str, ...] = (
-    "cifar10", "cifar100", "citeseer", "cora", "digits", "fashion-mnist", "fl60", "metr-la",
+    "cifar10", "cifar100", "citeseer", "cora", "digits", "fashion-mnist", "fl60",
+    "fl60-grda-file", "fl60-grda-file-graph", "fl60-grda-graph", "fl60-paper-inputs", "metr-la",
     "mnist", "pems-bay", "planted-graphs", "pubmed", "topology", "tu",
 )
 #: Every registered client model.

@@ -2,7 +2,15 @@ r"""Federated data sets: builders returning a
 :class:`~pyg_fedgraph.data.FederatedDataset`, registered by name; readers of
 graphs to partition into clients (:mod:`pyg_fedgraph.transforms`)."""
 from pyg_fedgraph.datasets.digits import digits
-from pyg_fedgraph.datasets.fl60 import angle_knn_graph, fl60, read_grda_toy
+from pyg_fedgraph.datasets.fl60 import (
+    FL60_VARIANTS,
+    GRDA_DG60_ENV,
+    GRDA_DG60_SHA256,
+    angle_knn_graph,
+    fl60,
+    grda_dg60_file,
+    read_grda_toy,
+)
 from pyg_fedgraph.datasets.graph_classification import (
     GCFL_DEFAULTS,
     federate_graph_sets,
@@ -62,6 +70,10 @@ __all__ = [
     "fl60",
     "angle_knn_graph",
     "read_grda_toy",
+    "grda_dg60_file",
+    "GRDA_DG60_SHA256",
+    "GRDA_DG60_ENV",
+    "FL60_VARIANTS",
     "digits",
     "fashion_mnist",
     "mnist",

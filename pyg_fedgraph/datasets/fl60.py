@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
@@ -17,11 +18,12 @@ from pyg_fedgraph.data.partition import build_federated_dataset
 from pyg_fedgraph.datasets.registry import register_dataset
 from pyg_fedgraph.utils.safe_pickle import loads_array_pickle, read_pickle_file
 
-__all__ = ["fl60", "angle_knn_graph", "read_grda_toy", "GraphName", "PAPER_GRAPH_MAX_CLIENTS"]
+__all__ = ["fl60", "angle_knn_graph", "read_grda_toy", "grda_dg60_file", "GraphName",
+           "PAPER_GRAPH_MAX_CLIENTS", "GRDA_DG60_SHA256", "GRDA_DG60_ENV", "FL60_VARIANTS"]
 
 log = logging.getLogger(__name__)
 
-GraphName = Literal["auto", "paper", "knn", "none", "file"]
+GraphName = Literal["auto", "paper", "grda", "knn", "none", "file"]
 
 #: Largest federation for which ``graph="auto"`` draws the paper's dense
 #: Bernoulli graph (about :math:`N^2 / 2` edges: 2 million at 2,000 clients);
@@ -73,6 +75,15 @@ def fl60(num_clients: int = 60, samples_per_client: int = 100, seed: int = 0,
     depend on the graph; the train / val / test split is drawn after the
     paper's graph, so it differs between ``"paper"`` and the other two.
 
+    **GRDA's graph.** ``graph="grda"`` links clients as GRDA's generator
+    links its 60 domains (Wang-ML-Lab/GRDA, ``dataset_generator.py``): an
+    edge between :math:`u` and :math:`v` with probability
+    :math:`\cos(\omega_u - \omega_v)` where that cosine is at least 0.2,
+    none elsewhere, so that clients of opposite boundaries are never linked.
+    It is drawn from a stream of its own (seed ``seed + 1``) after the draw of
+    the paper's graph, so that inputs and splits are those of
+    ``graph="paper"`` and runs on the two graphs differ by the graph alone.
+
     **Two recipes.** With ``recipe="paper"`` the inputs follow the text above.
     Its classes overlap: the mean norm :math:`|\omega_t|/\pi \le 1` under unit
     noise caps the Bayes accuracy near 68% on average, so the paper's reported
@@ -118,7 +129,8 @@ def fl60(num_clients: int = 60, samples_per_client: int = 100, seed: int = 0,
         recipe (str, optional): ``"grda"`` (GRDA's generator, separable
             classes) or ``"paper"`` (the Panacea text). (default: :obj:`"grda"`)
         graph (str, optional): the prior client graph: ``"paper"``
-            (Bernoulli), ``"knn"`` (nearest in angle), ``"none"``, or
+            (Bernoulli), ``"grda"`` (GRDA's), ``"knn"`` (nearest in angle),
+            ``"none"``, ``"file"`` (GRDA's data file's, with ``path``), or
             ``"auto"`` (``"paper"`` up to 2,000 clients, else ``"knn"``).
             (default: :obj:`"auto"`)
         graph_k (int, optional): neighbours per client of the ``"knn"``
@@ -146,9 +158,9 @@ def fl60(num_clients: int = 60, samples_per_client: int = 100, seed: int = 0,
                          f"{samples_per_client}")
     if len(fractions) != 3 or fractions[1] <= 0:
         raise ValueError(f"FL-60 needs a positive validation fraction, got fractions={fractions}")
-    if graph not in ("auto", "paper", "knn", "none", "file"):
-        raise ValueError(f"graph must be 'auto', 'paper', 'knn', 'none' or 'file', got "
-                         f"{graph!r}")
+    if graph not in ("auto", "paper", "grda", "knn", "none", "file"):
+        raise ValueError(f"graph must be 'auto', 'paper', 'grda', 'knn', 'none' or 'file', "
+                         f"got {graph!r}")
     if graph == "file" and path is None:
         raise ValueError("graph='file' takes the graph of GRDA's data file: pass path= too")
     toy = None if path is None else _read_file_federation(Path(path), num_clients,
@@ -179,7 +191,7 @@ def fl60(num_clients: int = 60, samples_per_client: int = 100, seed: int = 0,
     embedding = torch.stack([torch.cos(angle), torch.sin(angle)], dim=1)
     omega = torch.atan2(embedding[:, 1], embedding[:, 0])
     edge_index = (toy["A"].nonzero().t().contiguous() if graph == "file" and toy is not None
-                  else _prior_graph(graph, embedding, omega, graph_k, generator))
+                  else _prior_graph(graph, embedding, omega, graph_k, generator, seed))
     edge_weight = None if edge_index is None else torch.ones(edge_index.size(1))
     return build_federated_dataset(
         "fl60", x.float(), y, partition, task="classification",
@@ -214,18 +226,29 @@ def _draw_inputs(num_clients: int, samples_per_client: int, recipe: str,
 
 
 def _prior_graph(graph: str, embedding: Tensor, omega: Tensor, graph_k: int,
-                 generator: torch.Generator) -> Tensor | None:
+                 generator: torch.Generator, seed: int) -> Tensor | None:
     r"""``edge_index`` of the prior graph ``"paper"`` (Panacea's Bernoulli
     graph on the clients' unit vectors ``embedding`` :math:`(N, 2)`, drawn
-    from ``generator``), ``"knn"`` (nearest in angle ``omega``) or ``None``
-    (``"none"``)."""
+    from ``generator``), ``"grda"`` (GRDA's, drawn from a generator seeded
+    ``seed + 1`` after the paper's draw), ``"knn"`` (nearest in angle
+    ``omega``) or ``None`` (``"none"``)."""
     n = embedding.size(0)
-    if graph == "paper":
+    if graph in ("paper", "grda"):
         prob = 0.5 * embedding @ embedding.t() + 0.5
         row, col = torch.triu_indices(n, n, offset=1)
         draw = torch.rand(row.numel(), generator=generator, dtype=torch.float64)
-        keep = draw < prob[row, col]
-        return to_undirected(torch.stack([row[keep], col[keep]]), num_nodes=n)
+        if graph == "paper":
+            keep = draw < prob[row, col]
+            return to_undirected(torch.stack([row[keep], col[keep]]), num_nodes=n)
+        # The cosines of the unit vectors as the dataset stores them (float32), and
+        # the edges in the order the records of fl60-grda-graph were made with.
+        stored = embedding.float().double()
+        cos = (stored @ stored.t())[row, col]
+        own = torch.Generator().manual_seed(seed + 1)
+        keep = (cos >= 0.2) & (torch.rand(cos.numel(), generator=own, dtype=torch.float64)
+                               < cos)
+        return torch.stack([torch.cat([row[keep], col[keep]]),
+                            torch.cat([col[keep], row[keep]])])
     if graph == "knn":
         return angle_knn_graph(omega, graph_k)
     return None
@@ -327,6 +350,85 @@ def _read_file_federation(path: Path, num_clients: int, samples_per_client: int,
     order = torch.argsort(toy["domain"], stable=True)
     return {**toy, "partition": list(order.split(counts.tolist())), "sha256": digest,
             "source": f"GRDA's data file {path.name} (sha256 {digest[:12]})"}
+
+
+#: sha256 of GRDA's published DG-60 draw (Wang-ML-Lab/GRDA, ``data/toy_d60_spiral.pkl``),
+#: the file behind the datasets ``fl60-grda-file`` and ``fl60-grda-file-graph``.
+GRDA_DG60_SHA256 = "b3bb65f047fda93d68e641eb8ea6bd9edcc32bf38279f4409161f35b5d6a6f18"
+#: The environment variable naming that file for those two datasets when no
+#: ``path`` is given (their records were made without one in their settings).
+GRDA_DG60_ENV = "PYG_FEDGRAPH_GRDA_FILE"
+
+
+def grda_dg60_file(path: str | Path | None = None) -> Path:
+    r"""The path of GRDA's published DG-60 draw (``toy_d60_spiral.pkl`` from
+    Wang-ML-Lab/GRDA, ``data/``; not part of pyg_fedgraph), checked against
+    :data:`GRDA_DG60_SHA256`: ``path``, else the file named by the environment
+    variable :data:`GRDA_DG60_ENV`.
+
+    Raises:
+        ValueError: one line, when neither names a file, the file is missing,
+            or its bytes are not that file's.
+    """
+    given = path if path is not None else os.environ.get(GRDA_DG60_ENV)
+    if not given:
+        raise ValueError(f"GRDA's DG-60 draw is read from a file of yours: download "
+                         f"toy_d60_spiral.pkl from Wang-ML-Lab/GRDA (data/) and pass path=PATH "
+                         f"(command line: --set data.path=PATH) or set {GRDA_DG60_ENV}=PATH")
+    file = Path(given)
+    if not file.is_file():
+        raise ValueError(f"{file} not found: expected GRDA's toy_d60_spiral.pkl "
+                         f"(Wang-ML-Lab/GRDA, data/)")
+    digest = hashlib.sha256(file.read_bytes()).hexdigest()
+    if digest != GRDA_DG60_SHA256:
+        raise ValueError(f"{file} is not GRDA's toy_d60_spiral.pkl (sha256 {digest[:16]}..., "
+                         f"expected {GRDA_DG60_SHA256[:16]}...); read another file of its "
+                         f"format with fl60(path=...)")
+    return file
+
+
+#: FL-60 with one of its options set, registered under the dataset names that
+#: the records of ``benchmarks/reproduce/fl60_protocol.py`` were made with
+#: before these options existed (a record's key holds the dataset's name):
+#: name -> the :func:`fl60` call it stands for. They take FL-60's model and
+#: local-training defaults.
+FL60_VARIANTS: dict[str, str] = {
+    "fl60-paper-inputs": "fl60(recipe='paper'): the inputs of Panacea's text",
+    "fl60-grda-graph": "fl60(graph='grda'): GRDA's client graph",
+    "fl60-grda-file": "fl60(path=grda_dg60_file(path), graph='paper'): GRDA's published draw "
+                      "with Panacea's graph drawn on its angles",
+    "fl60-grda-file-graph": "fl60(path=grda_dg60_file(path), graph='file'): GRDA's published "
+                            "draw and its graph",
+}
+
+
+@register_dataset("fl60-paper-inputs")
+def _fl60_paper_inputs(num_clients: int = 60, seed: int = 0) -> FederatedDataset:
+    r"""FL-60 with the inputs of Panacea's text: :func:`fl60` with
+    ``recipe="paper"``."""
+    return fl60(num_clients=num_clients, seed=seed, recipe="paper")
+
+
+@register_dataset("fl60-grda-graph")
+def _fl60_grda_graph(num_clients: int = 60, seed: int = 0) -> FederatedDataset:
+    r"""FL-60 with GRDA's client graph: :func:`fl60` with ``graph="grda"``."""
+    return fl60(num_clients=num_clients, seed=seed, graph="grda")
+
+
+@register_dataset("fl60-grda-file")
+def _fl60_grda_file(num_clients: int = 60, seed: int = 0,
+                    path: str | Path | None = None) -> FederatedDataset:
+    r"""GRDA's published DG-60 draw with Panacea's graph drawn on its angles:
+    :func:`fl60` with ``path=grda_dg60_file(path)`` and ``graph="paper"``."""
+    return fl60(num_clients=num_clients, seed=seed, path=grda_dg60_file(path), graph="paper")
+
+
+@register_dataset("fl60-grda-file-graph")
+def _fl60_grda_file_graph(num_clients: int = 60, seed: int = 0,
+                          path: str | Path | None = None) -> FederatedDataset:
+    r"""GRDA's published DG-60 draw and its graph: :func:`fl60` with
+    ``path=grda_dg60_file(path)`` and ``graph="file"``."""
+    return fl60(num_clients=num_clients, seed=seed, path=grda_dg60_file(path), graph="file")
 
 
 def angle_knn_graph(angle: Tensor, k: int) -> Tensor:

@@ -20,6 +20,7 @@ from pyg_fedgraph.data.graph_dataset import GraphFederatedDataset
 from pyg_fedgraph.data.layout import ParamLayout
 from pyg_fedgraph.data.partition import PARTITIONS
 from pyg_fedgraph.datasets import DATASETS, dataset_key, load_dataset
+from pyg_fedgraph.datasets.fl60 import FL60_VARIANTS
 from pyg_fedgraph.datasets.subgraphs import GRAPH_SPLITS
 from pyg_fedgraph.engine.rounds import num_sampled
 from pyg_fedgraph.experiment.settings import CONFIG_SCHEMA, ExperimentConfig
@@ -57,6 +58,8 @@ DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 DATASET_DEFAULTS["pems-bay"] = DATASET_DEFAULTS["metr-la"]
 DATASET_DEFAULTS["topology"] = DATASET_DEFAULTS["digits"]
+# FL-60 with one option set, under the names of its earlier records.
+DATASET_DEFAULTS.update({name: DATASET_DEFAULTS["fl60"] for name in FL60_VARIANTS})
 _FALLBACK = {"model": "mlp", "model_kwargs": {}, "local": {}, "rounds": 30}
 
 

@@ -25,6 +25,7 @@ _LAZY = {
     "FunctionalEmbedding": "pyg_fedgraph.train.jobs",
     "functional_embeddings": "pyg_fedgraph.train.embedding",
     "proxy_graph": "pyg_fedgraph.train.embedding",
+    "train_pooled": "pyg_fedgraph.train.pooled",
     # The objective lives with the data (pyg_fedgraph.data); kept here for imports
     # written against earlier versions.
     "Objective": "pyg_fedgraph.data.objective",
@@ -36,8 +37,8 @@ _LAZY = {
 __all__ = ["ClientTrainer", "TrainResult", "batch_schedule", "LocalConfig", "Regularizer",
            "ProximalTerm", "register_regularizer", "SGD", "Adam", "KNNInterpolation",
            "AdaptiveLocalAggregation", "PrivateParameters", "FunctionalEmbedding",
-           "functional_embeddings", "proxy_graph", "Objective", "classification_objective",
-           "regression_objective", "objective_for"]
+           "functional_embeddings", "proxy_graph", "train_pooled", "Objective",
+           "classification_objective", "regression_objective", "objective_for"]
 
 if TYPE_CHECKING:
     from pyg_fedgraph.data.objective import (
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
     from pyg_fedgraph.train.embedding import functional_embeddings, proxy_graph
     from pyg_fedgraph.train.jobs import FunctionalEmbedding
     from pyg_fedgraph.train.knn import KNNInterpolation
+    from pyg_fedgraph.train.pooled import train_pooled
     from pyg_fedgraph.train.private import PrivateParameters
     from pyg_fedgraph.train.regularizers import ProximalTerm, Regularizer, register_regularizer
     from pyg_fedgraph.train.rules import SGD, Adam

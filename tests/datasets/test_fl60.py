@@ -308,3 +308,106 @@ def test_fl60_grda_file_errors(tmp_path):
         fl60(graph="file")
     with pytest.raises(ValueError, match="not found: expected a GRDA toy data pickle"):
         fl60(path=tmp_path / "nothing.pkl")
+
+
+# ------------------------------------------- FL-60's variants under their record names
+def old_grda_graph(num_clients=60, seed=0):
+    r"""``fl60-grda-graph`` as ``benchmarks/reproduce/fl60_protocol.py`` registered it
+    before ``graph="grda"`` existed: FL-60 with the paper's graph, its edges replaced by
+    GRDA's drawn from a generator of its own."""
+    from dataclasses import replace
+
+    data = fl60(num_clients=num_clients, seed=seed)
+    emb = data.info["client_embedding"].double()
+    cos = emb @ emb.t()
+    gen = torch.Generator().manual_seed(seed + 1)
+    row, col = torch.triu_indices(num_clients, num_clients, offset=1)
+    p = cos[row, col]
+    keep = (p >= 0.2) & (torch.rand(p.numel(), generator=gen, dtype=torch.float64) < p)
+    ei = torch.stack([torch.cat([row[keep], col[keep]]), torch.cat([col[keep], row[keep]])])
+    return replace(data, edge_index=ei, edge_weight=torch.ones(ei.size(1)),
+                   info={**data.info, "graph": "grda"})
+
+
+def assert_same(a, b):
+    r"""Two federations hold the same tensors, graph and metadata."""
+    assert a.name == b.name and a.num_clients == b.num_clients
+    for s in ("train", "val", "test"):
+        for field in ("x", "y", "counts"):
+            assert torch.equal(getattr(a.splits[s], field), getattr(b.splits[s], field)), s
+    assert torch.equal(a.edge_index, b.edge_index)
+    assert torch.equal(a.edge_weight, b.edge_weight)
+    assert a.info.keys() == b.info.keys()
+    for k, v in a.info.items():
+        assert torch.equal(v, b.info[k]) if torch.is_tensor(v) else v == b.info[k], k
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_grda_graph_option_is_the_earlier_variant(seed):
+    from pyg_fedgraph.datasets import load_dataset
+
+    new = fl60(seed=seed, graph="grda")
+    assert_same(new, old_grda_graph(seed=seed))
+    assert_same(load_dataset("fl60-grda-graph", seed=seed), new)
+    assert new.info["graph"] == "grda"
+    # GRDA's rule: only pairs whose cosine is at least 0.2, each once in each direction.
+    emb = new.info["client_embedding"].double()
+    cos = (emb @ emb.t())[new.edge_index[0], new.edge_index[1]]
+    assert bool((cos >= 0.2).all()) and new.edge_index.size(1) % 2 == 0
+    adj = torch.zeros(60, 60)
+    adj[new.edge_index[0], new.edge_index[1]] = 1
+    assert torch.equal(adj, adj.t()) and int(adj.sum()) == new.edge_index.size(1)
+    # Same inputs and splits as the paper's graph: the runs differ by the graph alone.
+    paper = fl60(seed=seed)
+    for s in ("train", "val", "test"):
+        assert torch.equal(paper.splits[s].x, new.splits[s].x)
+    assert not torch.equal(paper.edge_index, new.edge_index)
+
+
+def test_paper_inputs_variant_is_the_recipe():
+    from pyg_fedgraph.experiment.build import build_dataset, resolved_defaults
+
+    cfg = ExperimentConfig(dataset="fl60-paper-inputs", strategy="fedavg", seed=2)
+    data = build_dataset(cfg)
+    assert_same(data, fl60(seed=2, recipe="paper"))
+    assert resolved_defaults(data, cfg.dataset) == resolved_defaults(data, "fl60")
+
+
+def test_grda_file_variants_read_the_named_file(tmp_path, monkeypatch):
+    import hashlib
+
+    from pyg_fedgraph.datasets import GRDA_DG60_ENV, load_dataset
+    from pyg_fedgraph.experiment.build import build_dataset
+
+    path = tmp_path / "toy_d60_spiral.pkl"
+    write_grda_toy(path, per=20)
+    monkeypatch.delenv(GRDA_DG60_ENV, raising=False)
+    with pytest.raises(ValueError, match=f"set {GRDA_DG60_ENV}=PATH"):
+        load_dataset("fl60-grda-file")
+    with pytest.raises(ValueError, match=r"toy_d60_spiral.pkl is not GRDA's .*expected b3bb65f0"):
+        load_dataset("fl60-grda-file", path=path)
+    # The file the records were made from is GRDA's; here a small one stands in for it.
+    monkeypatch.setattr(fl60_module, "GRDA_DG60_SHA256",
+                        hashlib.sha256(path.read_bytes()).hexdigest())
+    monkeypatch.setenv(GRDA_DG60_ENV, str(path))
+    for name, graph in (("fl60-grda-file", "paper"), ("fl60-grda-file-graph", "file")):
+        # The settings of their records name no file: the environment does.
+        cfg = ExperimentConfig(dataset=name, strategy="sfl", seed=1)
+        assert_same(build_dataset(cfg), fl60(seed=1, path=path, graph=graph))
+    monkeypatch.setenv(GRDA_DG60_ENV, str(tmp_path / "elsewhere.pkl"))
+    with pytest.raises(ValueError, match="elsewhere.pkl not found: expected GRDA's"):
+        load_dataset("fl60-grda-file-graph")
+    assert load_dataset("fl60-grda-file-graph", path=path).info["graph"] == "file"
+
+
+def test_variants_take_fl60s_defaults_and_run():
+    from pyg_fedgraph.datasets.fl60 import FL60_VARIANTS
+    from pyg_fedgraph.experiment import DATASET_DEFAULTS
+
+    assert set(FL60_VARIANTS) == {n for n in DATASET_DEFAULTS if n.startswith("fl60-")}
+    assert all(DATASET_DEFAULTS[n] == DATASET_DEFAULTS["fl60"] for n in FL60_VARIANTS)
+    cfg = ExperimentConfig(dataset="fl60-grda-graph", strategy="sfl", rounds=1, clients=8,
+                           overrides={"steps": 1})
+    sim = build_simulator(cfg)
+    sim.run()
+    assert sim.dataset.info["graph"] == "grda" and len(sim.history) == 1
