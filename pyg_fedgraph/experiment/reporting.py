@@ -22,7 +22,8 @@ from typing import Any
 
 import torch
 
-__all__ = ["READING", "keep_readings", "save_report", "read_record", "write_record",
+__all__ = ["READING", "keep_readings", "save_report", "save_with_readings", "read_record",
+           "write_record",
            "RECORDS_NAME", "machine_lines", "made_with",
            "runs_table", "RUNS_HEADER", "RUNS_RULE",
            "client_accuracies", "pooled_clients"]
@@ -111,6 +112,19 @@ def save_report(text: str, path: str | Path | None) -> Path | None:
     tmp.write_text(text)
     tmp.replace(path)
     return path
+
+
+def save_with_readings(text: str, path: str | Path | None) -> str:
+    r"""Writes ``text`` (a results file as a script generated it) to ``path``
+    with the hand-written readings of the file already there kept
+    (:func:`keep_readings`, :func:`save_report`), and returns what it wrote;
+    with ``path`` ``None`` it writes nothing and returns ``text``."""
+    if path is None:
+        return text
+    path = Path(path)
+    text = keep_readings(path.read_text() if path.exists() else "", text)
+    save_report(text, path)
+    return text
 
 
 #: The JSON-lines file of measurement records beside a folder's results files.
