@@ -557,7 +557,7 @@ def goals(record: dict[str, Any]) -> list[str]:
 
 
 def report(record: dict[str, Any]) -> list[str]:
-    r"""The markdown of a run's record (``results/subgraph_speed.json``)."""
+    r"""The markdown of a run's record (``results/subgraph_speed.md``)."""
     speed, models, rounds, memory = (record[k] for k in ("speed", "models", "rounds",
                                                           "memory"))
     cmd, repeats, alternations = record["cmd"], record["repeats"], record["alternations"]
