@@ -78,3 +78,15 @@ def test_records_are_one_json_line_per_results_file(tmp_path):
     path.write_text('{"file": "a.md"}\n[1, 2]\n')
     with pytest.raises(ValueError, match="line 2: a record is a JSON object"):
         read_record(path, "a.md")
+
+
+def test_save_with_readings_keeps_the_hand_written_part(tmp_path):
+    from pyg_fedgraph.experiment.reporting import save_with_readings
+
+    path = tmp_path / "r.md"
+    assert save_with_readings("# R\n| 1 |\n", None) == "# R\n| 1 |\n"  # nothing written
+    assert not path.exists()
+    save_with_readings("# R\n| 1 |\n", path)
+    path.write_text(path.read_text() + "\n### Reading\n\nBy hand.\n")
+    out = save_with_readings("# R\n| 2 |\n", path)
+    assert out == path.read_text() == "# R\n| 2 |\n\n### Reading\n\nBy hand.\n"

@@ -25,12 +25,14 @@ def test_time_calls_warms_up_once_and_returns_the_warm_ups_value():
 
 def test_peak_memory_is_a_high_water_mark_of_the_process():
     before = peak_rss()
-    assert 0 < current_rss() <= before
-    # 64 MiB touched and freed (a block this large goes back to the system at once): the
-    # peak keeps the usage of then. The kernel updates its counters in batches of pages,
-    # so the two readings may differ by a few of them (1 MiB of slack).
+    assert 0 < current_rss() <= before + 2 ** 20
+    # 64 MiB touched: the peak keeps the usage of then after the tensor is freed (whether
+    # the memory goes back to the system depends on the allocator's setting,
+    # retain_freed_memory). Both are bytes: the peak of a process running torch is hundreds
+    # of MiB. The kernel updates its counters in batches of pages, so readings may differ by
+    # a few of them (1 MiB of slack).
     x = torch.ones(16 * 2 ** 20)
     during = current_rss()
     del x
-    assert current_rss() < during - 32 * 2 ** 20
-    assert peak_rss() >= during - 2 ** 20
+    assert during > 64 * 2 ** 20
+    assert peak_rss() >= max(during, before) - 2 ** 20
