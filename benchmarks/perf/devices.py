@@ -682,6 +682,8 @@ def main(argv: list[str] | None = None) -> str:
                              {"file": out.name, "script": SCRIPT, "source": "measured",
                               "command": command, **record})
 
+        if "cuda" in (args.device or []) and not torch.cuda.is_available():
+            parser.error("--device cuda: this machine has no CUDA device")
         if args.gpu_checks:
             if not torch.cuda.is_available():
                 parser.error("--gpu-checks: this machine has no CUDA device")
