@@ -8,7 +8,7 @@ from pyg_fedgraph.utils.clustering import kmeans
 from pyg_fedgraph.utils.graph import complete_graph
 from pyg_fedgraph.utils.recovery import graph_recovery, partition_scores, read_groups
 from pyg_fedgraph.utils.safe_pickle import load_array_pickle
-from pyg_fedgraph.utils.timing import current_rss, peak_rss, time_calls, timed
+from pyg_fedgraph.utils.timing import current_rss, peak_rss, synchronize, time_calls, timed
 
 __all__ = [
     "kmeans",
@@ -19,6 +19,7 @@ __all__ = [
     "load_array_pickle",
     "retain_freed_memory",
     "KEEP_MEMORY_ENV",
+    "synchronize",
     "timed",
     "time_calls",
     "peak_rss",
