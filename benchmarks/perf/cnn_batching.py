@@ -22,8 +22,13 @@ Also the share of the loop's time spent in each kind of operation (torch profile
 where time goes: the convolutions and max-pooling, the same work in every variant.
 Every variant's gradients are compared with the loop's (max abs difference). Asserts nothing.
 
+The results file is rebuilt from the measurements, kept as one line of
+``perf_records.jsonl`` beside it (``--report-only``: nothing is measured); its
+"### Reading" blocks are written by hand and kept.
+
 Usage: ``OMP_NUM_THREADS=1 python benchmarks/perf/cnn_batching.py [--clients 10] [--repeats 9]
-[--out benchmarks/results/cnn_batching.md]``
+[--out benchmarks/results/cnn_batching.md]``; ``python benchmarks/perf/cnn_batching.py
+--report-only`` rebuilds ``benchmarks/results/cnn_batching.md`` from its record.
 """
 from __future__ import annotations
 
@@ -34,17 +39,30 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.func import grad, vmap
 
-HERE = Path(__file__).resolve().parents[1]
-from pyg_fedgraph.experiment.reporting import machine_lines, save_report  # noqa: E402
-from pyg_fedgraph.models import SimpleCNN  # noqa: E402
+from pyg_fedgraph.experiment.reporting import (
+    RECORDS_NAME,
+    machine_lines,
+    read_record,
+    save_with_readings,
+    write_record,
+)
+from pyg_fedgraph.models import SimpleCNN
 
+SCRIPT = "benchmarks/perf/cnn_batching.py"
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "cnn_batching.md"
 Params = dict[str, Tensor]
+#: The operations whose share of the loop's CPU time is reported, and the profiler
+#: keys that belong to each.
+KINDS = {"convolutions (forward and backward)": ("convolution", "conv2d"),
+         "max-pooling (forward and backward)": ("max_pool",),
+         "linear layers": ("addmm", "aten::mm", "linear")}
 
 
 def _fc(p: Params, z: Tensor) -> Tensor:
@@ -97,17 +115,13 @@ def grouped_losses(p: Params, x: Tensor, y: Tensor, channels_last: bool) -> Tens
         .view(s, b).mean(1)
 
 
-def main(argv: list[str] | None = None) -> str:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--clients", type=int, default=10)
-    parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--repeats", type=int, default=9)
-    parser.add_argument("--out", type=Path, default=None)
-    args = parser.parse_args(argv)
+def measure(clients: int, batch: int, repeats: int) -> dict[str, Any]:
+    r"""Every variant's gradient times (alternated) and largest difference to
+    the loop's gradients, and the loop's profile shares."""
     torch.set_num_threads(1)
     load_start = os.getloadavg()[0]
     torch.manual_seed(0)
-    s, b = args.clients, args.batch
+    s, b = clients, batch
     model = SimpleCNN(1, 10, 28)
     params = {n: torch.stack([p.detach() + 0.01 * torch.randn_like(p) for _ in range(s)])
               for n, p in model.named_parameters()}
@@ -152,7 +166,7 @@ def main(argv: list[str] | None = None) -> str:
     diffs = {name: max(float((f()[k] - reference[k]).abs().max()) for k in names)
              for name, f in variants.items()}
     times: dict[str, list[float]] = {name: [] for name in variants}
-    for _ in range(args.repeats):
+    for _ in range(repeats):
         for name, f in variants.items():
             t0 = time.perf_counter()
             f()
@@ -160,57 +174,66 @@ def main(argv: list[str] | None = None) -> str:
         print(".", end="", flush=True)
     print()
     base = min(times["loop"])
-    best_batched = min((n for n in times if not n.startswith("loop")),
-                       key=lambda n: min(times[n]))
-    rows = ["| variant | min s | median s | loop / variant (min) | max grad diff to loop |",
-            "|---|---:|---:|---:|---:|"]
-    for name, ts in times.items():
-        rows.append(f"| {name} | {min(ts):.4f} | {statistics.median(ts):.4f} | "
-                    f"{base / min(ts):.2f} | {diffs[name]:.1e} |")
+    rows = [{"variant": name, "min s": min(ts), "median s": statistics.median(ts),
+             "loop / variant": base / min(ts), "max grad diff": diffs[name]}
+            for name, ts in times.items()]
 
     from torch.profiler import ProfilerActivity, profile
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         loop()
     events = prof.key_averages()
     total = sum(e.self_cpu_time_total for e in events)
-    kinds = {"convolutions (forward and backward)": ("convolution", "conv2d"),
-             "max-pooling (forward and backward)": ("max_pool",),
-             "linear layers": ("addmm", "aten::mm", "linear")}
-    shares = []
-    for label, keys in kinds.items():
-        t = sum(e.self_cpu_time_total for e in events if any(k in e.key for k in keys))
-        shares.append(f"- {label}: {100 * t / max(total, 1):.0f}%")
+    shares = {label: sum(e.self_cpu_time_total for e in events
+                         if any(k in e.key for k in keys)) / max(total, 1)
+              for label, keys in KINDS.items()}
+    return {"clients": s, "batch": b, "repeats": repeats, "rows": rows, "shares": shares,
+            "machine": machine_lines(load_start)}
 
-    text = "\n".join([
+
+def report(record: dict[str, Any]) -> str:
+    r"""The markdown of a run's record (``results/cnn_batching.md``)."""
+    rows = ["| variant | min s | median s | loop / variant (min) | max grad diff to loop |",
+            "|---|---:|---:|---:|---:|"]
+    rows += [f"| {r['variant']} | {r['min s']:.4f} | {r['median s']:.4f} | "
+             f"{r['loop / variant']:.2f} | {r['max grad diff']:.1e} |" for r in record["rows"]]
+    return "\n".join([
         "# Batched CNN training on one CPU thread (issue 17)", "",
-        f"One gradient of the simple CNN (28x28, convolutions 16/32/64, batch {b}) for each "
-        f"of {s} clients, six ways, alternated, {args.repeats} repeats "
-        "(`benchmarks/perf/cnn_batching.py`; the docstring describes each variant). "
+        f"One gradient of the simple CNN (28x28, convolutions 16/32/64, batch "
+        f"{record['batch']}) for each of {record['clients']} clients, six ways, alternated, "
+        f"{record['repeats']} repeats (`{SCRIPT}`; the docstring describes each variant). "
         "\"loop / variant\" > 1: the variant is faster than the per-client loop.", "",
         *rows, "",
         "Share of the loop's own CPU time by operation (torch profiler, one run):", "",
-        *shares, "",
-        "## Reading", "",
-        "On one CPU thread this model is compute-bound: a client's batch of 64 images already "
-        "fills the convolution kernels, so putting clients side by side saves only Python and "
-        "dispatch overhead, which is small next to the convolutions and max-pooling (the "
-        "shares above), and it adds layout work (vmap moves the client dimension into the "
-        f"channels and back around every convolution): `vmap(grad)`, the batched execution, "
-        f"ran at {base / min(times['vmap(grad)']):.2f}x the loop's speed and the fastest "
-        f"batched form, {best_batched}, at {base / min(times[best_batched]):.2f}x (> 1 is "
-        "faster). What pays on the CPU is the memory layout: with the convolution weights "
-        "in channels-last format every activation is channels-last, where max-pooling and "
-        f"the convolutions are faster; the loop in that layout ran at "
-        f"{base / min(times['loop (channels-last)']):.2f}x. This is why `EXECUTION_TABLE` "
-        "picks `loop` for CNNs on the CPU and why the `loop` execution of `ClientTrainer` "
-        "passes its convolution weights channels-last there (see `devices.md`, section b). "
-        "On a GPU, one kernel per layer for all clients replaces many small launches, where "
-        "batching is expected to pay; that is measured by `devices.py` when a GPU is at "
-        "hand.", "",
-        "## Machine", "", *machine_lines(load_start), "",
-        f"Command: `python benchmarks/perf/cnn_batching.py {' '.join(argv or sys.argv[1:])}`", ""])
+        *[f"- {label}: {100 * share:.0f}%" for label, share in record["shares"].items()], "",
+        "## Machine", "", *record["machine"], "",
+        f"Command: `{record['command']}`", ""])
+
+
+def main(argv: list[str] | None = None) -> str:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, default=10)
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--report-only", action="store_true",
+                        help=f"rebuild the results file from its record in {RECORDS_NAME} "
+                             f"beside it, measuring nothing (default file: {RESULTS})")
+    parser.add_argument("--out", type=Path, default=None,
+                        help=f"markdown output (default: print only); the record goes to "
+                             f"{RECORDS_NAME} in the same folder")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv)
+    out = args.out
+    if args.report_only:
+        out = out or RESULTS
+        record = read_record(out.parent / RECORDS_NAME, out.name)
+    else:
+        record = measure(args.clients, args.batch, args.repeats)
+        record["command"] = " ".join([f"python {SCRIPT}", *argv])
+        if out is not None:
+            write_record(out.parent / RECORDS_NAME,
+                         {"file": out.name, "script": SCRIPT, "source": "measured", **record})
+    text = save_with_readings(report(record), out)
     print(text)
-    save_report(text, args.out)
     return text
 
 

@@ -27,8 +27,8 @@ Every row is measured side by side in one run; the script asserts nothing.
     the sparse ``graph="knn"`` prior graph, FedAvg and pFedGraph, on the CPU
     with the client table on the host: each in its own process; seconds per
     round (rounds include the evaluation of every client) and the process's
-    peak resident set size (``VmHWM``: see :func:`_rss_peak` for why not
-    ``ru_maxrss``).
+    peak resident set size (``VmHWM``: see :mod:`pyg_fedgraph.utils.timing`
+    for why not ``ru_maxrss``).
 (d) **report**: in the same processes, the seconds of
     :func:`~pyg_fedgraph.simulation.report.write_run` (the files the command
     line writes: config, history, clients, summary, learning curve, the
@@ -45,11 +45,25 @@ Every row is measured side by side in one run; the script asserts nothing.
     deterministic algorithms (``--deterministic``), and whether two runs of
     each end at the same parameters bit for bit.
 
+``--gpu-checks`` runs instead the checks only a GPU can make, as one short run
+for a lent GPU session (``results/gpu_checks.md``): the METR-LA epoch of row
+(e) eager and through ``torch.compile(mode="reduce-overhead")``, and GNN
+clients on CUDA (GCN and GAT on ``planted-graphs``: ``vmap``, ``loop`` and the
+per-client reference loop, side by side). It keeps its record after each case,
+so that a run cut short keeps what it measured.
+
+Each results file is rebuilt from its measurements, kept as one line of
+``perf_records.jsonl`` beside it (``--report-only``: nothing is measured); its
+"### Reading" blocks are written by hand and kept.
+
 Usage::
 
     OMP_NUM_THREADS=1 python benchmarks/perf/devices.py           # writes results/devices.md
     OMP_NUM_THREADS=1 python benchmarks/perf/devices.py --quick   # small, prints only
     python benchmarks/perf/devices.py --device cpu cuda            # both, on a GPU machine
+    python benchmarks/perf/devices.py --device cuda --compile reduce-overhead
+    python benchmarks/perf/devices.py --gpu-checks --out benchmarks/results/gpu_checks_h100.md
+    python benchmarks/perf/devices.py --report-only [--gpu-checks] [--out FILE]
 """
 from __future__ import annotations
 
@@ -57,7 +71,6 @@ import argparse
 import json
 import math
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -71,7 +84,14 @@ from typing import Any, get_args
 import torch
 
 from pyg_fedgraph.data.federated_dataset import ClientSplit, FederatedDataset
-from pyg_fedgraph.experiment.reporting import machine_lines, save_report
+from pyg_fedgraph.datasets import synthetic_windows
+from pyg_fedgraph.experiment.reporting import (
+    RECORDS_NAME,
+    machine_lines,
+    read_record,
+    save_with_readings,
+    write_record,
+)
 from pyg_fedgraph.models import MLP, GRUForecaster, SimpleCNN
 from pyg_fedgraph.train.config import LocalConfig
 from pyg_fedgraph.train.execution import (
@@ -81,9 +101,10 @@ from pyg_fedgraph.train.execution import (
     model_family,
 )
 from pyg_fedgraph.train.trainer import ClientTrainer
+from pyg_fedgraph.utils.timing import current_rss, peak_rss, synchronize, timed
 
-HERE = Path(__file__).resolve().parents[1]
-RESULTS = HERE / "results" / "devices.md"
+SCRIPT = "benchmarks/perf/devices.py"
+RESULTS = Path(__file__).resolve().parents[1] / "results"
 NO_GPU = ("not measured: the machine of this run has no CUDA device (rows of one H100: "
           "`devices_h100.md`)")
 
@@ -101,17 +122,6 @@ def random_images(num_clients: int, samples: int, size: int = 28, classes: int =
         splits[split] = ClientSplit(x, y, torch.full((num_clients,), count, dtype=torch.long))
     return FederatedDataset("random-28x28", "classification", splits, num_classes=classes,
                             info={"synthetic": True})
-
-
-def synthetic_windows(num_clients: int, windows: int, seed: int = 0) -> FederatedDataset:
-    r"""Regression windows shaped like METR-LA's: (12, 2) inputs, 12 targets."""
-    gen = torch.Generator().manual_seed(seed)
-    splits = {}
-    for split, count in (("train", windows), ("val", 16), ("test", 16)):
-        splits[split] = ClientSplit(torch.randn(num_clients, count, 12, 2, generator=gen),
-                                    torch.randn(num_clients, count, 12, generator=gen),
-                                    torch.full((num_clients,), count, dtype=torch.long))
-    return FederatedDataset("synthetic-windows", "regression", splits, info={"synthetic": True})
 
 
 @dataclass
@@ -143,7 +153,7 @@ def cases(device: torch.device, quick: bool, goals: bool) -> list[Case]:
              lambda: synthetic_windows(8 if quick else 20, 256),
              LocalConfig(lr=0.01, momentum=0.9, batch_size=64, epochs=None,
                          steps=2 if quick else 3),
-             "GRUForecaster(2, 100); random (12, 2) windows; "
+             "GRUForecaster(2, 100); synthetic (12, 2) windows; "
              f"{2 if quick else 3} local steps of batch 64"),
     ]
     if goals:
@@ -152,11 +162,6 @@ def cases(device: torch.device, quick: bool, goals: bool) -> list[Case]:
 
 
 # ------------------------------------------------------------ timing helpers
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def train_once(trainer: ClientTrainer, params: torch.Tensor, parallel: bool = True,
                seed: int = 0, config: LocalConfig | None = None
                ) -> tuple[float, torch.Tensor]:
@@ -164,17 +169,15 @@ def train_once(trainer: ClientTrainer, params: torch.Tensor, parallel: bool = Tr
     ``params`` (``config``: instead of the trainer's)."""
     clients = torch.arange(params.size(0))
     gen = torch.Generator().manual_seed(seed)  # the same batch schedule for every path
-    sync(trainer.device)
-    t0 = time.perf_counter()
     trainer.parallel = parallel
-    out = trainer.train(clients, params, generator=gen, config=config)
-    sync(trainer.device)
-    return time.perf_counter() - t0, out.params
+    seconds, out = timed(lambda: trainer.train(clients, params, generator=gen, config=config),
+                         trainer.device)
+    return seconds, out.params
 
 
 # ------------------------------------------------------------ (b) execution
 def execution_rows(device: torch.device, quick: bool, repeats: int,
-                   goals: bool, compile: bool | str = False) -> list[dict[str, Any]]:
+                   goals: bool, compile: bool | CompileMode = False) -> list[dict[str, Any]]:
     rows = []
     for case in cases(device, quick, goals):
         torch.manual_seed(0)
@@ -222,23 +225,6 @@ def execution_rows(device: torch.device, quick: bool, repeats: int,
 
 
 # ---------------------------------------------------------------- (a) chunk
-def _rss_now() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * resource.getpagesize()
-
-
-def _rss_peak() -> int:
-    r"""This process's peak resident set size (``VmHWM``, bytes). Not
-    ``ru_maxrss``: Linux carries the parent's high-water mark over ``exec``
-    into a child's ``ru_maxrss`` (and so into ``RUSAGE_CHILDREN`` and
-    ``wait4``), which made every child report the parent's peak."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
 def chunk_measure(device: torch.device, clients: int, steps: int, chunk: int | None,
                   save: Path | None) -> dict[str, Any]:
     r"""One chunk row in this process: seconds (the second of two identical
@@ -263,16 +249,16 @@ def chunk_measure(device: torch.device, clients: int, steps: int, chunk: int | N
     else:
         # ru_maxrss is a high-water mark that set-up temporaries may have raised:
         # lift the current usage up to it, so that what training adds shows.
-        ballast = torch.ones(max(_rss_peak() - _rss_now(), 0) // 4 + 1)
-        before = _rss_peak()
+        ballast = torch.ones(max(peak_rss() - current_rss(), 0) // 4 + 1)
+        before = peak_rss()
         _, out = train_once(trainer, params)
-        extra = _rss_peak() - before
+        extra = peak_rss() - before
         del ballast
         seconds, _ = train_once(trainer, params)
     if save is not None:
         torch.save(out.cpu(), save)
     return {"seconds": seconds, "extra_bytes": extra, "D": trainer.layout.num_params,
-            "peak_bytes": _rss_peak()}
+            "peak_bytes": peak_rss()}
 
 
 def _child(kind: str, args: dict[str, Any]) -> dict[str, Any]:
@@ -340,7 +326,7 @@ def scale_measure(strategy: str, clients: int, rounds: int, write: bool) -> dict
                       groups=sim.dataset.client_labels, prior_edge_index=sim.dataset.edge_index)
             out["write_s"] = time.perf_counter() - t0
             out["files"] = sorted(p.name for p in Path(tmp).iterdir())
-    out["peak_bytes"] = _rss_peak()
+    out["peak_bytes"] = peak_rss()
     return out
 
 
@@ -366,7 +352,8 @@ def scale_rows(sizes: list[int], rounds: int) -> list[dict[str, Any]]:
 
 # ------------------------------------------------------------ (e) METR-LA
 def metr_la_rows(device: torch.device, quick: bool, cpu_steps: int,
-                 root: str | None, compile: bool | str = False) -> list[dict[str, Any]]:
+                 root: str | None, compile: bool | CompileMode = False
+                 ) -> list[dict[str, Any]]:
     from pyg_fedgraph.datasets import load_dataset
     data = load_dataset("metr-la", root=root, synthetic_steps=2016 if quick else 34272)
     synthetic = bool(data.info.get("synthetic"))
@@ -389,7 +376,7 @@ def metr_la_rows(device: torch.device, quick: bool, cpu_steps: int,
         t0 = time.perf_counter()
         comp.train(torch.arange(n), params.to(device), generator=torch.Generator().manual_seed(1),
                    config=LocalConfig(lr=0.1, batch_size=64, epochs=None, steps=2))
-        sync(device)
+        synchronize(device)
         compile_s = time.perf_counter() - t0
         compiled_s, _ = train_once(comp, params.to(device))
     threads = torch.get_num_threads()
@@ -443,10 +430,10 @@ def deterministic_rows(device: torch.device, quick: bool) -> list[dict[str, Any]
                     sim = build_simulator(cfg)
                     times = []
                     for _ in range(rounds):
-                        sync(device)
+                        synchronize(device)
                         t0 = time.perf_counter()
                         sim.step()
-                        sync(device)
+                        synchronize(device)
                         times.append(time.perf_counter() - t0)
                     finals.append(sim.local_params.cpu())
                     per_round = times[1:]
@@ -459,6 +446,112 @@ def deterministic_rows(device: torch.device, quick: bool) -> list[dict[str, Any]
     return rows
 
 
+# ------------------------------------------------- --gpu-checks: GNN clients
+#: (clients, nodes, node features) of the GNN cases of ``--gpu-checks``.
+GNN_CASES = ((100, 4000, 16), (400, 16000, 64))
+
+
+def gnn_rows(device: torch.device) -> list[dict[str, Any]]:
+    r"""GCN and GAT clients on ``planted-graphs``: seconds of one local
+    training (5 full-batch Adam steps) of all clients with the ``vmap`` and
+    ``loop`` executions and the per-client reference loop, median of 3 after
+    a warm-up, and the largest parameter difference of each to ``vmap``."""
+    from pyg_fedgraph.datasets import planted_graphs
+    from pyg_fedgraph.models import build_model
+
+    rows = []
+    for n, nodes, feats in GNN_CASES:
+        data = planted_graphs(num_clients=n, num_nodes=nodes, num_features=feats)
+        torch.manual_seed(0)
+        for name in ("gcn", "gat"):
+            classes = data.num_classes or 0  # planted_graphs always has classes
+            model = build_model(name, data.input_shape, classes, hidden_channels=64)
+            cfg = LocalConfig(optimizer="adam", lr=0.01, full_batch=True, epochs=5)
+            row: dict[str, Any] = {"clients": n, "nodes": nodes, "features": feats,
+                                   "model": name}
+            ref = None
+            for key, kw in (("vmap", {"execution": "vmap"}), ("loop", {"execution": "loop"}),
+                            ("reference", {"parallel": False})):
+                trainer = ClientTrainer(model, data, config=cfg, device=device, **kw)
+                params = trainer.layout.flatten(model).repeat(n, 1).to(device)
+                buffers = trainer.initial_buffers(n).to(device)
+                clients = torch.arange(n)
+
+                def train(trainer: ClientTrainer = trainer, params: torch.Tensor = params,
+                          buffers: torch.Tensor = buffers, clients: torch.Tensor = clients
+                          ) -> torch.Tensor:
+                    return trainer.train(clients, params, buffers).params
+
+                train()  # warm-up
+                runs = [timed(train, device) for _ in range(3)]
+                row[key + " s"] = sorted(sec for sec, _ in runs)[1]
+                result = runs[-1][1]
+                if ref is None:
+                    ref = result
+                else:
+                    row[key + " max diff"] = float((result - ref).abs().max())
+            row["auto"] = ClientTrainer(model, data, config=cfg, device=device).execution
+            for key in ("loop", "reference"):
+                row[f"{key} / vmap"] = row[f"{key} s"] / row["vmap s"]
+            rows.append(row)
+            print(row, flush=True)
+    return rows
+
+
+def measure_gpu_checks(save: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    r"""The record of ``--gpu-checks``, handed to ``save`` after each part."""
+    device = torch.device("cuda")
+    record: dict[str, Any] = {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(0)}
+    seconds, record["metr_la"] = timed(lambda: metr_la_rows(device, False, 3, None,
+                                                            compile="reduce-overhead"))
+    record["metr_seconds"] = seconds
+    for row in record["metr_la"]:
+        best = min(row["device s"], row["compiled s"] or float("inf"))
+        row.update({"compiled speed-up": row["cpu 1-thread s"] / row["compiled s"],
+                    "best s": best, "goal met": best < 5 and row["cpu 1-thread s"] / best >= 50})
+    save(record)
+    record["gnn"] = gnn_rows(device)
+    save(record)
+    return record
+
+
+def gpu_checks_report(record: dict[str, Any]) -> str:
+    r"""The markdown of a ``--gpu-checks`` record (``results/gpu_checks_h100.md``)."""
+    lines = ["# GPU checks", "",
+             f"`{record['command']}` on one {record['gpu']} (torch {record['torch']}), "
+             "one CPU thread for the CPU side (`OMP_NUM_THREADS=1`).", "",
+             "## METR-LA round goal (207 GRU clients, one local epoch)", "",
+             "Row (e) of `devices.py`: local training of all 207 clients for one epoch of the "
+             "training split (375 steps of batch 64, GRU hidden 100, synthetic speeds on the "
+             "real road graph), eager and through `torch.compile(mode=\"reduce-overhead\")` "
+             "(the step recorded as a CUDA graph); the CPU side trains 3 steps on one thread, "
+             "scaled to the epoch. Goal: under 5 s on one H100, at least 50x one CPU thread.",
+             "", "| eager s | compiled s | compile s (once) | cpu 1-thread s | eager speed-up "
+             "| compiled speed-up | goal |", "|---|---|---|---|---|---|---|"]
+    for r in record.get("metr_la", []):
+        lines.append(f"| {r['device s']:.2f} | {r['compiled s']:.2f} | {r['compile s']:.1f} | "
+                     f"{r['cpu 1-thread s']:.0f} | {r['speed-up']:.0f}x | "
+                     f"{r['compiled speed-up']:.0f}x | "
+                     f"{'met' if r['goal met'] else 'not met'} ({r['best s']:.2f} s) |")
+    lines += ["", "## GNN clients on CUDA", "",
+              "`planted-graphs` (one graph of `nodes` nodes split over the clients), 5 local "
+              "full-batch Adam steps, hidden width 64; seconds of one local training of all "
+              "clients, median of 3 after a warm-up. `reference`: the per-client loop with "
+              "`torch.optim.Adam` (`parallel=False`). \"max diff\": max |parameter "
+              "difference| to vmap: on CUDA PyG's scatter sums messages with atomic adds, in "
+              "a different order each run, and Adam's normalized steps enlarge the "
+              "difference.", "",
+              "| clients | nodes | features | model | vmap s | loop s | reference s | "
+              "loop / vmap | reference / vmap | max diff (loop, reference) | auto |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in record.get("gnn", []):
+        lines.append(f"| {r['clients']} | {r['nodes']} | {r['features']} | {r['model']} | "
+                     f"{r['vmap s']:.3f} | {r['loop s']:.2f} | {r['reference s']:.2f} | "
+                     f"{r['loop / vmap']:.0f}x | {r['reference / vmap']:.0f}x | "
+                     f"{r['loop max diff']:.1e}, {r['reference max diff']:.1e} | {r['auto']} |")
+    return "\n".join(lines) + "\n"
+
+
 # ------------------------------------------------------------------ output
 def _mib(b: float | None) -> float | None:
     return None if b is None else b / 2 ** 20
@@ -469,7 +562,7 @@ def fmt(v: Any) -> str:
         return "-"
     if isinstance(v, float):
         return "nan" if math.isnan(v) else (f"{v:.1e}" if 0 < abs(v) < 1e-3 else f"{v:.3g}")
-    if isinstance(v, tuple):
+    if isinstance(v, (tuple, list)):
         return "-".join(fmt(x) for x in v)
     return str(v)
 
@@ -484,10 +577,50 @@ def available_devices() -> list[str]:
     return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
+def measure(args: argparse.Namespace, command: str) -> dict[str, Any]:
+    r"""The record of one run of sections (a)-(f) with the options ``args``."""
+    start = time.perf_counter()
+    load_start = os.getloadavg()[0]
+    devices = [torch.device(d) for d in (args.device or available_devices())]
+    repeats = 1 if args.quick else args.repeats
+    sizes = args.scale if args.scale is not None else ([1000] if args.quick else [1000, 10000])
+    rounds = 2 if args.quick else args.scale_rounds
+    cuda = [d for d in devices if d.type == "cuda"]
+    goal_devices = cuda or ([torch.device("cpu")] if args.goals_on_cpu else [])
+    if cuda:  # cuBLAS reads it when it starts; deterministic algorithms need it (rows f)
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+    chunk: list[dict[str, Any]] = []
+    execution: list[dict[str, Any]] = []
+    metr: list[dict[str, Any]] = []
+    determ: list[dict[str, Any]] = []
+    for device in devices:
+        clients = args.chunk_clients or (12 if device.type == "cpu" else 100)
+        chunk += chunk_rows(device, 6 if args.quick else clients, 2 if args.quick else 3)
+    for device in devices:
+        execution += execution_rows(device, args.quick, repeats,
+                                    goals=device.type != "cpu" or args.goals_on_cpu,
+                                    compile=args.compile)
+    for device in goal_devices:
+        metr += metr_la_rows(device, args.quick, args.metr_cpu_steps, args.metr_la_root,
+                             compile=args.compile)
+        determ += deterministic_rows(device, args.quick)
+    scale = scale_rows(sizes, rounds)
+    gpu = bool(cuda)
+    machine = [*machine_lines(load_start), f"- total time: {time.perf_counter() - start:.0f} s",
+               f"- GPU: {'CUDA ' + torch.cuda.get_device_name() if gpu else NO_GPU}"]
+    return {"command": command, "gpu": gpu, "chunk": chunk, "execution": execution,
+            "scale": scale, "metr": metr, "determ": determ,
+            "execution_table": ", ".join(f"{f}/{d}: {e}"
+                                         for (f, d), e in EXECUTION_TABLE.items()),
+            "machine": machine}
+
+
 def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
-                        help="small sizes (N = 1,000 only, 2 rounds), 1 repeat; prints only")
+                        help="small sizes (N = 1,000 only, 2 rounds), 1 repeat; prints only "
+                             "unless --out")
     parser.add_argument("--device", nargs="+", default=None,
                         help="devices for the execution and chunk rows (default: cpu, and "
                              "cuda when available)")
@@ -507,8 +640,15 @@ def main(argv: list[str] | None = None) -> str:
                         help="also time the vmap execution through torch.compile (rows b, e); "
                              "MODE is torch.compile's mode (e.g. reduce-overhead: CUDA "
                              "graphs on a GPU; default: torch's default)")
+    parser.add_argument("--gpu-checks", action="store_true",
+                        help="instead of (a)-(f): the METR-LA epoch with reduce-overhead and "
+                             "GNN clients on CUDA (default output: results/gpu_checks.md)")
+    parser.add_argument("--report-only", action="store_true",
+                        help=f"rebuild the results file from its record in {RECORDS_NAME} "
+                             "beside it, measuring nothing")
     parser.add_argument("--out", type=Path, default=None,
-                        help=f"markdown output (default: {RESULTS} unless --quick)")
+                        help="markdown output (default: results/devices.md unless --quick); "
+                             f"the record goes to {RECORDS_NAME} in the same folder")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
@@ -527,48 +667,43 @@ def main(argv: list[str] | None = None) -> str:
         print(json.dumps(res))
         return ""
 
-    start = time.perf_counter()
-    load_start = os.getloadavg()[0]
-    out_path = args.out if args.out is not None else (None if args.quick else RESULTS)
-    devices = [torch.device(d) for d in (args.device or available_devices())]
-    repeats = 1 if args.quick else args.repeats
-    sizes = args.scale if args.scale is not None else ([1000] if args.quick else [1000, 10000])
-    rounds = 2 if args.quick else args.scale_rounds
-    cuda = [d for d in devices if d.type == "cuda"]
-    goal_devices = cuda or ([torch.device("cpu")] if args.goals_on_cpu else [])
-    if cuda:  # cuBLAS reads it when it starts; deterministic algorithms need it (rows f)
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    default = RESULTS / ("gpu_checks.md" if args.gpu_checks else "devices.md")
+    out = args.out if args.out is not None else (None if args.quick else default)
+    make = gpu_checks_report if args.gpu_checks else report
+    command = " ".join([f"python {SCRIPT}", *argv])
+    if args.report_only:
+        if out is None:
+            parser.error("--report-only rebuilds a file: drop --quick or give --out")
+        record = read_record(out.parent / RECORDS_NAME, out.name)
+    else:
+        def save(record: dict[str, Any]) -> None:
+            if out is not None:
+                write_record(out.parent / RECORDS_NAME,
+                             {"file": out.name, "script": SCRIPT, "source": "measured",
+                              "command": command, **record})
 
-    chunk, execution, metr = [], [], []
-    for device in devices:
-        clients = args.chunk_clients or (12 if device.type == "cpu" else 100)
-        chunk += chunk_rows(device, 6 if args.quick else clients, 2 if args.quick else 3)
-    for device in devices:
-        execution += execution_rows(device, args.quick, repeats,
-                                    goals=device.type != "cpu" or args.goals_on_cpu,
-                                    compile=args.compile)
-    determ: list[dict[str, Any]] = []
-    for device in goal_devices:
-        metr += metr_la_rows(device, args.quick, args.metr_cpu_steps, args.metr_la_root,
-                             compile=args.compile)
-        determ += deterministic_rows(device, args.quick)
-    scale = scale_rows(sizes, rounds)
-
-    cmd = " ".join(["python benchmarks/perf/devices.py", *argv])
-    text = "\n".join(report(chunk, execution, scale, metr, determ, bool(cuda), cmd,
-                            load_start, time.perf_counter() - start)) + "\n"
+        if "cuda" in (args.device or []) and not torch.cuda.is_available():
+            parser.error("--device cuda: this machine has no CUDA device")
+        if args.gpu_checks:
+            if not torch.cuda.is_available():
+                parser.error("--gpu-checks: this machine has no CUDA device")
+            record = {"command": command, **measure_gpu_checks(save)}
+        else:
+            record = measure(args, command)
+            save(record)
+    text = save_with_readings(make(record), out)
     print()
     print(text)
-    save_report(text, out_path)
     return text
 
 
-def report(chunk: list[dict[str, Any]], execution: list[dict[str, Any]],
-           scale: list[dict[str, Any]], metr: list[dict[str, Any]],
-           determ: list[dict[str, Any]], gpu: bool, cmd: str,
-           load_start: float, seconds: float) -> list[str]:
+def report(record: dict[str, Any]) -> str:
+    r"""The markdown of a record of sections (a)-(f) (``results/devices.md``)."""
+    chunk, execution, scale, metr, determ = (record[k] for k in (
+        "chunk", "execution", "scale", "metr", "determ"))
+    gpu = record["gpu"]
     lines = ["# Devices: chunked training, execution per model family, scale", "",
-             f"`{cmd}`. Every row is measured in this one run; ratios compare paths "
+             f"`{record['command']}`. Every row is measured in this one run; ratios compare paths "
              "measured side by side (alternating).", ""]
     lines += ["## (a) Chunked training: memory against the chunk size", "",
               "Simple CNN on random 28x28 inputs, `execution=\"vmap\"`, the same clients, "
@@ -593,10 +728,9 @@ def report(chunk: list[dict[str, Any]], execution: list[dict[str, Any]],
               "`reference` is the per-client loop with `torch.optim.SGD` "
               "(`parallel=False`), the way PFLlib and FL-bench train. \"loop / vmap\" > 1: "
               "vmap is faster. \"auto\": what `execution=\"auto\"` picks from "
-              "`EXECUTION_TABLE` (" + ", ".join(f"{f}/{d}: {e}" for (f, d), e in
-                                                 EXECUTION_TABLE.items()) +
-              "); \"reference / auto\" > 1: what `auto` picks is faster than the reference "
-              "loop; \"fastest\": the faster of vmap and loop in this run. \"max diff\": "
+              "`EXECUTION_TABLE` (" + record["execution_table"] + "); \"reference / auto\" "
+              "> 1: what `auto` picks is faster than the reference loop; \"fastest\": the "
+              "faster of vmap and loop in this run. \"max diff\": "
               "max |parameter difference| of vmap and loop to the reference.", ""]
     lines += table(execution, ["device", "case", "family", "vmap s", "loop s", "reference s",
                                "loop / vmap", "reference / vmap", "reference / auto", "auto",
@@ -677,9 +811,8 @@ def report(chunk: list[dict[str, Any]], execution: list[dict[str, Any]],
     errors = [r for r in chunk + scale if r.get("error")]
     if errors:
         lines += ["", "Errors:"] + [f"- {r}" for r in errors]
-    lines += ["", "## Machine", "", *machine_lines(load_start), f"- total time: {seconds:.0f} s",
-              f"- GPU: {'CUDA ' + torch.cuda.get_device_name() if gpu else NO_GPU}"]
-    return lines
+    lines += ["", "## Machine", "", *record["machine"]]
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

@@ -31,11 +31,16 @@ the largest parameter difference to the eager run after ``1 + k`` steps.
 (``torch._dynamo``'s counters; one graph and no break is what lets
 ``reduce-overhead`` replay the whole gradient at once).
 
+The results file is rebuilt from the measurements, kept as one line of
+``perf_records.jsonl`` beside it (``--report-only``: nothing is measured); its
+"### Reading" blocks are written by hand and kept.
+
 Usage::
 
     OMP_NUM_THREADS=1 python benchmarks/perf/dispatch.py  # writes benchmarks/results/dispatch.md
     OMP_NUM_THREADS=1 python benchmarks/perf/dispatch.py --quick  # fewer steps, prints only
     python benchmarks/perf/dispatch.py --device cuda --out benchmarks/results/dispatch_h100.md
+    python benchmarks/perf/dispatch.py --report-only [--out FILE]   # the markdown from the record
 """
 from __future__ import annotations
 
@@ -48,16 +53,23 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from devices import synthetic_windows, train_once
 from torch.profiler import ProfilerActivity, profile
 
-from pyg_fedgraph.experiment.reporting import machine_lines, save_report
+from pyg_fedgraph.datasets import synthetic_windows
+from pyg_fedgraph.experiment.reporting import (
+    RECORDS_NAME,
+    machine_lines,
+    read_record,
+    save_with_readings,
+    write_record,
+)
 from pyg_fedgraph.models import GRUForecaster
 from pyg_fedgraph.train.config import LocalConfig
 from pyg_fedgraph.train.trainer import ClientTrainer
+from pyg_fedgraph.utils.timing import timed
 
-HERE = Path(__file__).resolve().parents[1]
-RESULTS = HERE / "results" / "dispatch.md"
+SCRIPT = "benchmarks/perf/dispatch.py"
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "dispatch.md"
 #: METR-LA's clients: one per road sensor.
 CLIENTS = 207
 #: name: (GRU hidden size, batch size).
@@ -76,9 +88,12 @@ def _train(trainer: ClientTrainer, params: torch.Tensor, steps: int, batch: int
            ) -> tuple[float, torch.Tensor]:
     r"""Seconds and parameters of ``steps`` local steps of all clients, from the
     same batches in every mode."""
-    return train_once(trainer, params, config=LocalConfig(lr=0.1, momentum=0.9,
-                                                          batch_size=batch, epochs=None,
-                                                          steps=steps))
+    config = LocalConfig(lr=0.1, momentum=0.9, batch_size=batch, epochs=None, steps=steps)
+    gen = torch.Generator().manual_seed(0)
+    clients = torch.arange(params.size(0))
+    seconds, out = timed(lambda: trainer.train(clients, params, generator=gen, config=config),
+                         trainer.device)
+    return seconds, out.params
 
 
 #: Operators that only describe memory (views, metadata, allocation): they run
@@ -131,8 +146,8 @@ def count_ops(events: Any) -> dict[str, int]:
     return out
 
 
-def measure(device: torch.device, size: str, modes: list[str], steps: int,
-            repeats: int) -> list[dict[str, Any]]:
+def measure_size(device: torch.device, size: str, modes: list[str], steps: int,
+                 repeats: int) -> list[dict[str, Any]]:
     r"""The rows of one model size, one per mode; the modes' timings alternate."""
     from torch._dynamo.utils import counters
 
@@ -142,7 +157,7 @@ def measure(device: torch.device, size: str, modes: list[str], steps: int,
     model = GRUForecaster(in_channels=2, hidden_channels=hidden, out_steps=12)
     trainers = {mode: _trainer(model, data, device, mode, batch) for mode in modes}
     params = trainers[modes[0]].layout.flatten(model).repeat(CLIENTS, 1).to(device)
-    rows = {}
+    rows: dict[str, dict[str, Any]] = {}
     for mode, trainer in trainers.items():
         counters.clear()
         first, _ = _train(trainer, params, 2, batch)  # warm-up; compiles when compiling
@@ -182,7 +197,7 @@ def measure(device: torch.device, size: str, modes: list[str], steps: int,
 def fmt(v: Any) -> str:
     if v is None:
         return "-"
-    if isinstance(v, tuple):
+    if isinstance(v, (tuple, list)):  # a range: (min, max)
         return "-".join(fmt(x) for x in v)
     if isinstance(v, float) and abs(v) >= 1000:
         return f"{v:,.0f}"
@@ -191,36 +206,14 @@ def fmt(v: Any) -> str:
     return str(v)
 
 
-def main(argv: list[str] | None = None) -> str:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--sizes", nargs="+", choices=sorted(SIZES), default=None,
-                        help="model sizes (default: tiny on the CPU, tiny and real on CUDA)")
-    parser.add_argument("--steps", type=int, default=10, help="k: timed steps per training")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--quick", action="store_true", help="2 steps, 1 repeat; prints only")
-    parser.add_argument("--out", type=Path, default=None,
-                        help=f"markdown output (default: {RESULTS} unless --quick)")
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = parser.parse_args(argv)
-    if args.steps < 1 or args.repeats < 1:
-        parser.error(f"--steps and --repeats must be >= 1, got {args.steps} and {args.repeats}")
-    device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        parser.error("--device cuda: this machine has no CUDA device")
-    sizes = args.sizes or (["tiny"] if device.type == "cpu" else ["tiny", "real"])
-    modes = ["eager", "default"] + (["reduce-overhead"] if device.type == "cuda" else [])
-    steps, repeats = (2, 1) if args.quick else (args.steps, args.repeats)
-    start, load_start = time.perf_counter(), os.getloadavg()[0]
-    import torch._inductor.config as inductor_config
-    inductor_config.cpp.enable_kernel_profile = True  # fused CPU kernels show in the profile
-    rows = [row for size in sizes for row in measure(device, size, modes, steps, repeats)]
+def report(record: dict[str, Any]) -> str:
+    r"""The markdown of a run's record (``results/dispatch.md``)."""
+    steps, repeats = record["steps"], record["repeats"]
     cols = ["device", "size", "mode", "ms/step", "range", "eager / mode", "aten calls/step",
             "calls: eager / mode", "compute ops/step", "compute: eager / mode", "launches/step",
             "first 2 steps s", "graphs", "graph breaks", "max diff"]
     lines = ["# Dispatch cost of a METR-LA local step: eager and torch.compile", "",
-             "`" + " ".join(["python benchmarks/perf/dispatch.py", *argv]) + "`. Modes timed "
-             "alternately.", "",
+             f"`{record['command']}`. Modes timed alternately.", "",
              f"{CLIENTS} GRU forecasters (`GRUForecaster(2, hidden)`, 12 input steps, 12 "
              "outputs) on synthetic windows of METR-LA's shape, trained together in one "
              "`vmap` call per step (SGD, momentum 0.9). \"ms/step\": per local step, "
@@ -236,17 +229,70 @@ def main(argv: list[str] | None = None) -> str:
              "negligible, so its time per step is the cost of dispatching the step's "
              "operations.", ""]
     lines += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join(fmt(r.get(c)) for c in cols) + " |" for r in rows]
-    if device.type != "cuda":
+    lines += ["| " + " | ".join(fmt(r.get(c)) for c in cols) + " |" for r in record["rows"]]
+    if not record["cuda"]:
         lines += ["", "CUDA rows (launches per step, `reduce-overhead`, the real size): not "
                   "measured: the machine of this run has no CUDA device."]
-    lines += ["", "## Machine", "", *machine_lines(load_start),
-              f"- total time: {time.perf_counter() - start:.0f} s"]
-    text = "\n".join(lines) + "\n"
+    lines += ["", "## Machine", "", *record["machine"]]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> str:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--sizes", nargs="+", choices=sorted(SIZES), default=None,
+                        help="model sizes (default: tiny on the CPU, tiny and real on CUDA)")
+    parser.add_argument("--steps", type=int, default=10, help="k: timed steps per training")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--quick", action="store_true",
+                        help="2 steps, 1 repeat; prints only unless --out")
+    parser.add_argument("--report-only", action="store_true",
+                        help=f"rebuild the results file from its record in {RECORDS_NAME} "
+                             "beside it, measuring nothing")
+    parser.add_argument("--out", type=Path, default=None,
+                        help=f"markdown output (default: {RESULTS} unless --quick); the "
+                             f"record goes to {RECORDS_NAME} in the same folder")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv)
     out = args.out if args.out is not None else (None if args.quick else RESULTS)
+    if args.report_only:
+        if out is None:
+            parser.error("--report-only rebuilds a file: drop --quick or give --out")
+        record = read_record(out.parent / RECORDS_NAME, out.name)
+    else:
+        if args.steps < 1 or args.repeats < 1:
+            parser.error(f"--steps and --repeats must be >= 1, got {args.steps} and "
+                         f"{args.repeats}")
+        device = torch.device(args.device)
+        if device.type == "cuda" and not torch.cuda.is_available():
+            parser.error("--device cuda: this machine has no CUDA device")
+        record = measure(device, args.sizes, (2, 1) if args.quick else (args.steps,
+                                                                         args.repeats))
+        record["command"] = " ".join([f"python {SCRIPT}", *argv])
+        if out is not None:
+            write_record(out.parent / RECORDS_NAME,
+                         {"file": out.name, "script": SCRIPT, "source": "measured", **record})
+    text = save_with_readings(report(record), out)
     print(text)
-    save_report(text, out)
     return text
+
+
+def measure(device: torch.device, sizes: list[str] | None, steps_repeats: tuple[int, int]
+            ) -> dict[str, Any]:
+    r"""The record of one run: every size's rows on ``device``."""
+    import torch._inductor.config as inductor_config
+
+    steps, repeats = steps_repeats
+    sizes = sizes or (["tiny"] if device.type == "cpu" else ["tiny", "real"])
+    modes = ["eager", "default"] + (["reduce-overhead"] if device.type == "cuda" else [])
+    start, load_start = time.perf_counter(), os.getloadavg()[0]
+    # Fused CPU kernels show in the profile; torch's setting is restored afterwards.
+    with inductor_config.patch({"cpp.enable_kernel_profile": True}):
+        rows = [row for size in sizes for row in measure_size(device, size, modes, steps,
+                                                              repeats)]
+    return {"steps": steps, "repeats": repeats, "cuda": device.type == "cuda", "rows": rows,
+            "machine": [*machine_lines(load_start),
+                        f"- total time: {time.perf_counter() - start:.0f} s"]}
 
 
 if __name__ == "__main__":

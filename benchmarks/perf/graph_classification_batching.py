@@ -27,9 +27,14 @@ gather of neighbour features (what :func:`torch.vmap` makes of PyG's
 scatter-add of messages, and the matrix products. Every way's trained
 parameters are compared with the per-client loop's. Asserts nothing.
 
+The results file is rebuilt from the measurements, kept as one line of
+``perf_records.jsonl`` beside it (``--report-only``: nothing is measured); its
+"### Reading" blocks are written by hand and kept.
+
 Usage: ``OMP_NUM_THREADS=1 python benchmarks/perf/graph_classification_batching.py
 [--root ../shared/data/tu] [--repeats 5] [--model gin] [--device cpu]
-[--out benchmarks/results/graph_classification_batching.md]``
+[--out benchmarks/results/graph_classification_batching.md]``; with ``--report-only``
+it rebuilds ``benchmarks/results/graph_classification_batching.md`` from its record.
 """
 from __future__ import annotations
 
@@ -40,17 +45,26 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
-HERE = Path(__file__).resolve().parents[1]
-from pyg_fedgraph.data import collate_graph_sets  # noqa: E402
-from pyg_fedgraph.datasets import tu  # noqa: E402
-from pyg_fedgraph.experiment.reporting import machine_lines, save_report  # noqa: E402
-from pyg_fedgraph.models import build_model  # noqa: E402
-from pyg_fedgraph.train import LocalConfig  # noqa: E402
-from pyg_fedgraph.train.trainer import ClientTrainer, batch_schedule  # noqa: E402
+from pyg_fedgraph.data import collate_graph_sets
+from pyg_fedgraph.datasets import tu
+from pyg_fedgraph.experiment.reporting import (
+    RECORDS_NAME,
+    machine_lines,
+    read_record,
+    save_with_readings,
+    write_record,
+)
+from pyg_fedgraph.models import build_model
+from pyg_fedgraph.train import LocalConfig
+from pyg_fedgraph.train.trainer import ClientTrainer, batch_schedule
 
+SCRIPT = "benchmarks/perf/graph_classification_batching.py"
+HERE = Path(__file__).resolve().parents[1]
+RESULTS = HERE / "results" / "graph_classification_batching.md"
 DEFAULT_ROOT = HERE.parents[1] / "shared" / "data" / "tu"
 NAMES = "MUTAG,PROTEINS,ENZYMES,AIDS"
 
@@ -75,11 +89,11 @@ def padding(data, cfg: LocalConfig, seeds: list[int]) -> tuple[list[int], float,
 
 
 def operations(device: torch.device, repeats: int, clients: int = 12, nodes: int = 5000,
-               edges: int = 20000, width: int = 64) -> tuple[list[str], list[float]]:
-    r"""Markdown rows: the time of a GIN layer's operations at one step's
-    sizes, batched over ``clients`` and client after client; and the
-    ratios (client after client / batched) of gather, flattened gather,
-    scatter and matrix products."""
+               edges: int = 20000, width: int = 64) -> dict[str, Any]:
+    r"""The time of a GIN layer's operations at one step's sizes, batched
+    over ``clients`` and client after client (fastest of ``repeats``): the
+    sizes and one row per operation (gather, flattened gather, scatter,
+    matrix products)."""
     from torch.func import vmap
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(clients, nodes, width, generator=gen).to(device)
@@ -104,9 +118,7 @@ def operations(device: torch.device, repeats: int, clients: int = 12, nodes: int
         "matrix products (bmm against one mm per client)": (
             lambda: torch.bmm(x, w), lambda: [x[k] @ w[k] for k in range(clients)]),
     }
-    rows = [f"| operation ({clients} clients, {nodes} nodes, {edges} edges, width {width}) "
-            "| batched ms | client after client ms | loop / batched |", "|---|---:|---:|---:|"]
-    ratios = []
+    rows = []
     for name, (batched, looped) in ops.items():
         best = []
         for f in (batched, looped):
@@ -119,40 +131,26 @@ def operations(device: torch.device, repeats: int, clients: int = 12, nodes: int
                     torch.cuda.synchronize(device)
                 ts.append(time.perf_counter() - t0)
             best.append(min(ts))
-        rows.append(f"| {name} | {1000 * best[0]:.1f} | {1000 * best[1]:.1f} | "
-                    f"{best[1] / best[0]:.2f} |")
-        ratios.append(best[1] / best[0])
-    return rows, ratios
+        rows.append({"operation": name, "batched ms": 1000 * best[0],
+                     "looped ms": 1000 * best[1], "loop / batched": best[1] / best[0]})
+    return {"clients": clients, "nodes": nodes, "edges": edges, "width": width, "rows": rows}
 
 
-def _faster(ratio: float) -> str:
-    return "faster" if ratio > 1.1 else "slower" if ratio < 0.9 else "about as fast"
-
-
-def main(argv: list[str] | None = None) -> str:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--root", type=Path, default=DEFAULT_ROOT)
-    parser.add_argument("--clients-per-dataset", type=int, default=3)
-    parser.add_argument("--model", default="gin", choices=("gin", "gcn-pool"))
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--out", type=Path, default=None)
-    args = parser.parse_args(argv)
-    if not (args.root / "MUTAG").exists() and not (args.root / "MUTAG_A.txt").exists():
-        raise SystemExit(f"no TU datasets under {args.root}: give --root DIR holding "
-                         f"{NAMES.replace(',', ', ')}")
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    r"""The record of one run with the options ``args``."""
     torch.set_num_threads(1)
     load_start = os.getloadavg()[0]
     device = torch.device(args.device)
     data = tu(NAMES, root=str(args.root), clients_per_dataset=args.clients_per_dataset)
     n = data.num_clients
     torch.manual_seed(0)
-    model = build_model(args.model, data.input_shape, data.num_classes, dropout=0.0)
+    model = build_model(args.model, data.input_shape, data.num_classes or 0, dropout=0.0)
     cfg = LocalConfig(optimizer="adam", lr=0.001, weight_decay=5e-4, batch_size=128, epochs=1)
     clients = torch.arange(n)
     seeds = list(range(n))
-    ways = {"vmap": {"execution": "vmap"}, "loop": {"execution": "loop"},
-            "per-client": {"parallel": False}}
+    ways: dict[str, dict[str, Any]] = {"vmap": {"execution": "vmap"},
+                                       "loop": {"execution": "loop"},
+                                       "per-client": {"parallel": False}}
     trainers = {k: ClientTrainer(model, data, config=cfg, device=device, **kw)
                 for k, kw in ways.items()}
     start = trainers["vmap"].layout.flatten(model).repeat(n, 1).to(device)
@@ -188,70 +186,99 @@ def main(argv: list[str] | None = None) -> str:
     print()
     steps, pad, pad_all = padding(data, cfg, seeds)
     collate_ids = data.splits["train"].x[:, :128]
+    store = data.store
+    if store is None:
+        raise SystemExit(f"{NAMES}: the federation holds no graph store")
     t0 = time.perf_counter()
     for _ in range(10):
-        collate_graph_sets(data.store, collate_ids)
+        collate_graph_sets(store, collate_ids)
     collate_s = (time.perf_counter() - t0) / 10
-
-    op_rows, ratios = operations(device, max(args.repeats, 5))
     base = min(times["train: per-client"])
-    rows = ["| way | min s | median s | per-client / way (min) | max param diff to per-client |",
-            "|---|---:|---:|---:|---:|"]
-    for name, ts in times.items():
-        diff = (f"{float((results[name] - reference).abs().max()):.1e}"
-                if name.startswith("train") else "")
-        ratio = f"{base / min(ts):.2f}" if name.startswith("train") else ""
-        rows.append(f"| {name} | {min(ts):.3f} | {statistics.median(ts):.3f} | {ratio} | "
-                    f"{diff} |")
-    speed_vmap = base / min(times["train: vmap"])
-    speed_loop = base / min(times["train: loop"])
+    rows = [{"way": name, "min s": min(ts), "median s": statistics.median(ts),
+             "per-client / way": base / min(ts) if name.startswith("train") else None,
+             "max diff": (float((results[name] - reference).abs().max())
+                          if name.startswith("train") else None)}
+            for name, ts in times.items()]
     per_dataset = ", ".join(f"{d} {s}" for d, s in zip(
         data.info["datasets"], steps[::args.clients_per_dataset], strict=True))
-    text = "\n".join([
-        "# Batched graph classification training on one CPU thread (issue 35)"
-        if device.type == "cpu" else
-        f"# Batched graph classification training on {torch.cuda.get_device_name(device)} "
-        "(issue 35)", "",
-        f"One round of local training of {n} {args.model.upper()} clients ({NAMES}, "
-        f"{args.clients_per_dataset} clients each; GCFL's protocol: Adam, batches of 128 "
-        "graphs, one epoch; dropout off), three ways, alternated, "
-        f"{args.repeats} repeats (`benchmarks/perf/graph_classification_batching.py`; the "
-        "docstring describes each way); and one evaluation of every client's test graphs. "
-        "\"per-client / way\" > 1: the way is faster than the per-client loop.", "",
+    return {"device": "cpu" if device.type == "cpu" else torch.cuda.get_device_name(device),
+            "clients": n, "model": args.model, "clients_per_dataset": args.clients_per_dataset,
+            "repeats": args.repeats, "rows": rows, "steps_per_dataset": per_dataset,
+            "client_steps": sum(steps), "batched_steps": len(steps) and max(steps),
+            "padding": pad, "padding_everyone": pad_all, "collate_ms": 1000 * collate_s,
+            "operations": operations(device, max(args.repeats, 5)),
+            "machine": machine_lines(load_start)}
+
+
+def report(record: dict[str, Any]) -> str:
+    r"""The markdown of a run's record (``results/graph_classification_batching.md``)."""
+    def cell(v: float | None, form: str) -> str:
+        return "" if v is None else format(v, form)
+
+    rows = ["| way | min s | median s | per-client / way (min) | max param diff to per-client |",
+            "|---|---:|---:|---:|---:|"]
+    rows += [f"| {r['way']} | {r['min s']:.3f} | {r['median s']:.3f} | "
+             f"{cell(r['per-client / way'], '.2f')} | {cell(r['max diff'], '.1e')} |"
+             for r in record["rows"]]
+    ops = record["operations"]
+    op_rows = [f"| operation ({ops['clients']} clients, {ops['nodes']} nodes, {ops['edges']} "
+               f"edges, width {ops['width']}) | batched ms | client after client ms | "
+               "loop / batched |", "|---|---:|---:|---:|"]
+    op_rows += [f"| {r['operation']} | {r['batched ms']:.1f} | {r['looped ms']:.1f} | "
+                f"{r['loop / batched']:.2f} |" for r in ops["rows"]]
+    where = ("one CPU thread" if record["device"] == "cpu" else record["device"])
+    return "\n".join([
+        f"# Batched graph classification training on {where} (issue 35)", "",
+        f"One round of local training of {record['clients']} {record['model'].upper()} clients "
+        f"({NAMES}, {record['clients_per_dataset']} clients each; GCFL's protocol: Adam, "
+        "batches of 128 graphs, one epoch; dropout off), three ways, alternated, "
+        f"{record['repeats']} repeats (`{SCRIPT}`; the docstring describes each way); and one "
+        "evaluation of every client's test graphs. \"per-client / way\" > 1: the way is "
+        "faster than the per-client loop.", "",
         *rows, "",
-        f"- local steps per client (one epoch of batches of 128): {per_dataset} "
-        f"({sum(steps)} client-steps; the batched ways take {len(steps) and max(steps)} "
-        f"steps)",
-        f"- padding of the batched steps: {pad:.2f} nodes computed per real node "
+        f"- local steps per client (one epoch of batches of 128): "
+        f"{record['steps_per_dataset']} ({record['client_steps']} client-steps; the batched "
+        f"ways take {record['batched_steps']} steps)",
+        f"- padding of the batched steps: {record['padding']:.2f} nodes computed per real node "
         f"(the clients that take a step, padded to that step's largest union; "
-        f"{pad_all:.2f} if waiting clients were computed too)",
-        f"- building one step's {n} padded unions of 128 graphs: {1000 * collate_s:.1f} ms",
+        f"{record['padding_everyone']:.2f} if waiting clients were computed too)",
+        f"- building one step's {record['clients']} padded unions of 128 graphs: "
+        f"{record['collate_ms']:.1f} ms",
         "", *op_rows, "",
-        "## Reading", "",
-        f"The batched `vmap` way ran at {speed_vmap:.2f}x the per-client loop's speed and "
-        f"the functional `loop` at {speed_loop:.2f}x (> 1 is faster)"
-        + (", short of the 3x the issue hoped for. " if speed_vmap < 3 else ". ")
-        + ("On one CPU thread a client's step is already large: a batch of 128 graphs is "
-           "thousands of nodes, whose matrix products, gathers and scatters fill the core, "
-           "so putting clients side by side saves little dispatch, and it costs: each "
-           "batched step pads every client's union to the step's largest (the padding "
-           "above), and the operations themselves gain little or lose (the table above: "
-           "under `torch.vmap` the gather of neighbour features becomes one `gather` over "
-           f"all clients' features, {_faster(ratios[0])} than one `index_select` per client "
-           f"({ratios[0]:.2f}x; flattened into one `index_select`, {ratios[1]:.2f}x); the "
-           f"scatter-add batched is {_faster(ratios[2])} ({ratios[2]:.2f}x) and the matrix "
-           f"products {_faster(ratios[3])} ({ratios[3]:.2f}x)). The functional "
-           "`loop` takes the same steps as the per-client loop and differs from it only by "
-           "the flat-parameter bookkeeping. So on the CPU `auto` should pick `loop` for "
-           "graph-set models, as it does for CNNs; on a GPU, where one kernel per layer for "
-           "all clients replaces many small launches, `vmap` is expected to pay, to be "
-           "measured with `--device cuda`." if device.type == "cpu" else
-           "See the table above for where the time goes."), "",
-        "## Machine", "", *machine_lines(load_start), "",
-        f"Command: `python benchmarks/perf/graph_classification_batching.py "
-        f"{' '.join(argv if argv is not None else sys.argv[1:])}`", ""])
+        "## Machine", "", *record["machine"], "",
+        f"Command: `{record['command']}`", ""])
+
+
+def main(argv: list[str] | None = None) -> str:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--root", type=Path, default=DEFAULT_ROOT)
+    parser.add_argument("--clients-per-dataset", type=int, default=3)
+    parser.add_argument("--model", default="gin", choices=("gin", "gcn-pool"))
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--report-only", action="store_true",
+                        help=f"rebuild the results file from its record in {RECORDS_NAME} "
+                             f"beside it, measuring nothing (default file: {RESULTS})")
+    parser.add_argument("--out", type=Path, default=None,
+                        help=f"markdown output (default: print only); the record goes to "
+                             f"{RECORDS_NAME} in the same folder")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv)
+    out = args.out
+    if args.report_only:
+        out = out or RESULTS
+        record = read_record(out.parent / RECORDS_NAME, out.name)
+    else:
+        if not (args.root / "MUTAG").exists() and not (args.root / "MUTAG_A.txt").exists():
+            raise SystemExit(f"no TU datasets under {args.root}: give --root DIR holding "
+                             f"{NAMES.replace(',', ', ')}")
+        record = measure(args)
+        record["command"] = " ".join([f"python {SCRIPT}", *argv])
+        if out is not None:
+            write_record(out.parent / RECORDS_NAME,
+                         {"file": out.name, "script": SCRIPT, "source": "measured", **record})
+    text = save_with_readings(report(record), out)
     print(text)
-    save_report(text, args.out)
     return text
 
 

@@ -14,6 +14,14 @@ Two ways to compare two source trees (it runs unchanged in trees before issue 38
   in one process, ``--rounds`` times: on a shared machine whose load moves one row's time by
   half between two processes, the paired ratios of neighbouring blocks are the steadier reading.
 
+``--against`` compares two versions of the library, not two scripts: what it imports is the
+other tree's ``pyg_fedgraph`` package (renamed ``pyg_fedgraph_before``), never a benchmark
+script. For that, and only for that, it puts one folder on ``sys.path``: the temporary folder
+holding the renamed copy, taken off again when the comparison ends. The script imports nothing
+else from the repository beyond the package (it must run unchanged in older trees), and it
+writes no results file: ``benchmarks/results/operator_speed.md`` holds its tables, written by
+hand around them.
+
 Usage::
 
     python benchmarks/perf/operator_speed.py                       # name seconds lines
@@ -161,7 +169,8 @@ def keep_freed_memory() -> None:
 
 def import_renamed(tree: Path, name: str, workdir: Path) -> str:
     r"""Copies ``tree``'s ``pyg_fedgraph`` to ``workdir/name`` with every
-    ``pyg_fedgraph`` module reference renamed, and puts it on ``sys.path``."""
+    ``pyg_fedgraph`` module reference renamed, puts ``workdir`` on ``sys.path``
+    (the caller takes it off) and imports the copy."""
     target = workdir / name
     shutil.copytree(tree / "pyg_fedgraph", target,
                     ignore=shutil.ignore_patterns("__pycache__"))
@@ -236,8 +245,12 @@ def main() -> None:
             print(name, f"{seconds:.6f}", flush=True)
         return
     with tempfile.TemporaryDirectory() as tmp:
-        other = import_renamed(args.against.resolve(), "pyg_fedgraph_before", Path(tmp))
-        print("\n".join(interleaved(selected(other), selected(), args.rounds)))
+        try:
+            other = import_renamed(args.against.resolve(), "pyg_fedgraph_before", Path(tmp))
+            print("\n".join(interleaved(selected(other), selected(), args.rounds)))
+        finally:
+            if tmp in sys.path:
+                sys.path.remove(tmp)
 
 
 if __name__ == "__main__":

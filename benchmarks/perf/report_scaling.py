@@ -21,10 +21,15 @@ Each case reports the total seconds of ``write_run`` (median of ``--repeats``
 runs) and, from one separate run of each piece, where the time goes: writing
 the matrix files, ordering the clients, and each picture (drawn and saved).
 
+The results file is rebuilt from the measurements, kept as one line of
+``perf_records.jsonl`` beside it (``--report-only``: nothing is measured); its
+"### Reading" blocks are written by hand and kept.
+
 Usage::
 
     OMP_NUM_THREADS=1 python benchmarks/perf/report_scaling.py           # N = 1,000 and 10,000
     OMP_NUM_THREADS=1 python benchmarks/perf/report_scaling.py --quick   # N = 300, prints only
+    python benchmarks/perf/report_scaling.py --report-only    # the markdown from the record
 """
 from __future__ import annotations
 
@@ -34,15 +39,26 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from pyg_fedgraph.engine.history import History, RoundRecord
-from pyg_fedgraph.experiment.reporting import machine_lines, save_report
+from pyg_fedgraph.experiment.reporting import (
+    RECORDS_NAME,
+    machine_lines,
+    read_record,
+    save_with_readings,
+    write_record,
+)
 from pyg_fedgraph.simulation.report import write_collaboration, write_run
 
+SCRIPT = "benchmarks/perf/report_scaling.py"
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "report_scaling.md"
+#: The pieces of ``write_run``'s collaboration output, in the table's order.
+PARTS = ["matrix files", "client order", "matrix png", "graph png"]
 
 
 def make_matrix(n: int, cluster_size: int = 50, inside: int = 8, outside: int = 2,
@@ -75,7 +91,7 @@ def make_history(n: int, rounds: int = 5, seed: int = 0) -> History:
     return h
 
 
-def timed(fn) -> float:
+def timed(fn: Callable[[], object]) -> float:
     t0 = time.perf_counter()
     fn()
     return time.perf_counter() - t0
@@ -108,7 +124,7 @@ def pieces(out: Path, w: torch.Tensor, groups: torch.Tensor | None) -> dict[str,
     return times
 
 
-def run_case(n: int, with_groups: bool, repeats: int) -> dict:
+def run_case(n: int, with_groups: bool, repeats: int) -> dict[str, Any]:
     w, cluster = make_matrix(n)
     groups = cluster if with_groups else None
     history = make_history(n)
@@ -131,47 +147,69 @@ def mb(size: int) -> str:
     return f"{size / 1e6:.2f}" if size >= 1e4 else f"{size / 1e6:.4f}"
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="N = 300 only, prints only")
-    parser.add_argument("--sizes", type=int, nargs="*", default=None)
-    parser.add_argument("--repeats", type=int, default=None)
-    args = parser.parse_args(argv)
-    sizes = args.sizes or ([300] if args.quick else [1000, 10000])
-    repeats = args.repeats or (1 if args.quick else 3)
-    load_start = os.getloadavg()[0]
-    start = time.perf_counter()
-    results = [run_case(n, g, repeats) for n in sizes for g in (True, False)]
-    part_names = ["matrix files", "client order", "matrix png", "graph png"]
+def report(record: dict[str, Any]) -> str:
+    r"""The markdown of a run's record (``results/report_scaling.md``)."""
     lines = ["# Writing a run's files as N grows", "",
              "`benchmarks/perf/report_scaling.py`: `write_run` with a collaboration matrix of N "
              "clients (random row-stochastic, about 11 non-zeros per row in hidden clusters of "
              "50, float32) and 5 rounds of history. \"total s\" is the median of "
-             f"{repeats} runs of `write_run` (range in brackets): config, history, clients, "
-             "summary, learning curve, matrix files and both pictures. The next columns come "
-             "from one separate run of each piece: `write_collaboration` (npz, top-10 CSV, "
-             "full CSV up to N = 200), `client_order` (sort by group, or clustering of the "
-             "matrix when no groups are given), and each picture drawn and saved at 120 dpi. "
-             "Sizes are the files `write_run` wrote, in MB.", "",
-             "| N | case | total s | " + " | ".join(f"{p} s" for p in part_names)
+             f"{record['repeats']} runs of `write_run` (range in brackets): config, history, "
+             "clients, summary, learning curve, matrix files and both pictures. The next "
+             "columns come from one separate run of each piece: `write_collaboration` (npz, "
+             "top-10 CSV, full CSV up to N = 200), `client_order` (sort by group, or clustering "
+             "of the matrix when no groups are given), and each picture drawn and saved at 120 "
+             "dpi. Sizes are the files `write_run` wrote, in MB.", "",
+             "| N | case | total s | " + " | ".join(f"{p} s" for p in PARTS)
              + " | npz MB | top-k csv MB | clients.csv MB |",
-             "|---:|---|---:|" + "---:|" * len(part_names) + "---:|---:|---:|"]
-    for r in results:
+             "|---:|---|---:|" + "---:|" * len(PARTS) + "---:|---:|---:|"]
+    for r in record["results"]:
         lo, hi = r["range"]
         lines.append(
             f"| {r['n']:,} | {r['case']} | {r['total']:.2f} ({lo:.2f}-{hi:.2f}) | "
-            + " | ".join(f"{r['parts'][p]:.2f}" for p in part_names)
+            + " | ".join(f"{r['parts'][p]:.2f}" for p in PARTS)
             + f" | {mb(r['sizes']['collaboration.npz'])} "
             f"| {mb(r['sizes']['collaboration_topk.csv'])} "
             f"| {mb(r['sizes']['clients.csv'])} |")
-    lines += ["", "## Machine", "", *machine_lines(load_start),
-              f"- total time: {time.perf_counter() - start:.0f} s",
-              "- command: `"
-              + " ".join(["python benchmarks/perf/report_scaling.py", *sys.argv[1:]]) + "`",
-              ""]
-    text = "\n".join(lines)
+    lines += ["", "## Machine", "", *record["machine"],
+              f"- command: `{record['command']}`", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> str:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="N = 300 only, prints only unless --out")
+    parser.add_argument("--sizes", type=int, nargs="*", default=None)
+    parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--report-only", action="store_true",
+                        help=f"rebuild the results file from its record in {RECORDS_NAME} "
+                             "beside it, measuring nothing")
+    parser.add_argument("--out", type=Path, default=None,
+                        help=f"markdown output (default: {RESULTS} unless --quick); the "
+                             f"record goes to {RECORDS_NAME} in the same folder")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv)
+    out = args.out if args.out is not None else (None if args.quick else RESULTS)
+    if args.report_only:
+        if out is None:
+            parser.error("--report-only rebuilds a file: drop --quick or give --out")
+        record = read_record(out.parent / RECORDS_NAME, out.name)
+    else:
+        sizes = args.sizes or ([300] if args.quick else [1000, 10000])
+        repeats = args.repeats or (1 if args.quick else 3)
+        load_start = os.getloadavg()[0]
+        start = time.perf_counter()
+        results = [run_case(n, g, repeats) for n in sizes for g in (True, False)]
+        record = {"repeats": repeats, "results": results,
+                  "machine": [*machine_lines(load_start),
+                              f"- total time: {time.perf_counter() - start:.0f} s"],
+                  "command": " ".join([f"python {SCRIPT}", *argv])}
+        if out is not None:
+            write_record(out.parent / RECORDS_NAME,
+                         {"file": out.name, "script": SCRIPT, "source": "measured", **record})
+    text = save_with_readings(report(record), out)
     print(text)
-    save_report(text, None if args.quick else RESULTS)
+    return text
 
 
 if __name__ == "__main__":

@@ -33,13 +33,17 @@ the setting applied at the process's start), the two settings alternating.
 (d) **memory**: 100 CiteSeer clients (overlapping), the dataset's protocol (FED-PUB's
     GCN and local training), FedAvg and pFedGraph for a few rounds (evaluation every
     round), each in its own process: the process's peak resident set size (``VmHWM``,
-    as ``benchmarks/perf/devices.py`` reads it), goal < 4 GB.
+    :func:`pyg_fedgraph.utils.timing.peak_rss`), goal < 4 GB.
+
+The results file is rebuilt from the measurements, kept as one line of
+``perf_records.jsonl`` beside it (``--report-only``: nothing is measured); its
+"### Reading" blocks are written by hand and kept.
 
 Usage::
 
     OMP_NUM_THREADS=1 python benchmarks/perf/subgraph_speed.py           # results/subgraph_speed.md
     OMP_NUM_THREADS=1 python benchmarks/perf/subgraph_speed.py --quick   # small, prints only
-    python benchmarks/perf/subgraph_speed.py --report-only   # the markdown again from the .json
+    python benchmarks/perf/subgraph_speed.py --report-only   # the markdown again from the record
 """
 from __future__ import annotations
 
@@ -62,10 +66,18 @@ from torch_geometric.nn import GATConv, GCNConv, SAGEConv
 
 from pyg_fedgraph.data.graph_dataset import GraphFederatedDataset
 from pyg_fedgraph.data.layout import ParamLayout
-from pyg_fedgraph.experiment.reporting import machine_lines, save_report
+from pyg_fedgraph.experiment.reporting import (
+    RECORDS_NAME,
+    machine_lines,
+    read_record,
+    save_with_readings,
+    write_record,
+)
 from pyg_fedgraph.train.config import LocalConfig
 from pyg_fedgraph.train.execution import EXECUTION_TABLE, choose_execution
+from pyg_fedgraph.utils.timing import peak_rss
 
+SCRIPT = "benchmarks/perf/subgraph_speed.py"
 HERE = Path(__file__).resolve().parents[1]
 RESULTS = HERE / "results" / "subgraph_speed.md"
 PLANETOID = HERE.parent.parent / "shared" / "data" / "planetoid"
@@ -185,17 +197,6 @@ class PerClientLoop:
 
 
 # ------------------------------------------------------------ children
-def _rss_peak() -> int:
-    r"""This process's peak resident set size (``VmHWM``, bytes), as
-    ``benchmarks/perf/devices.py`` reads it (not ``ru_maxrss``, which Linux carries
-    over from the parent at ``exec``)."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
 def _timed(fn: Callable[[], object]) -> tuple[float, float]:
     r"""CPU seconds of this process (user and system: page faults count) and wall
     seconds of ``fn()``. On one thread the CPU seconds are what an idle machine's
@@ -292,7 +293,7 @@ def speed_child(case: str, model: str, keep: bool, repeats: int, root: str,
     parts = {"library vmap": clocks["vmap"].per_round(repeats),
              "library loop": clocks["loop"].per_round(repeats),
              "PyG loop": loop.clock.per_round(repeats)}
-    return {"times": times, "wall": walls, "max diff": diff, "parts": parts, "peak": _rss_peak(),
+    return {"times": times, "wall": walls, "max diff": diff, "parts": parts, "peak": peak_rss(),
             "D": layout.num_params,
             "clients": data.num_clients, "V": int(data.graphs.num_nodes.max()),
             "E": int(data.graphs.num_edges.max()),
@@ -331,7 +332,7 @@ def round_child(job: str, keep: bool, repeats: int, quick: bool) -> dict[str, An
         cpu, wall = _timed(sim.step)
         times.append(cpu)
         walls.append(wall)
-    return {"times": times, "wall": walls, "peak": _rss_peak(), "clients": sim.dataset.num_clients,
+    return {"times": times, "wall": walls, "peak": peak_rss(), "clients": sim.dataset.num_clients,
             "D": sim.layout.num_params, "execution": sim.execution}
 
 
@@ -354,7 +355,7 @@ def memory_child(strategy: str, keep: bool, rounds: int, root: str,
         cpu, wall = _timed(sim.step)
         times.append(cpu)
         walls.append(wall)
-    return {"build s": build, "times": times, "wall": walls, "peak": _rss_peak(),
+    return {"build s": build, "times": times, "wall": walls, "peak": peak_rss(),
             "clients": sim.dataset.num_clients, "D": sim.layout.num_params,
             "test": sim.history.mean("test")[-1] if len(sim.history) else None}
 
@@ -556,7 +557,7 @@ def goals(record: dict[str, Any]) -> list[str]:
 
 
 def report(record: dict[str, Any]) -> list[str]:
-    r"""The markdown of a run's record (``results/subgraph_speed.json``)."""
+    r"""The markdown of a run's record (``results/subgraph_speed.md``)."""
     speed, models, rounds, memory = (record[k] for k in ("speed", "models", "rounds",
                                                           "memory"))
     cmd, repeats, alternations = record["cmd"], record["repeats"], record["alternations"]
@@ -575,7 +576,7 @@ def report(record: dict[str, Any]) -> list[str]:
              "allocator as it comes; \"kept\": `retain_freed_memory()` (mmap and trim "
              "thresholds 1 GiB) at the process's start, what `pyg-fedgraph run` and `tune` "
              "apply unless `PYG_FEDGRAPH_KEEP_MEMORY=0`. The figures are kept in "
-             "`subgraph_speed.json`; `--report-only` rewrites this file from it.", "",
+             f"`{RECORDS_NAME}`; `--report-only` rewrites this file from them.", "",
              "## Goals (issue 33)", "", *goals(record), ""]
     lines += ["## (a) One round of FED-PUB's GCN clients: the library against a per-client "
               "PyG loop", "",
@@ -667,23 +668,25 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--only", default="speed,models,rounds,memory",
                         help="comma list of sections: speed,models,rounds,memory")
     parser.add_argument("--out", type=Path, default=None,
-                        help=f"markdown output (default: {RESULTS} unless --quick)")
+                        help=f"markdown output (default: {RESULTS} unless --quick); the "
+                             f"record goes to {RECORDS_NAME} in the same folder")
     parser.add_argument("--report-only", action="store_true",
-                        help="rewrite the markdown from the run's record (the .json beside "
-                             "it), measuring nothing")
+                        help=f"rewrite the markdown from the run's record in {RECORDS_NAME} "
+                             "beside it, measuring nothing")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     if args.report_only:
         out = args.out or RESULTS
-        record = json.loads(out.with_suffix(".json").read_text())
-        text = "\n".join(report(record)) + "\n"
+        record = read_record(out.parent / RECORDS_NAME, out.name)
+        text = save_with_readings("\n".join(report(record)) + "\n", out)
         print(text)
-        save_report(text, out)
         return text
     if args.child:
         kind, payload = args.child[0], json.loads(args.child[1])
-        fn = {"speed": speed_child, "round": round_child, "memory": memory_child}[kind]
+        kinds: dict[str, Callable[..., dict[str, Any]]] = {
+            "speed": speed_child, "round": round_child, "memory": memory_child}
+        fn = kinds[kind]
         print(json.dumps(fn(**payload)))
         return ""
 
@@ -709,7 +712,7 @@ def main(argv: list[str] | None = None) -> str:
     memory = (memory_rows(["fedavg", "pfedgraph"], 2 if q else 3, args.root, q)
               if "memory" in sections else [])
     children = os.times()
-    record = {"cmd": " ".join(["python benchmarks/perf/subgraph_speed.py", *argv]),
+    record = {"cmd": " ".join([f"python {SCRIPT}", *argv]),
               "repeats": repeats, "alternations": alternations,
               "speed": speed, "models": models, "rounds": rounds, "memory": memory,
               "table": [f"{f}/{d}: {e}" for (f, d), e in EXECUTION_TABLE.items()],
@@ -717,11 +720,11 @@ def main(argv: list[str] | None = None) -> str:
               "cpu seconds": children.children_user + children.children_system}
     out = args.out if args.out is not None else (None if q else RESULTS)
     if out is not None:
-        out.with_suffix(".json").write_text(json.dumps(record, indent=1) + "\n")
-    text = "\n".join(report(record)) + "\n"
+        write_record(out.parent / RECORDS_NAME,
+                     {"file": out.name, "script": SCRIPT, "source": "measured", **record})
+    text = save_with_readings("\n".join(report(record)) + "\n", out)
     print()
     print(text)
-    save_report(text, out)
     return text
 
 

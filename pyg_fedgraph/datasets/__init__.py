@@ -43,7 +43,13 @@ from pyg_fedgraph.datasets.subgraphs import (
 )
 from pyg_fedgraph.datasets.synthetic_graphs import contextual_sbm, planted_graph_federation
 from pyg_fedgraph.datasets.topology import rand_index_callback, topology
-from pyg_fedgraph.datasets.traffic import METRLA, PEMSBAY, TrafficDataset, synthetic_traffic
+from pyg_fedgraph.datasets.traffic import (
+    METRLA,
+    PEMSBAY,
+    TrafficDataset,
+    synthetic_traffic,
+    synthetic_windows,
+)
 from pyg_fedgraph.datasets.tu import (
     GCFL_GROUPS,
     TU_SHA256,
@@ -88,6 +94,7 @@ __all__ = [
     "PEMSBAY",
     "TrafficDataset",
     "synthetic_traffic",
+    "synthetic_windows",
     "read_planetoid",
     "download_planetoid",
     "contextual_sbm",

@@ -1,15 +1,19 @@
 r"""Pieces of a results file made from run records: the machine a benchmark
 ran on, which torch, device and CPU instruction set made a set of records,
-a table of the runs behind a file, and the clients' values pooled over runs.
+a table of the runs behind a file, the clients' values pooled over runs, and
+the measurement records of the speed benchmarks (one JSON line per results
+file: :func:`read_record`, :func:`write_record`).
 
 The benchmark scripts of the repository (``benchmarks/perf/``,
 ``benchmarks/reproduce/``) share these instead of importing one another;
 they take records as :class:`~pyg_fedgraph.experiment.RecordCache` returns
-them and return Markdown lines. Nothing here writes a file or prints.
+them and return Markdown lines. Nothing here prints; files are written only
+by the functions that say so, where they are told to.
 """
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import platform
 from collections.abc import Iterable, Mapping
@@ -18,7 +22,9 @@ from typing import Any
 
 import torch
 
-__all__ = ["READING", "keep_readings", "save_report", "machine_lines", "made_with",
+__all__ = ["READING", "keep_readings", "save_report", "save_with_readings", "read_record",
+           "write_record",
+           "RECORDS_NAME", "machine_lines", "made_with",
            "runs_table", "RUNS_HEADER", "RUNS_RULE",
            "client_accuracies", "pooled_clients"]
 
@@ -106,6 +112,74 @@ def save_report(text: str, path: str | Path | None) -> Path | None:
     tmp.write_text(text)
     tmp.replace(path)
     return path
+
+
+def save_with_readings(text: str, path: str | Path | None) -> str:
+    r"""Writes ``text`` (a results file as a script generated it) to ``path``
+    with the hand-written readings of the file already there kept
+    (:func:`keep_readings`, :func:`save_report`), and returns what it wrote;
+    with ``path`` ``None`` it writes nothing and returns ``text``."""
+    if path is None:
+        return text
+    path = Path(path)
+    text = keep_readings(path.read_text() if path.exists() else "", text)
+    save_report(text, path)
+    return text
+
+
+#: The JSON-lines file of measurement records beside a folder's results files.
+RECORDS_NAME = "perf_records.jsonl"
+
+
+def _record_lines(records: Path) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    if not records.exists():
+        return out
+    for number, line in enumerate(records.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{records}, line {number}: not a JSON record ({err.msg})") from None
+        if not isinstance(entry, dict) or not isinstance(entry.get("file"), str):
+            raise ValueError(f"{records}, line {number}: a record is a JSON object with a "
+                             f"'file' entry naming its results file")
+        out[entry["file"]] = entry
+    return out
+
+
+def read_record(records: str | Path, name: str) -> dict[str, Any]:
+    r"""The measurement record of the results file ``name`` (e.g.
+    ``"devices.md"``) in the JSON-lines file ``records``: the line whose
+    ``"file"`` entry is ``name``.
+
+    A benchmark that keeps its measurements this way rebuilds its results
+    file from the record without measuring again (its ``--report-only``).
+    A missing record is one line naming both files.
+    """
+    records = Path(records)
+    found = _record_lines(records).get(name)
+    if found is None:
+        raise ValueError(f"no record of {name} in {records}: run the benchmark that writes "
+                         f"{name} (without --report-only) first")
+    return found
+
+
+def write_record(records: str | Path, record: Mapping[str, Any]) -> Path:
+    r"""Writes ``record`` (a JSON-able mapping with a ``"file"`` entry naming
+    its results file) as one line of the JSON-lines file ``records``,
+    replacing the line of the same file and keeping the others, ordered by
+    file name (through a temporary file, as :func:`save_report`)."""
+    name = record.get("file")
+    if not isinstance(name, str):
+        raise ValueError("a record needs a 'file' entry naming its results file")
+    records = Path(records)
+    entries = _record_lines(records)
+    entries[name] = dict(record)
+    text = "".join(json.dumps(entries[k], separators=(",", ":")) + "\n" for k in sorted(entries))
+    save_report(text, records)
+    return records
 
 
 def machine_lines(load_start: float) -> list[str]:

@@ -1,6 +1,8 @@
 r"""Utilities: pure functions over tensors (clustering, client graphs, graph
-recovery scores), reading pickles of plain data without running code, and the
-C allocator setting an application may choose (:func:`retain_freed_memory`)."""
+recovery scores), reading pickles of plain data without running code, the
+C allocator setting an application may choose (:func:`retain_freed_memory`),
+and the seconds and memory of a call as the benchmarks measure them
+(:mod:`~pyg_fedgraph.utils.timing`)."""
 from pyg_fedgraph.utils.allocator import KEEP_MEMORY_ENV, retain_freed_memory
 from pyg_fedgraph.utils.clustering import kmeans
 from pyg_fedgraph.utils.graph import complete_graph
@@ -12,6 +14,7 @@ from pyg_fedgraph.utils.recovery import (
     relation_weights,
 )
 from pyg_fedgraph.utils.safe_pickle import load_array_pickle
+from pyg_fedgraph.utils.timing import current_rss, peak_rss, synchronize, time_calls, timed
 
 __all__ = [
     "kmeans",
@@ -24,4 +27,9 @@ __all__ = [
     "load_array_pickle",
     "retain_freed_memory",
     "KEEP_MEMORY_ENV",
+    "synchronize",
+    "timed",
+    "time_calls",
+    "peak_rss",
+    "current_rss",
 ]

@@ -59,3 +59,34 @@ def test_save_report_writes_whole_files_only_when_asked(tmp_path):
     assert save_report("x", None) is None
     path = save_report("text\n", tmp_path / "new" / "r.md")
     assert path.read_text() == "text\n" and list(path.parent.iterdir()) == [path]
+
+
+def test_records_are_one_json_line_per_results_file(tmp_path):
+    from pyg_fedgraph.experiment.reporting import read_record, write_record
+
+    path = tmp_path / "perf_records.jsonl"
+    write_record(path, {"file": "b.md", "rows": [1.5, None]})
+    write_record(path, {"file": "a.md", "rows": [float("nan")]})
+    write_record(path, {"file": "b.md", "rows": [2.0]})  # replaces b's line
+    lines = path.read_text().splitlines()
+    assert [line[:14] for line in lines] == ['{"file":"a.md"', '{"file":"b.md"']
+    assert read_record(path, "b.md") == {"file": "b.md", "rows": [2.0]}
+    with pytest.raises(ValueError, match=r"no record of c\.md in .*perf_records\.jsonl"):
+        read_record(path, "c.md")
+    with pytest.raises(ValueError, match="needs a 'file' entry"):
+        write_record(path, {"rows": []})
+    path.write_text('{"file": "a.md"}\n[1, 2]\n')
+    with pytest.raises(ValueError, match="line 2: a record is a JSON object"):
+        read_record(path, "a.md")
+
+
+def test_save_with_readings_keeps_the_hand_written_part(tmp_path):
+    from pyg_fedgraph.experiment.reporting import save_with_readings
+
+    path = tmp_path / "r.md"
+    assert save_with_readings("# R\n| 1 |\n", None) == "# R\n| 1 |\n"  # nothing written
+    assert not path.exists()
+    save_with_readings("# R\n| 1 |\n", path)
+    path.write_text(path.read_text() + "\n### Reading\n\nBy hand.\n")
+    out = save_with_readings("# R\n| 2 |\n", path)
+    assert out == path.read_text() == "# R\n| 2 |\n\n### Reading\n\nBy hand.\n"

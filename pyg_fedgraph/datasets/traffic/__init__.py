@@ -72,7 +72,7 @@ from pyg_fedgraph.datasets.traffic.npz import (
     read_dcrnn_npz,
     read_sensor_ids,
 )
-from pyg_fedgraph.datasets.traffic.synthetic import synthetic_traffic
+from pyg_fedgraph.datasets.traffic.synthetic import synthetic_traffic, synthetic_windows
 
 __all__ = [
     "TrafficDataset",
@@ -80,6 +80,7 @@ __all__ = [
     "PEMSBAY",
     "RemoteFile",
     "synthetic_traffic",
+    "synthetic_windows",
     "load_sensor_graph",
     "adjacency_to_edges",
     "read_speed_h5",

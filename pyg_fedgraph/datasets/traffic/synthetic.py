@@ -1,15 +1,23 @@
-r"""Synthetic traffic speeds on a real road graph, clearly labelled as such."""
+r"""Synthetic traffic, clearly labelled as such: speeds on a real road graph
+(:func:`synthetic_traffic`), and forecasting windows of METR-LA's shape for
+timing training (:func:`synthetic_windows`)."""
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import torch
 from torch import Tensor
 
+from pyg_fedgraph.data.federated_dataset import ClientSplit, FederatedDataset
 from pyg_fedgraph.datasets.traffic.io import SpeedTable, bundled_sensor_graph
 
-__all__ = ["synthetic_traffic"]
+__all__ = ["synthetic_traffic", "synthetic_windows"]
+
+#: 5-minute steps in a day.
+_STEPS_PER_DAY = 288
 
 
 def _dense_adjacency(graph: Any) -> np.ndarray:
@@ -170,3 +178,57 @@ def synthetic_traffic(graph: Any, num_steps: int = 4032, seed: int = 0, *,
         "synthetic": True, "seed": seed,
         "source": "pyg_fedgraph.datasets.traffic.synthetic_traffic (synthetic speeds on a "
                   "road graph)"})
+
+
+def synthetic_windows(num_clients: int, windows: int, *, steps_in: int = 12,
+                      steps_out: int = 12, eval_windows: int = 16,
+                      seed: int = 0) -> FederatedDataset:
+    r"""Forecasting windows of the shape of METR-LA's, without a road graph
+    or recorded speeds: for timing local training of forecasters (the
+    benchmarks' GRU clients), not for judging a forecast. **The data are
+    synthetic** (``info["synthetic"] = True``).
+
+    Client :math:`i` sees a noisy daily wave with its own level
+    :math:`\ell_i \sim U(0, 1)` and phase :math:`\phi_i \sim U(0, 2\pi)`,
+
+    .. math::
+        v_{ti} = \ell_i + \tfrac{1}{2} \sin(2 \pi t / 288 + \phi_i)
+        + 0.05\, \epsilon_{ti}, \quad \epsilon_{ti} \sim \mathcal{N}(0, 1),
+
+    in 5-minute steps (288 a day). A window starts at a uniform time of day;
+    its input is :math:`(v_t, \text{time of day})` over ``steps_in`` steps and
+    its target the next ``steps_out`` values of :math:`v`.
+
+    Args:
+        num_clients (int): clients :math:`N`.
+        windows (int): training windows per client.
+        steps_in (int, optional): input steps (default: :obj:`12`)
+        steps_out (int, optional): predicted steps (default: :obj:`12`)
+        eval_windows (int, optional): validation and test windows per client
+            (default: :obj:`16`)
+        seed (int, optional): seed of every draw (default: :obj:`0`)
+
+    Shapes:
+        - **train inputs:** :math:`(N, \text{windows}, \text{steps\_in}, 2)`
+        - **train targets:** :math:`(N, \text{windows}, \text{steps\_out})`
+    """
+    if min(num_clients, windows, steps_in, steps_out, eval_windows) < 1:
+        raise ValueError(f"synthetic_windows needs positive sizes, got num_clients="
+                         f"{num_clients}, windows={windows}, steps_in={steps_in}, "
+                         f"steps_out={steps_out}, eval_windows={eval_windows}")
+    gen = torch.Generator().manual_seed(seed)
+    total = steps_in + steps_out
+    splits = {}
+    for split, count in (("train", windows), ("val", eval_windows), ("test", eval_windows)):
+        start = torch.rand(num_clients, count, 1, generator=gen) * _STEPS_PER_DAY
+        t = start + torch.arange(total).view(1, 1, total)
+        phase = torch.rand(num_clients, 1, 1, generator=gen) * 2 * math.pi
+        level = torch.rand(num_clients, 1, 1, generator=gen)
+        speed = level + 0.5 * torch.sin(2 * math.pi * t / _STEPS_PER_DAY + phase)
+        speed = speed + 0.05 * torch.randn(speed.shape, generator=gen)
+        day = (t % _STEPS_PER_DAY) / _STEPS_PER_DAY
+        x = torch.stack([speed[..., :steps_in], day[..., :steps_in]], dim=-1)
+        splits[split] = ClientSplit(x, speed[..., steps_in:],
+                                    torch.full((num_clients,), count, dtype=torch.long))
+    return FederatedDataset("synthetic-windows", "regression", splits,
+                            info={"synthetic": True, "seed": seed})
