@@ -3,7 +3,6 @@ studies of its baselines, rebuilt from records without training; its goal lines 
 hand; the pooled baseline's study record; the keys of its runs."""
 from __future__ import annotations
 
-import ast
 import importlib
 import logging
 import sys
@@ -179,28 +178,3 @@ def test_runs_keep_their_keys(fl60p):
             "fl60-grda-file"),
     }
     assert {key: config_key(cfg) for key, cfg in cases.items()} == {k: k for k in cases}
-
-
-def _imports(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text())
-    return {alias.name.split(".")[0] for node in ast.walk(tree)
-            if isinstance(node, ast.Import) for alias in node.names} | {
-        node.module.split(".")[0] for node in ast.walk(tree)
-        if isinstance(node, ast.ImportFrom) and node.module}
-
-
-def test_neither_script_imports_the_other_or_writes_library_registries():
-    scripts = {p.stem for p in BENCH.glob("*/*.py")}
-    assert not _imports(BENCH / "reproduce" / "fl60_protocol.py") & scripts
-    assert "fl60_protocol" not in _imports(BENCH / "reproduce" / "claims.py")
-    for name in ("fl60_protocol", "claims"):
-        tree = ast.parse((BENCH / "reproduce" / f"{name}.py").read_text())
-        writes = [ast.unparse(t) for node in ast.walk(tree)
-                  if isinstance(node, (ast.Assign, ast.AugAssign))
-                  for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
-                  if isinstance(t, ast.Subscript)
-                  and ast.unparse(t.value) in ("DATASET_DEFAULTS", "DATASETS", "STRATEGIES")]
-        calls = [ast.unparse(node) for node in ast.walk(tree) if isinstance(node, ast.Call)
-                 and ast.unparse(node.func).startswith(("register_", "DATASETS.",
-                                                        "DATASET_DEFAULTS."))]
-        assert writes == [] and calls == [], name

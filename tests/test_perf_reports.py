@@ -4,7 +4,6 @@ file; a report from a made-up record, by hand; and the scripts' imports (no scri
 another, none writes a library global)."""
 from __future__ import annotations
 
-import ast
 import importlib
 import json
 import shutil
@@ -127,85 +126,3 @@ def test_a_measured_record_goes_beside_its_results_file(script, tmp_path, monkey
     scaling.main(["--report-only", "--out", str(out)])
     assert out.read_text() == text + "\n### Reading\n\nBy hand.\n"
     capsys.readouterr()
-
-
-# ------------------------------------------------------------------ imports
-#: Folders of benchmarks/ whose scripts follow the rule (benchmarks/reproduce/ joins when its
-#: scripts no longer import each other).
-SCRIPT_DIRS = ("perf",)
-#: The one script that puts a folder on sys.path: operator_speed.py --against imports an
-#: older tree's package under another name (two library versions, not two scripts).
-SYS_PATH_ALLOWED = {"operator_speed.py"}
-
-
-def _library_names(tree: ast.Module) -> set[str]:
-    r"""The names a script binds to pyg_fedgraph's modules and objects."""
-    names = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("pyg_fedgraph"):
-            names |= {a.asname or a.name for a in node.names}
-        elif isinstance(node, ast.Import):
-            names |= {(a.asname or a.name).split(".")[0] for a in node.names
-                      if a.name.startswith("pyg_fedgraph")}
-    return names
-
-
-def _root(node: ast.expr) -> str | None:
-    while isinstance(node, (ast.Attribute, ast.Subscript)):
-        node = node.value
-    return node.id if isinstance(node, ast.Name) else None
-
-
-def script_problems(path: Path, scripts: set[str]) -> list[str]:
-    r"""What a benchmark script does against the rules: imports another script, puts a
-    folder on ``sys.path`` or a module into ``sys.modules``, loads a file as a module, or
-    writes to (or registers into) something of the library."""
-    tree = ast.parse(path.read_text())
-    library = _library_names(tree)
-    out = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            out += [f"imports the script {a.name}" for a in node.names if a.name in scripts]
-        elif isinstance(node, ast.ImportFrom) and node.module in scripts:
-            out.append(f"imports the script {node.module}")
-        elif isinstance(node, ast.Call):
-            name = ast.unparse(node.func)
-            if name.startswith(("sys.path.", "sys.modules.")) \
-                    and path.name not in SYS_PATH_ALLOWED:
-                out.append(f"calls {name}")
-            if name.endswith("spec_from_file_location"):
-                out.append("loads a file as a module")
-            if name.split(".")[-1].startswith("register") and _root(node.func) in library:
-                out.append(f"registers into the library ({name})")
-        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            for t in targets:
-                if isinstance(t, (ast.Attribute, ast.Subscript)):
-                    root = _root(t)
-                    if root in library or root == "sys":
-                        out.append(f"writes {ast.unparse(t)}")
-    return out
-
-
-def test_the_rule_finds_what_it_looks_for(tmp_path):
-    bad = tmp_path / "bad.py"
-    bad.write_text("import sys\nimport devices\nfrom perf import x\n"
-                   "from pyg_fedgraph.train.execution import EXECUTION_TABLE\n"
-                   "from pyg_fedgraph.strategies import register_strategy\n"
-                   "import pyg_fedgraph.models as models\n"
-                   "sys.path.insert(0, 'x')\nsys.modules['devices'] = x\n"
-                   "EXECUTION_TABLE[('cnn', 'cpu')] = 'vmap'\nmodels.MODELS = {}\n"
-                   "register_strategy('mine')\ntrainer.parallel = False\n")
-    # The instance attribute (trainer.parallel) is the script's own object: allowed.
-    assert sorted(script_problems(bad, {"devices", "perf"})) == sorted([
-        "imports the script devices", "imports the script perf", "calls sys.path.insert",
-        "writes sys.modules['devices']", "writes EXECUTION_TABLE['cnn', 'cpu']",
-        "writes models.MODELS", "registers into the library (register_strategy)"])
-
-
-def test_no_speed_benchmark_imports_another_or_writes_a_library_global():
-    scripts = {p.stem for p in BENCH.glob("*/*.py")}
-    found = {p.name: script_problems(p, scripts)
-             for folder in SCRIPT_DIRS for p in sorted((BENCH / folder).glob("*.py"))}
-    assert len(found) >= 10
-    assert {k: v for k, v in found.items() if v} == {}
