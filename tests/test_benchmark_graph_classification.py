@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from pyg_fedgraph.experiment import RecordCache
+from pyg_fedgraph.experiment.reporting import keep_readings
 from pyg_fedgraph.experiment.runner import plain_settings
 
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
@@ -23,8 +24,7 @@ def bench(monkeypatch, tmp_path):
     monkeypatch.syspath_prepend(str(BENCH / "reproduce"))
     monkeypatch.syspath_prepend(str(BENCH / "perf"))
     module = importlib.import_module("graph_classification_tu")
-    monkeypatch.setattr(module, "RECORDS", tmp_path / "records")
-    monkeypatch.setattr(module, "CACHE", tmp_path / "cache")
+    monkeypatch.setattr(module, "RUNS", RecordCache(tmp_path / "records", tmp_path / "cache"))
     yield module
     sys.modules.pop("graph_classification_tu", None)
 
@@ -37,7 +37,7 @@ def store(bench, strategy: str, seed: int, test: float, trace: dict | None = Non
              "torch": "x", "date": "today"}
     if trace is not None:
         entry["traces"] = {"grouping": trace}
-    RecordCache(bench.RECORDS, bench.CACHE)._store(cfg, entry)
+    bench.RUNS._store(cfg, entry)
 
 
 def test_grouping_prefers_clusters_and_else_clusters_the_graph(bench):
@@ -107,6 +107,10 @@ def test_the_committed_results_are_rebuilt_from_the_committed_records(monkeypatc
     monkeypatch.syspath_prepend(str(BENCH / "perf"))
     module = importlib.import_module("graph_classification_tu")
     try:
-        assert module.report() == (BENCH / "results" / "graph_classification_tu.md").read_text()
+        committed = (BENCH / "results" / "graph_classification_tu.md").read_text()
+        rebuilt = module.report()
+        # The tables are generated; the judgment is the file's hand-written readings.
+        assert "### Reading" not in rebuilt and "**not met**. `benchmarks" not in rebuilt
+        assert keep_readings(committed, rebuilt) == committed
     finally:
         sys.modules.pop("graph_classification_tu", None)

@@ -64,7 +64,7 @@ import torch
 HERE = Path(__file__).resolve().parents[1]
 from pyg_fedgraph.experiment import ExperimentConfig, RecordCache  # noqa: E402
 from pyg_fedgraph.experiment.records import config_key  # noqa: E402
-from pyg_fedgraph.experiment.reporting import save_report  # noqa: E402
+from pyg_fedgraph.experiment.reporting import keep_readings, save_report  # noqa: E402
 
 ROOT = HERE.parent
 RECORDS = HERE / "results" / "graph_classification_runs"
@@ -80,24 +80,14 @@ SUBSET = tuple((name, 0) for name in STRATEGIES)
 #: Strategy options of the protocol: FedRep needs whole models; FedCEDAR looks for as
 #: many clusters as there are datasets and, as every strategy here, hears every client
 #: every round (its own default samples 30%, its paper's); GCFL's thresholds are set from
-#: the update norms of this setting (see THRESHOLDS).
+#: the update norms of this setting (the reading of G1 in the results file).
 OPTIONS: dict[str, dict[str, Any]] = {"fedrep": {"model.share": "all"},
                                       "fedcedar": {"num_clusters": len(NAMES),
                                                    "sample_fraction": 1.0},
                                       "gcfl": {"eps1": 0.1, "eps2": 0.2},
                                       "gcfl-plus": {"eps1": 0.1, "eps2": 0.2}}
-#: Why GCFL's thresholds are not its code's here (the results file says it too).
-THRESHOLDS = (
-    "GCFL's thresholds are scale dependent (update norms grow with the local steps and the "
-    "model). In this setting the norm of the clients' mean update of the GIN layers and the "
-    "largest client update norm only fall once the warm-up is over (GCFL+'s record, seed 0, "
-    "in the norms below: 0.109 and 0.261 at round 21, 0.028 and 0.090 in its largest "
-    "cluster at round 200), so the thresholds of the authors' runs on the biochem group "
-    "(eps1 = 0.07, eps2 = 0.35, the strategies' defaults) never split (the largest norm is "
-    "below 0.35 from round 21 on), and those of their argument parser (0.01, 0.1) made no "
-    "split in 200 rounds (a GCFL+ run with them, seed 0, before this file's records). G1 "
-    "runs GCFL and GCFL+ with eps1 = 0.1 and eps2 = 0.2, chosen from these norms before any "
-    "accuracy was looked at, and d = 5 (the authors' biochem runs).")
+#: The records of the runs (tracked) and the checkpoints of runs in progress (untracked).
+RUNS = RecordCache(RECORDS, CACHE)
 
 
 def cross_config(strategy: str, seed: int, rounds: int | None = None) -> ExperimentConfig:
@@ -175,13 +165,9 @@ def aris(entry: dict[str, Any]) -> tuple[list[int], list[float]]:
                              for labels in trace["labels"]]
 
 
-def cache() -> RecordCache:
-    return RecordCache(RECORDS, CACHE)
-
-
 def run(strategy: str, seed: int) -> dict[str, Any]:
     cfg = cross_config(strategy, seed)
-    return cache().run(cfg, traces={"grouping": GroupingTrace(len(NAMES))})
+    return RUNS.run(cfg, traces={"grouping": GroupingTrace(len(NAMES))})
 
 
 def fmt(values: list[float]) -> str:
@@ -196,59 +182,12 @@ def fmt(values: list[float]) -> str:
 #: The graph-based server rules of the goal, and what they must beat.
 GRAPH_RULES = ("pfedgraph", "fedaghn", "pfedgat", "fedcedar")
 BASELINES = ("fedavg", "local", "gcfl-plus")
-#: The batching goal's measurement (benchmarks/results/graph_classification_batching.md).
-BATCHING = (
-    "Batched training >= 3x the per-client loop for 12 GIN clients on one CPU thread: **not "
-    "met**. `benchmarks/results/graph_classification_batching.md` (one round, 12 GIN clients "
-    "of these four datasets, 7 alternated repeats, minimum): `vmap` 4.13 s, `loop` 1.91 s, "
-    "per-client loop 1.70 s, i.e. 0.41x and 0.89x of the per-client loop. The reason, "
-    "measured there: a batch of 128 graphs is thousands of nodes, enough to fill the core, "
-    "so stacking clients saves little dispatch, while it pads every union to the step's "
-    "largest (1.51 nodes computed per real node) and `vmap` makes the neighbour gather a "
-    "`gather` 5x slower than one `index_select` per client. `execution='auto'` therefore "
-    "picks `loop` for graph-set models (GIN, GCN with pooling) on the CPU (the `graph-set` "
-    "row of `EXECUTION_TABLE`); on CUDA it picks `vmap`, not measured for graph sets.")
-
-
-#: What the seed-0 records show (written from them on 2026-11-26; one seed, so
-#: differences of a point or two between strategies are not established).
-READING = [
-    "## Reading (seed 0; one seed)", "",
-    "- The datasets are found, for part of the run, by three of the graph rules: FedAGHN's "
-    "grouping is the datasets exactly from round 2 to past round 150 (ARI >= 0.9 in 154 of "
-    "200 rounds, 0.75 at round 200), pFedGAT's from round 2 to about round 100 (then it "
-    "drifts to -0.15), FedCEDAR's in rounds 2 to 5 only. pFedGraph's graph gives the datasets "
-    "exactly after round 1 and loses them by round 3 (the same grouping, ARI 0.14, from "
-    "then on): at round 200 every row of its graph is the clients' shares of the training "
-    "graphs (2, 10, 5 and 17% for each client of MUTAG, PROTEINS, ENZYMES and AIDS), the "
-    "weights its rule gives when all similarities are equal, and a spectral clustering of "
-    "such a graph groups by size.",
-    "- GCFL and GCFL+ do not find the datasets (final ARI 0.30 and 0.04). Every split "
-    "isolated one client: GCFL cut off the six PROTEINS and ENZYMES clients one a round "
-    "(rounds 23 to 28) and kept MUTAG and AIDS together (7 clusters: one of 6 clients and "
-    "six singletons); GCFL+ cut off two AIDS clients (rounds 23 and 28; 3 clusters). A "
-    "minimum cut can be no heavier than the cut around the client of smallest total "
-    "similarity, so on a dense similarity graph it often is that cut; and the clients that "
-    "upload the largest updates, which the criterion's eps2 looks for, are those with most "
-    "local steps (an AIDS client takes 5 an epoch, a MUTAG client 1), not a dataset's "
-    "clients as a group.",
-    "- Accuracy: no strategy is clearly above training alone. FedAvg (76.4), Local (76.1) and "
-    "GCFL+ (76.1) lead; the graph rules are 2 to 3.6 points lower (FedCEDAR 74.3, pFedGraph "
-    "73.8, pFedGAT 73.7, FedAGHN 72.8), although FedAGHN and pFedGAT weight clients of the same "
-    "dataset together for most of the run. By each client's own best validation round "
-    "(per-client-best), FedCEDAR (72.5) and FedAGHN (72.4) are above FedAvg (69.2) and GCFL+ "
-    "(69.4), and Local (75.6) above all. With the input layer and head private, one shared "
-    "GIN body costs little here (FedAvg = Local), which leaves a graph rule little to gain.",
-    "",
-]
-
-
-def _summaries(c: RecordCache, name: str) -> tuple[list[float], list[float], list[str]]:
+def _summaries(name: str) -> tuple[list[float], list[float], list[str]]:
     r"""The test accuracies and final ARIs of ``name``'s finished seeds, and
     in how many rounds of each its ARI was at least 0.9."""
     accs, finals, high = [], [], []
     for seed in SEEDS:
-        entry = c.load(cross_config(name, seed))
+        entry = RUNS.load(cross_config(name, seed))
         if entry is not None:
             accs.append(entry["summary"]["test"])
             values = aris(entry)[1]
@@ -258,9 +197,11 @@ def _summaries(c: RecordCache, name: str) -> tuple[list[float], list[float], lis
     return accs, finals, high
 
 
-def goals(c: RecordCache) -> list[str]:
-    r"""The issue's goals, each stated as met or not with the figures."""
-    base = {n: _summaries(c, n)[0] for n in BASELINES}
+def goals() -> list[str]:
+    r"""The issue's goal on G1's records, stated as met or not with the
+    figures (the batching goal is measured elsewhere: the file's reading of
+    this section says where)."""
+    base = {n: _summaries(n)[0] for n in BASELINES}
     lines = ["## Goals", ""]
     if not all(base.values()):
         lines.append("- Graph rule above FedAvg, Local and GCFL+ with ARI >= 0.9: not decided "
@@ -273,7 +214,7 @@ def goals(c: RecordCache) -> list[str]:
                          f"{n} {100 * statistics.fmean(v):.1f}" for n, v in base.items())
                      + ") with ARI >= 0.9 at the last round:")
         for name in GRAPH_RULES:
-            accs, finals, high = _summaries(c, name)
+            accs, finals, high = _summaries(name)
             if not accs:
                 lines.append(f"  - {name}: not run")
                 continue
@@ -288,7 +229,7 @@ def goals(c: RecordCache) -> list[str]:
                          f"{'met' if ok else 'not met'}")
         lines.append(f"  - goal: **{'met' if any(met) else 'not met'}** on the seeds run "
                      f"(see the table for how many).")
-    return [*lines, f"- {BATCHING}", ""]
+    return [*lines, ""]
 
 
 def norm_lines(done: list[tuple[str, int, dict[str, Any]]]) -> list[str]:
@@ -318,7 +259,8 @@ def norm_lines(done: list[tuple[str, int, dict[str, Any]]]) -> list[str]:
 
 
 def report() -> str:
-    c = cache()
+    r"""The results file rebuilt from the records (its hand-written
+    ``### Reading`` blocks aside: :func:`main` keeps them)."""
     rows = ["| strategy | test accuracy % | per-client-best % | ARI final | ARI best "
             "(first round) | ARI mean over rounds | rounds with ARI >= 0.9 | seconds per run |",
             "|---|---:|---:|---:|---:|---:|---:|---:|"]
@@ -326,7 +268,7 @@ def report() -> str:
     for name in STRATEGIES:
         entries = []
         for seed in SEEDS:
-            entry = c.load(cross_config(name, seed))
+            entry = RUNS.load(cross_config(name, seed))
             if entry is None:
                 pending.append((name, seed))
             else:
@@ -388,16 +330,19 @@ def report() -> str:
         "leave the clients; FedRep alone runs with whole models shared), so every grouping "
         "comes from the shared parameters only.", "",
         *rows, "",
-        THRESHOLDS, "",
+        "GCFL and GCFL+ run with eps1 = " + ", eps2 = ".join(
+            str(OPTIONS["gcfl"][k]) for k in ("eps1", "eps2"))
+        + ", GCFL+ with d = 5 (the authors' runs on the biochem group: eps1 = 0.07, eps2 = "
+        "0.35, the strategies' defaults, and d = 5; their argument parser's eps1 and eps2: "
+        "0.01 and 0.1); the reading of this section says why.", "",
         "ARI of the grouping at some rounds (GCFL and GCFL+ cannot split before round 21; "
         "GCFL+ only once every client holds 5 update norms since the last split):", "",
         *(per_round or ["- none yet"]), "",
         "Norms of GCFL's criterion per cluster, mean update / largest client update (a "
         "cluster splits when the first is below eps1 and the second above eps2):", "",
         *(norm_lines(done) or ["- none yet"]), "",
-        *goals(c),
-        *READING,
-        "### Runs", "", *runs, "",
+        *goals(),
+        "## Runs", "", *runs, "",
         *(["### Not yet run", "", "| strategy | seed | command |", "|---|---|---|", *todo, ""]
           if todo else []),
         "## G2. One dataset over clients (GCFL's single-dataset setting)", "",
@@ -429,7 +374,8 @@ def main(argv: list[str] | None = None) -> str | None:
     if args.run_subset:
         for name, seed in SUBSET:
             run(name, seed)
-    text = report()
+    # The file's hand-written readings (### Reading blocks) survive the rebuild.
+    text = keep_readings(args.out.read_text() if args.out.is_file() else "", report())
     print(text)
     save_report(text, None if args.no_write else args.out)
     return text
