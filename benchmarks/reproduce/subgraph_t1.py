@@ -31,7 +31,12 @@ from typing import Any
 import torch
 
 from pyg_fedgraph.experiment import ExperimentConfig, RecordCache
-from pyg_fedgraph.experiment.reporting import machine_lines, runs_table, save_report
+from pyg_fedgraph.experiment.reporting import (
+    keep_readings,
+    machine_lines,
+    runs_table,
+    save_report,
+)
 
 HERE = Path(__file__).resolve().parents[1]
 ROOT = HERE.parent
@@ -130,10 +135,16 @@ NOTEBOOK: dict[tuple[str, str, str], tuple[float, float]] = {
         "notebook"].items() if isinstance(settings, dict)
     for setting, rows in settings.items() for name, v in rows.items()}
 #: The paper's table (FED-PUB, ICML 2023, Table 1 and its overlapping counterpart):
-#: (dataset, setting, strategy) -> (mean, std). Left empty: the paper's text could not
-#: be read where this script was written; fill it from the paper (its numbers, cited,
-#: are facts we may carry over) and the table shows them beside ours.
-PAPER: dict[tuple[str, str, str], tuple[float, float]] = {}
+#: (dataset, setting, strategy) -> (mean, std), from ``[fedpub.table1]`` of
+#: ``benchmarks/papers.toml`` (as ``[fedpub.notebook]``: ``columns = ["mean", "std"]``, a
+#: table per dataset, a row per setting and strategy). Empty while that table is absent:
+#: the paper's text could not be read where this script was written; its numbers, cited
+#: there, show beside ours once the table is filled.
+PAPER: dict[tuple[str, str, str], tuple[float, float]] = {
+    (dataset, setting, name): (v[0], v[1])
+    for dataset, settings in tomllib.loads((HERE / "papers.toml").read_text())["fedpub"].get(
+        "table1", {}).items() if isinstance(settings, dict)
+    for setting, rows in settings.items() for name, v in rows.items()}
 #: Issue 34's goals: FED-PUB within 2 points, FedAvg and Local within 3, of the
 #: paper on Cora METIS 10 clients.
 GOAL_POINTS = {"fedpub": 2.0, "fedavg-ft": 3.0, "local": 3.0}
@@ -233,7 +244,7 @@ def goals(cells: dict[str, dict[tuple[str, str, int], dict | None]]) -> list[str
         ours = mean_of("cora", name)
         ref = PAPER.get(("cora", "metis-10", name)) or NOTEBOOK.get(("cora", "metis-10", name))
         if ours is None or ref is None:
-            why = "no run yet" if ours is None else "no paper number recorded in PAPER"
+            why = "no run yet" if ours is None else "no paper number in papers.toml"
             out.append(f"- {name} within {points:g} points of the paper: open ({why}"
                        + (f"; ours {ours:.2f}" if ours is not None else "") + ").")
             continue
@@ -283,10 +294,11 @@ def section(run_missing: bool, datasets: list[str] | None = None,
              PROTOCOL, "", DIFFERENCES, "",
              "Cells: test accuracy (%) **ours / paper**, ours the mean ± std over seeds "
              f"{', '.join(map(str, SEEDS))} (n = the seeds recorded when fewer), paper from "
-             "FED-PUB's table where recorded in `PAPER` (empty so far: the paper's text was not "
-             "at hand), `nb` the authors' notebook. Overlapping cells add the mean ARI of the "
-             "strategy's last collaboration graph against the METIS parts (`-` for records made "
-             "before the graph-recovery metric was recorded).", ""]
+             "FED-PUB's table where `benchmarks/papers.toml` has it (`[fedpub.table1]`: not "
+             "yet, the paper's text was not at hand), `nb` the authors' notebook. Overlapping "
+             "cells add the mean ARI of the strategy's last collaboration graph against the "
+             "METIS parts (`-` for records made before the graph-recovery metric was "
+             "recorded).", ""]
     for dataset in DATASETS:
         lines += [f"### {dataset}", "",
                   *table(dataset, cells[dataset], list(STRATEGIES), list(SETTINGS), SEEDS), ""]
@@ -343,6 +355,8 @@ def main(argv: list[str] | None = None) -> str:
               f"Total wall time {time.perf_counter() - start:.0f} s. Command: `"
               + " ".join([COMMAND, *(sys.argv[1:] if argv is None else argv)]) + "`"]
     text = "\n".join(lines) + "\n"
+    # The file's hand-written readings (### Reading blocks) survive the rebuild.
+    text = keep_readings(args.out.read_text() if args.out.is_file() else "", text)
     print(text)
     if not args.no_write:
         print(f"written to {save_report(text, args.out)}")
