@@ -79,3 +79,47 @@ def test_nesterov_and_schedule_reach_the_trainer_and_the_resolved_config():
     assert not {"nesterov", "warmup", "lr_decay_to"} & set(resolved_config(sim, cfg)["set"])
     with pytest.raises(ValueError, match="nesterov=True needs momentum > 0"):
         run(momentum=0.0, nesterov=True)
+
+
+def test_a_strategys_own_option_wins_over_the_client_setting_of_its_name():
+    from pyg_fedgraph.experiment.build import route_overrides
+    from pyg_fedgraph.strategies import STRATEGIES
+    from pyg_fedgraph.train.config import LOCAL_SCHEMA
+
+    # pFedGAT's optimizer is its server's (the GAT's): as it was before clients had one.
+    cfg = ExperimentConfig(dataset="digits", strategy="pfedgat",
+                           overrides={"optimizer": "adam", "local.optimizer": "adam",
+                                      "lr": 0.05})
+    routed = route_overrides(cfg)
+    assert routed["strategy"] == {"optimizer": "adam"}
+    assert routed["local"] == {"optimizer": "adam", "lr": 0.05}
+    # Where the strategy declares no such option, the plain key reaches the clients.
+    routed = route_overrides(ExperimentConfig(dataset="digits", strategy="fedavg",
+                                              overrides={"optimizer": "adam"}))
+    assert routed["local"] == {"optimizer": "adam"} and routed["strategy"] == {}
+    with pytest.raises(ValueError, match="--set local.gat_lr: not a local-training key"):
+        route_overrides(ExperimentConfig(dataset="digits", strategy="pfedgat",
+                                         overrides={"local.gat_lr": 0.1}))
+    # Every shadowed name is reachable both ways.
+    for name, cls in STRATEGIES.items():
+        for key in set(cls.hparam_schema()) & set(LOCAL_SCHEMA):
+            value = {"optimizer": "adam"}.get(key)
+            if value is None:
+                continue
+            routed = route_overrides(ExperimentConfig(
+                dataset="digits", strategy=name, overrides={key: value, f"local.{key}": value}))
+            assert routed["strategy"][key] == value and routed["local"][key] == value, name
+
+
+def test_the_resolved_config_of_a_shadowed_client_setting_reruns_it():
+    from pyg_fedgraph.experiment.files import resolved_config
+
+    cfg = ExperimentConfig(dataset="digits", strategy="pfedgat", clients=3, rounds=1,
+                           overrides={"local.optimizer": "adam", "momentum": 0.0, "epochs": 1})
+    sim = build_simulator(cfg)
+    assert sim.trainer.config.optimizer == "adam" and sim.strategy.optimizer == "sgd"
+    resolved = resolved_config(sim, cfg)["set"]
+    assert resolved["local.optimizer"] == "adam" and resolved["optimizer"] == "sgd"
+    again = build_simulator(ExperimentConfig(dataset="digits", strategy="pfedgat", clients=3,
+                                             rounds=1, overrides=resolved))
+    assert again.trainer.config.optimizer == "adam" and again.strategy.optimizer == "sgd"

@@ -73,6 +73,13 @@ def route_overrides(cfg: ExperimentConfig, model: str | None = None
     ``data``, ``strategy``), every value checked against the declaration of
     the option it reaches; one :class:`ValueError` naming the key otherwise.
 
+    A key the strategy declares as its own option reaches the strategy even
+    where a client setting has the same name (pFedGAT's, pFedHN's and
+    Panacea's ``optimizer`` is their server's; the clients' is then
+    ``local.optimizer``), so that a key means what it meant before the
+    client setting existed and the records made with it keep their meaning.
+    ``local.<key>`` always reaches the clients' setting.
+
     Args:
         cfg (ExperimentConfig): the run.
         model (str, optional): the model the run uses when ``--set model=``
@@ -101,7 +108,15 @@ def route_overrides(cfg: ExperimentConfig, model: str | None = None
         where = f"--set {key}"
         if key == "model":
             continue
-        if key in LOCAL_SCHEMA:
+        if key.startswith("local."):
+            arg = key[6:]
+            if arg not in LOCAL_SCHEMA:
+                raise ValueError(f"{where}: not a local-training key; they are "
+                                 f"{', '.join(sorted(LOCAL_SCHEMA))}")
+            out["local"][arg] = LOCAL_SCHEMA[arg].check(value, where)
+        elif key in strategy_schema and key in LOCAL_SCHEMA:
+            out["strategy"][key] = strategy_schema[key].check(value, where)
+        elif key in LOCAL_SCHEMA:
             out["local"][key] = LOCAL_SCHEMA[key].check(value, where)
         elif key in SIM_KEYS:
             out["sim"][key] = SIM_SCHEMA[key].check(value, where)

@@ -284,9 +284,12 @@ def resolved_config(sim: Simulator, cfg: ExperimentConfig, run: RunOptions | Non
     overrides = dict(cfg.overrides)
     resolved: dict[str, Any] = {k: v for k, v in overrides.items() if k.startswith("data.")}
     local = sim.trainer.config
-    resolved.update({k: getattr(local, k) for k in LOCAL_SCHEMA if k not in LOCAL_WHEN_SET})
+    own = set(sim.strategy.hparams())
+    # A client setting the strategy also declares is written local.<key> (route_overrides).
+    clients = {k: getattr(local, k) for k in LOCAL_SCHEMA if k not in LOCAL_WHEN_SET}
+    clients.update(local.optional_set())
+    resolved.update({f"local.{k}" if k in own else k: v for k, v in clients.items()})
     resolved["model"] = model_name
-    resolved.update(local.optional_set())
     resolved.update({f"model.{k}": v for k, v in model_kwargs.items()})
     for key in SIM_KEYS:
         if key in ("state_device", "compile"):
