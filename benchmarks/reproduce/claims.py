@@ -1847,8 +1847,8 @@ FEDCEDAR_FIG3: dict[str, Any] = PAPERS["fedcedar"]["figure3"]
 FEDCEDAR_FMNIST_KS = (3, 4, 5)
 #: Section P's rounds (issue 36 item 3: the figure's protocol reduced to about 2
 #: CPU hours): 40 consecutive rounds, each scored, instead of the paper's 200 rounds
-#: scored at the 40 rounds 5, 10, ..., 200. Its three runs cost about 11, 15 and 19
-#: CPU-minutes on the machine of the Runs section.
+#: scored at the 40 rounds 5, 10, ..., 200. Its three runs cost 10.6, 13.1 and 15.4
+#: CPU-minutes on the machine of the Runs section (the paper's 200 rounds: about 3.3 h).
 FEDCEDAR_FMNIST_ROUNDS = 40
 
 
@@ -1971,7 +1971,7 @@ def fedcedar_fmnist_section(run_missing: bool) -> list[str]:
 #: FedAGHN's case study as the paper ran it (Sec. 4 and 6.1; Tables 9 and 10).
 FEDAGHN_CASE: dict[str, Any] = PAPERS["fedaghn"]["case_study"]
 #: Section Q's rounds (issue 36 item 4): the paper's 200 rounds of 5 local epochs
-#: are about 3.3 CPU hours per sign here (one round of 20 clients about a CPU-minute).
+#: would be about 3 CPU hours per sign here (one round of its 20 clients: 54 CPU-seconds).
 FEDAGHN_FMNIST_ROUNDS = 15
 
 
