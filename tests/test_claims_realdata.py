@@ -86,7 +86,16 @@ def test_fedcedar_fmnist_section_from_study_records_by_hand(claims, runs, monkey
     rand_index_study(claims, runs, 5, [0.985] * rounds, [0.9] * rounds)
     text = "\n".join(claims.fedcedar_fmnist_section(run_missing=False))
     assert ("- Mean Rand index over the rounds, K = 3 / 4 / 5: 0.983 / 0.993 / 0.985; the "
-            "paper's order (K = 3 highest, K = 5 lowest) does not hold.") in text
+            "paper's order (K = 3 highest, K = 5 lowest): does not hold.") in text
+    claims.PENDING.clear()
+    rand_index_study(claims, runs, 4, [0.99] * rounds, [0.9] * rounds)
+    text = "\n".join(claims.fedcedar_fmnist_section(run_missing=False))
+    assert "0.983 / 0.990 / 0.985; the paper's order (K = 3 highest, K = 5 lowest): does not " \
+        "hold." in text
+    rand_index_study(claims, runs, 3, [0.995] * rounds, [0.9] * rounds)
+    text = "\n".join(claims.fedcedar_fmnist_section(run_missing=False))
+    assert "0.995 / 0.990 / 0.985; the paper's order (K = 3 highest, K = 5 lowest): holds." \
+        in text
     assert "Not yet run" not in text
 
 
@@ -153,6 +162,8 @@ def test_sections_p_and_q_rebuild_without_training_and_keep_their_reading(claims
     p, q = block(text, "P"), block(text, "Q")
     assert "| 5 | 100 | 1 | 40 of 40 | 1.00 (1) | 1.000 / 1.000 | 1.000 |" in p
     assert "### Reading\n\nWritten by hand." in p and "Not yet run" not in p
+    assert "1.000 / 1.000 / 1.000; the paper's order (K = 3 highest, K = 5 lowest): all " \
+        "equal, so not seen." in p
     assert "Not yet run (2 runs;" in q
     assert "This command rebuilt section(s) P, Q" in text
     assert not runs.checkpoints.exists()
