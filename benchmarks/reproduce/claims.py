@@ -21,6 +21,10 @@ F. FedCEDAR Figure 3: Rand index over rounds for K = 3, 4, 5
    (``examples/fedcedar_case_study.py``'s setting).
 N. FED-PUB's subgraph FL table on Cora and CiteSeer: ``subgraph_t1.py`` writes it
    into ``subgraph_t1.md``; this file points there.
+P. FedCEDAR Figure 3 on Fashion-MNIST (the topology dataset's ``base``): Rand index
+   and adjusted Rand index per round for K = 3, 4, 5.
+Q. FedAGHN Table 9 on Fashion-MNIST's group partition at the paper's local training
+   length: Self / Similar / Other weights with both signs of the hypernetwork step.
 
 Every section is built from run records (``results/claims_runs/*.jsonl``, see
 :class:`~pyg_fedgraph.experiment.RecordCache`): a run's record where its summary
@@ -1576,19 +1580,256 @@ def subgraph_t1_pointer() -> list[str]:
             "`python benchmarks/reproduce/subgraph_t1.py --cached-only`.", ""]
 
 
+# --------------------------------------- P. FedCEDAR Figure 3 on Fashion-MNIST
+#: FedCEDAR's case study as the paper ran it (Sec. 4.1 and 4.4, Fig. 3).
+FEDCEDAR_FIG3: dict[str, Any] = PAPERS["fedcedar"]["figure3"]
+#: Section P's topologies: K = 3, 4, 5 nodes (the paper's Topologies 1-3 as the
+#: topology dataset's ring), K clusters each.
+FEDCEDAR_FMNIST_KS = (3, 4, 5)
+#: Section P's rounds (issue 36 item 3: the figure's protocol reduced to about 2
+#: CPU hours): 40 consecutive rounds, each scored, instead of the paper's 200 rounds
+#: scored at the 40 rounds 5, 10, ..., 200. Its three runs cost 10.6, 13.1 and 15.4
+#: CPU-minutes on the machine of the Runs section (the paper's 200 rounds: about 3.3 h).
+FEDCEDAR_FMNIST_ROUNDS = 40
+
+
+def fedcedar_fmnist_config(k: int, rounds: int = FEDCEDAR_FMNIST_ROUNDS) -> ExperimentConfig:
+    r"""Section P's run on a ring topology of ``k`` nodes built on Fashion-MNIST:
+    the paper's 20 clients per node, 30% of them training each round, 5 local
+    epochs of batch 16 with SGD at lr 0.01 (no momentum: the paper names
+    none), P = 2 propagation steps and K = ``k`` clusters (Sec. 4.1 and 4.4),
+    on the simple CNN."""
+    return ExperimentConfig(
+        dataset="topology", strategy="fedcedar", rounds=rounds, seed=0, clients=20 * k,
+        overrides={"data.base": "fashion-mnist", "data.image": True, "data.num_groups": k,
+                   "num_clusters": k, "num_steps": 2, "sample_fraction": 0.3, "model": "cnn",
+                   "lr": 0.01, "momentum": 0.0, "batch_size": 16, "epochs": 5})
+
+
+def fedcedar_scores(cfg: ExperimentConfig) -> tuple[Any, dict[str, Any]]:
+    r"""Trains section P's run of ``cfg`` and scores its clustering every
+    evaluated round with the Rand index (the paper's) and the adjusted Rand
+    index (:func:`~pyg_fedgraph.datasets.topology.rand_index_callback`),
+    with the clients' mean test accuracy of the round."""
+    from pyg_fedgraph.datasets.topology import rand_index_callback
+
+    plain: list = []
+    adjusted: list = []
+    accuracy: list = []
+
+    def mean_test(simulator: Any, record: Any) -> None:
+        accuracy.append(float(record.test["accuracy"].nanmean()))
+
+    sim, _ = run(cfg, callbacks=[rand_index_callback(plain),
+                                 rand_index_callback(adjusted, adjusted=True), mean_test])
+    return sim, {"rand_index": [s["rand_index"] for s in plain],
+                 "adjusted_rand_index": [s["adjusted_rand_index"] for s in adjusted],
+                 "scored_rounds": [s["round"] for s in plain],
+                 "num_clustered": [s["num_clustered"] for s in plain],
+                 "test_accuracy": accuracy}
+
+
+def _series(values: list[float]) -> str:
+    return " ".join(f"{v:.2f}" for v in values)
+
+
+def cpu_minutes(entries: list[dict | None]) -> str:
+    r"""The recorded CPU time of each run of ``entries`` that has one, in
+    minutes, as ``"11.2, 15.0"``."""
+    return ", ".join(f"{e['cpu_seconds'] / 60:.1f}" for e in entries
+                     if e is not None and e.get("cpu_seconds") is not None)
+
+
+def fedcedar_fmnist_section(run_missing: bool) -> list[str]:
+    r"""Section P from its study records (``rand-index``), one per K."""
+    title = ["## P. FedCEDAR Figure 3 on Fashion-MNIST: Rand index over rounds", ""]
+    if "fedcedar" not in STRATEGIES:
+        return title + ["pending: strategy fedcedar not registered", ""]
+    paper = FEDCEDAR_FIG3["protocol"]
+    summary = ["| K | clients | first round at 1.0 | rounds at 1.0 | lowest Rand index (round) "
+               "| mean Rand index / ARI | mean of the last 10 rounds | test (%) best-round / "
+               "per-client-best |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    series = ["| K | score | per round, from round 1 |", "|---|---|---|"]
+    entries: list[dict | None] = []
+    means: dict[int, float] = {}
+    lowest: dict[int, float] = {}
+    for k in FEDCEDAR_FMNIST_KS:
+        cfg = fedcedar_fmnist_config(k)
+        entry = fetch_study(cfg, "rand-index", lambda cfg=cfg: fedcedar_scores(cfg),
+                            run_missing, "fedcedar-fmnist", f"fedcedar, Fashion-MNIST, K = {k}",
+                            "--only fedcedar-fmnist")
+        entries.append(entry)
+        if entry is None:
+            summary.append(f"| {k} | {cfg.clients} | pending | - | - | - | - | - |")
+            continue
+        ri, ari = entry["rand_index"], entry["adjusted_rand_index"]
+        rounds = entry["scored_rounds"]
+        first = next((r for r, v in zip(rounds, ri, strict=True) if v == 1.0), None)
+        low = min(range(len(ri)), key=lambda i: ri[i])
+        means[k], lowest[k] = statistics.mean(ri), ri[low]
+        summary.append(
+            f"| {k} | {cfg.clients} | {first or '-'} | {sum(v == 1.0 for v in ri)} of {len(ri)} "
+            f"| {ri[low]:.2f} ({rounds[low]}) | {means[k]:.3f} / {statistics.mean(ari):.3f} | "
+            f"{statistics.mean(ri[-10:]):.3f} | {pct(entry['summary']['test'])} / "
+            f"{pct(entry['summary']['test_per_client_best'])} |")
+        series += [f"| {k} | Rand index | {_series(ri)} |", f"| {k} | ARI | {_series(ari)} |"]
+    figures = []
+    if 3 in lowest:
+        figures.append(f"- Figure 3 against ours: lowest Rand index at K = 3: {lowest[3]:.2f} "
+                       f"(paper {FEDCEDAR_FIG3['k3_lowest']:.2f}).")
+    if len(means) == len(FEDCEDAR_FMNIST_KS):
+        m3, m4, m5 = (means[k] for k in FEDCEDAR_FMNIST_KS)
+        verdict = ("all equal, so not seen" if m3 == m4 == m5 else
+                   "holds" if m3 >= m4 >= m5 and m3 > m5 else "does not hold")
+        figures.append(
+            "- Mean Rand index over the rounds, K = 3 / 4 / 5: "
+            + " / ".join(f"{means[k]:.3f}" for k in FEDCEDAR_FMNIST_KS)
+            + f"; the paper's order (K = 3 highest, K = 5 lowest): {verdict}.")
+    spent = cpu_minutes(entries)
+    return title + [
+        f"Paper ({FEDCEDAR_FIG3['source']}): {paper['dataset']}, {paper['clients_per_node']} "
+        f"clients per node, {100 * paper['active_ratio']:.0f}% active per round, "
+        f"{paper['local_epochs']} local epochs of batch {paper['batch_size']} at lr "
+        f"{paper['lr']}, P = {paper['propagation_steps']}, K = the number of nodes, "
+        f"{paper['model']}, {paper['rounds']} rounds with periodic activation (every node "
+        f"sampled at rounds {paper['scored_every']}, {2 * paper['scored_every']}, ..., "
+        f"{paper['rounds']}, the rounds scored: {paper['rounds'] // paper['scored_every']} "
+        f"points). {FEDCEDAR_FIG3['claim']}", "",
+        "Ours: the topology dataset on Fashion-MNIST (`base=\"fashion-mnist\"`: the 70,000 "
+        "official images pooled, each node's classes dealt evenly to its clients, 7:1:2 "
+        "train / validation / test per client), the paper's layout, local training (plain "
+        "SGD), P and K, the simple CNN (3 conv + 3 fc) instead of the paper's 3 conv + 2 fc, "
+        "seed 0. Reduced (to fit the CPU): "
+        f"{FEDCEDAR_FMNIST_ROUNDS} rounds instead of {paper['rounds']}, 30% of the clients "
+        "drawn uniformly every round and every round scored (no periodic activation: a "
+        "round whose draw misses a node cannot score 1.0). Scores over the clients "
+        "clustered that round; ARI = adjusted Rand index (0 for a chance clustering)."
+        + (f" CPU time of the runs: {spent} minutes." if spent else "")
+        + records_sentence(entries), "", *summary, "", *series, "", *figures,
+        *([""] if figures else []), *pending_lines("fedcedar-fmnist")]
+
+
+# ------------------------------------------ Q. FedAGHN Table 9 on Fashion-MNIST
+#: FedAGHN's case study as the paper ran it (Sec. 4 and 6.1; Tables 9 and 10).
+FEDAGHN_CASE: dict[str, Any] = PAPERS["fedaghn"]["case_study"]
+#: Section Q's rounds (issue 36 item 4): the paper's 200 rounds of 5 local epochs
+#: would be about 3 CPU hours per sign here (one round of its 20 clients: 54 CPU-seconds).
+FEDAGHN_FMNIST_ROUNDS = 15
+
+
+def fedaghn_fmnist_config(rule: str, rounds: int = FEDAGHN_FMNIST_ROUNDS) -> ExperimentConfig:
+    r"""Section Q's run with the hypernetwork step's sign ``rule``: section D's
+    case-study settings (p = 5, q = 0.1, hn momentum 0) on Fashion-MNIST's
+    group partition (20 clients in 5 groups, 80% of the data by group, 20%
+    IID, 7:1:2 per client) with the paper's local training: 5 epochs of
+    batch 64, SGD at lr 0.01 (no momentum: the paper names none)."""
+    case_file = setting("fedaghn_group_case_study")
+    return ExperimentConfig(
+        dataset="fashion-mnist", strategy="fedaghn", partition="group",
+        clients=case_file["clients"], rounds=rounds, seed=0,
+        overrides={**case_file["set"], "hn_rule": rule, "data.num_groups": 5,
+                   "data.iid_share": 0.2, "lr": 0.01, "momentum": 0.0, "weight_decay": 0.0,
+                   "batch_size": 64, "epochs": 5})
+
+
+def _ratio_row(label: str, rnd: Any, weights: list[float], digits: str = "-") -> str:
+    s, sim_w, oth = weights
+    return (f"| {label} | {rnd} | {s:.4f} | {sim_w:.4f} | {oth:.4f} | {sim_w / oth:.2f} | "
+            f"{digits} |")
+
+
+def fedaghn_fmnist_section(run_missing: bool) -> list[str]:
+    r"""Section Q from its two study records (``relation-weights``), beside
+    the paper's Tables 9 and 10 and section D's digits records."""
+    title = ["## Q. FedAGHN Table 9 on Fashion-MNIST: average weights in the group case study",
+             ""]
+    if "fedaghn" not in STRATEGIES:
+        return title + ["pending: strategy fedaghn not registered", ""]
+    table9, table10 = PAPERS["fedaghn"]["table9"]["row"], PAPERS["fedaghn"]["table10"]
+    rows = ["| run | round | Self | Similar | Other | Similar / Other | digits (section D), "
+            "Similar / Other |", "|---|---|---:|---:|---:|---:|---:|",
+            _ratio_row("paper, Table 9", "final", table9[:3])]
+    whole = table10["whole"]
+    for i, stage in enumerate(table10["columns"]):
+        rows.append(_ratio_row("paper, Table 10", stage,
+                               [whole[w][i] for w in ("self", "similar", "other")]))
+    digits_clients = setting("fedaghn_group_case_study")["clients"]
+    entries, accuracy, layers, last = [], [], [], {}
+    rounds = FEDAGHN_FMNIST_ROUNDS
+    for rule in ("pfedhn", "code"):
+        cfg = fedaghn_fmnist_config(rule)
+        entry = fetch_study(cfg, "relation-weights", lambda cfg=cfg: fedaghn_weights(cfg),
+                            run_missing, "fedaghn-fmnist", f"fedaghn, Fashion-MNIST, "
+                            f"hn_rule={rule}", "--only fedaghn-fmnist")
+        entries.append(entry)
+        if entry is None:
+            rows.append(f"| {rule} | - | pending | pending | pending | - | - |")
+            accuracy.append(f"`{rule}`: pending")
+            continue
+        digits = RUNS.load_study(fedaghn_config(20, digits_clients, rule), "relation-weights")
+        for rnd in sorted({2, (rounds + 2) // 2, rounds}):
+            d = digits["relation_weights"][rnd - 1] if digits is not None else None
+            rows.append(_ratio_row(rule, rnd, entry["relation_weights"][rnd - 1],
+                                   f"{d[1] / d[2]:.2f}" if d is not None else "-"))
+        s, sim_w, oth = entry["relation_weights"][rounds - 1]
+        last[rule] = sim_w / oth
+        layers.append(f"`{rule}` " + ", ".join(
+            f"{w[1] / w[2]:.2f}" for w in entry["layer_relation_weights"][rounds - 1]))
+        summary, q = entry["summary"], entry["self_weight"]
+        accuracy.append(f"`{rule}`: test {pct(summary['test'])} (best-round) / "
+                        f"{pct(summary['test_per_client_best'])} (per-client-best), final "
+                        f"mean q {q['mean']:.3f} ({q['at_zero']} of {q['count']} "
+                        "at the threshold 0)")
+    shallow, deep = table10["shallow"], table10["deep"]
+    figures = []
+    if last:
+        figures.append(
+            f"- Table 9 against ours: Similar / Other at round {rounds}: "
+            + ", ".join(f"{r} {v:.2f}" for r, v in last.items())
+            + f"; paper {table9[3]:.2f} (final round of {FEDAGHN_CASE['rounds']}).")
+    spent = cpu_minutes(entries)
+    return title + [
+        f"Paper ({FEDAGHN_CASE['source']}): {FEDAGHN_CASE['dataset']}, "
+        f"{FEDAGHN_CASE['clients']} clients in {FEDAGHN_CASE['groups']} groups "
+        f"({100 * FEDAGHN_CASE['group_share']:.0f}% of the data dealt by group, the rest "
+        f"IID), {FEDAGHN_CASE['model']}, {FEDAGHN_CASE['local_epochs']} local epochs of batch "
+        f"{FEDAGHN_CASE['batch_size']} with SGD at lr {FEDAGHN_CASE['lr']}, hypernetwork lr "
+        f"{FEDAGHN_CASE['hn_lr']}, {FEDAGHN_CASE['rounds']} rounds, split 7:1:2 per client. "
+        "Table 9 is the final round (Table 10's 'final' column); Table 10 also gives the "
+        "first, prior and middle stages.", "",
+        "Ours: Fashion-MNIST (the 70,000 official images pooled), group partition with the "
+        "paper's layout and split, the paper's local training (5 epochs of batch 64, plain "
+        "SGD at lr 0.01), hypernetwork lr 0.005, section D's p = 5, q = 0.1 and hn momentum 0, "
+        "the simple CNN (3 conv + 3 fc) instead of the paper's 4-layer CNN with BN, seed 0, "
+        "with pFedHN's sign of eq. (10) (`pfedhn`) and the released code's (`code`). "
+        f"Reduced (to fit the CPU): {rounds} rounds instead of {FEDAGHN_CASE['rounds']}. "
+        "Weights averaged over layers (`relation_weights`); round 1 has no update yet "
+        "(uniform weights). The digits column: section D's runs at the same round."
+        + (f" CPU time of the runs: {spent} minutes." if spent else "")
+        + records_sentence(entries), "", *rows, "",
+        *([f"Similar / Other per layer at round {rounds} (first layer to last): "
+           + "; ".join(layers) + f"; paper, final round: shallow layers "
+           f"{shallow['similar'][-1] / shallow['other'][-1]:.2f}, deep layers "
+           f"{deep['similar'][-1] / deep['other'][-1]:.2f}.", ""] if layers else []),
+        "Test accuracy (%) and self weights: " + "; ".join(accuracy) + ".", "",
+        *figures, *([""] if figures else []), *pending_lines("fedaghn-fmnist")]
+
+
 # -------------------------------------------------------------------- main
 #: Sections of digits runs (B-F: a few seconds to minutes per run).
 DIGITS_SECTIONS = ("t1", "t3", "fedaghn", "pfedgat", "fedcedar")
 #: Sections of long runs (FL-60 and Fashion-MNIST, minutes to hours per run).
 CACHED_SECTIONS = ("panacea", "fmnist-t1", "fmnist-pfedgat", "fmnist-t3", "pfedgraph-alpha",
-                   "fedaghn-rule", "fmnist-full", "fmnist-t1-full", "subgraph-t1", "traffic")
+                   "fedaghn-rule", "fmnist-full", "fmnist-t1-full", "subgraph-t1", "traffic",
+                   "fedcedar-fmnist", "fedaghn-fmnist")
 
 
 #: The heading letter of each section in claims.md.
 LETTERS = {"panacea": "A", "t1": "B", "t3": "C", "fedaghn": "D", "pfedgat": "E",
            "fedcedar": "F", "fmnist-t1": "G", "fmnist-pfedgat": "H", "fmnist-t3": "I",
            "pfedgraph-alpha": "J", "fedaghn-rule": "K", "fmnist-full": "L",
-           "fmnist-t1-full": "M", "subgraph-t1": "N", "traffic": "O"}
+           "fmnist-t1-full": "M", "subgraph-t1": "N", "traffic": "O", "fedcedar-fmnist": "P",
+           "fedaghn-fmnist": "Q"}
 
 
 def split_sections(text: str) -> tuple[list[str], list[tuple[str, list[str]]]]:
@@ -1668,7 +1909,8 @@ def main(argv: list[str] | None = None) -> str:
                         help="comma list of sections (default: all; with --quick, A-F): "
                              "panacea,t1,t3,fedaghn,pfedgat,fedcedar,fmnist-t1,"
                              "fmnist-pfedgat,fmnist-t3,pfedgraph-alpha,fedaghn-rule,"
-                             "fmnist-full,fmnist-t1-full,subgraph-t1,traffic")
+                             "fmnist-full,fmnist-t1-full,subgraph-t1,traffic,fedcedar-fmnist,"
+                             "fedaghn-fmnist")
     parser.add_argument("--rounds", type=int, default=None, help="rounds of sections A-C, E")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--strategies", default=None,
@@ -1784,6 +2026,10 @@ def main(argv: list[str] | None = None) -> str:
         lines += traffic_section(run_missing, chosen,
                                  args.datasets.split(",") if args.datasets else None,
                                  reduced=args.traffic_reduced)
+    if "fedcedar-fmnist" in sections:
+        lines += fedcedar_fmnist_section(run_missing)
+    if "fedaghn-fmnist" in sections:
+        lines += fedaghn_fmnist_section(run_missing)
     if RUNS.used:
         lines += runs_section(runs_table(RUNS.used)[2:])
     lines += ["## Machine", "", *machine_lines(load_start), "",

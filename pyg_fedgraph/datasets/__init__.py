@@ -42,7 +42,12 @@ from pyg_fedgraph.datasets.subgraphs import (
     pubmed,
 )
 from pyg_fedgraph.datasets.synthetic_graphs import contextual_sbm, planted_graph_federation
-from pyg_fedgraph.datasets.topology import rand_index_callback, topology
+from pyg_fedgraph.datasets.topology import (
+    TOPOLOGY_BASES,
+    TopologyBase,
+    rand_index_callback,
+    topology,
+)
 from pyg_fedgraph.datasets.traffic import (
     METRLA,
     PEMSBAY,
@@ -90,6 +95,8 @@ __all__ = [
     "cifar100",
     "topology",
     "rand_index_callback",
+    "TopologyBase",
+    "TOPOLOGY_BASES",
     "METRLA",
     "PEMSBAY",
     "TrafficDataset",

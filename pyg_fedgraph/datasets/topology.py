@@ -3,18 +3,28 @@ callback scoring a strategy's clustering against those groups."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Literal
 
+import numpy as np
 import torch
+from torch import Tensor
 
-from pyg_fedgraph.data.federated_dataset import FederatedDataset
+from pyg_fedgraph.data.federated_dataset import ClientSplit, FederatedDataset
 from pyg_fedgraph.data.partition import build_federated_dataset
+from pyg_fedgraph.datasets.mnist import read_mnist
 from pyg_fedgraph.datasets.registry import register_dataset
 from pyg_fedgraph.utils.recovery import partition_scores
 
-__all__ = ["topology", "ring_topology", "topology_edges", "rand_index_callback"]
+__all__ = ["topology", "ring_topology", "topology_edges", "rand_index_callback",
+           "TopologyBase", "TOPOLOGY_BASES"]
 
-_NUM_CLASSES = 10  # the scikit-learn digits
+_NUM_CLASSES = 10  # digits, MNIST and Fashion-MNIST all have ten classes
+
+#: The labelled images a topology is built on (see :func:`topology`).
+TopologyBase = Literal["digits", "mnist", "fashion-mnist"]
+TOPOLOGY_BASES = ("digits", "mnist", "fashion-mnist")
 
 
 def ring_topology(num_groups: int) -> list[list[int]]:
@@ -60,15 +70,43 @@ def _check_groups(groups: Sequence[Sequence[int]]) -> list[list[int]]:
     return out
 
 
+def _base_samples(base: str, root: str | Path | None, download: bool, image: bool
+                  ) -> tuple[Tensor, Tensor, str]:
+    r"""The inputs (uint8 pixels for the IDX data sets, floats in
+    :math:`[0, 1]` for digits), labels :math:`(S,)` and source of ``base``."""
+    if base not in TOPOLOGY_BASES:
+        raise ValueError(f"unknown base {base!r}; choose one of {TOPOLOGY_BASES}")
+    if base == "digits":
+        if root is not None or download:
+            raise ValueError("root= and download= are for base='mnist' or 'fashion-mnist'; "
+                             "base='digits' reads scikit-learn's bundled copy")
+        from sklearn.datasets import load_digits
+
+        raw = load_digits()
+        x = torch.as_tensor(raw.data, dtype=torch.float32) / 16.0
+        y = torch.as_tensor(raw.target, dtype=torch.long)
+        return (x.view(-1, 1, 8, 8) if image else x), y, \
+            "sklearn.datasets.load_digits (UCI)"
+    arrays = read_mnist(root, "mnist" if base == "mnist" else "fashion-mnist",
+                        download=download)
+    x = torch.from_numpy(np.concatenate([arrays.train_images, arrays.test_images]))
+    y = torch.from_numpy(np.concatenate([arrays.train_labels, arrays.test_labels]))
+    x = x.unsqueeze(1) if image else x.flatten(1)
+    return x, y, f"{base} IDX files in {arrays.folder} (official train and test sets pooled)"
+
+
 @register_dataset("topology")
 def topology(num_groups: int = 3, num_clients: int = 30,
              groups: Sequence[Sequence[int]] | None = None, seed: int = 0,
-             fractions: Sequence[float] = (0.7, 0.1, 0.2), image: bool = False
+             fractions: Sequence[float] = (0.7, 0.1, 0.2), image: bool = False,
+             base: TopologyBase = "digits", root: str | Path | None = None,
+             download: bool = False, max_train_per_client: int | None = None
              ) -> FederatedDataset:
     r"""The structured data of FedCEDAR's case study from "Rethinking
     Personalized Federated Learning with Clustering-based Dynamic Graph
     Propagation" (Wang et al., Sec. 4.4, Fig. 2), built on the scikit-learn
-    digits instead of MNIST so it works offline.
+    digits (the default: it works offline), on MNIST (the paper's) or on
+    Fashion-MNIST read from their IDX files.
 
     Each node :math:`g` of a topology owns a set of labels :math:`L_g`, and
     two nodes are linked when they share a label. The :math:`N` clients are
@@ -85,6 +123,13 @@ def topology(num_groups: int = 3, num_clients: int = 30,
     group, the ground truth a clustering of the clients should recover
     (score it with :func:`rand_index_callback`). ``info["groups"]`` holds the
     label sets and ``info["topology_edges"]`` the node pairs sharing a label.
+    With ``base="mnist"`` or ``"fashion-mnist"`` the official training and
+    test sets are pooled (70,000 images; the paper does not say which MNIST
+    images it dealt) and pixels are scaled to :math:`[0, 1]`, as
+    :func:`~pyg_fedgraph.datasets.fashion_mnist` does. The data set carries
+    no training protocol of its own: runs built by
+    :mod:`pyg_fedgraph.experiment` default to the digits' small MLP unless
+    they choose a model.
 
     Args:
         num_groups (int, optional): nodes :math:`G` of the default ring
@@ -99,22 +144,37 @@ def topology(num_groups: int = 3, num_clients: int = 30,
             (default: :obj:`0`).
         fractions (tuple, optional): per-client ``(train, val, test)`` shares
             (default: :obj:`(0.7, 0.1, 0.2)`).
-        image (bool, optional): inputs as :math:`(1, 8, 8)` images instead
-            of flat :math:`(64,)` vectors (default: :obj:`False`).
-    """
-    from sklearn.datasets import load_digits
+        image (bool, optional): inputs as images (:math:`(1, 8, 8)` digits,
+            :math:`(1, 28, 28)` MNIST-like) instead of flat vectors
+            (:math:`(64,)`, :math:`(784,)`) (default: :obj:`False`).
+        base (str, optional): the labelled images: ``"digits"``
+            (scikit-learn's 1,797 :math:`8 \times 8` digits), ``"mnist"`` or
+            ``"fashion-mnist"`` (:func:`~pyg_fedgraph.datasets.read_mnist`)
+            (default: :obj:`"digits"`).
+        root (str or Path, optional): the folder of the four IDX files of
+            ``"mnist"`` or ``"fashion-mnist"`` (directly or in torchvision's
+            layout); :obj:`None` looks in Debian's
+            ``/usr/share/datasets/fashion-mnist`` for Fashion-MNIST
+            (default: :obj:`None`).
+        download (bool, optional): fetch missing IDX files into ``root``
+            with their checksums (default: :obj:`False`).
+        max_train_per_client (int, optional): most training samples a
+            client keeps (a random subset of its training split; validation
+            and test are not capped) (default: :obj:`None`, all).
 
+    Raises:
+        FileNotFoundError: if the IDX files of ``base`` are not found (the
+            message says how to get them).
+        ValueError: on an unknown ``base``, a bad topology, or ``root`` /
+            ``download`` with ``base="digits"``.
+    """
     groups = _check_groups(ring_topology(num_groups) if groups is None else groups)
     num_groups = len(groups)
     if isinstance(num_clients, bool) or not isinstance(num_clients, int) or \
             num_clients < num_groups:
         raise ValueError(f"num_clients must be an int >= the {num_groups} groups, "
                          f"got {num_clients!r}")
-    raw = load_digits()
-    x = torch.as_tensor(raw.data, dtype=torch.float32) / 16.0
-    if image:
-        x = x.view(-1, 1, 8, 8)
-    y = torch.as_tensor(raw.target, dtype=torch.long)
+    x, y, source = _base_samples(base, root, download, image)
 
     group_of = torch.arange(num_clients) * num_groups // num_clients
     holds = torch.zeros(num_groups, _NUM_CLASSES, dtype=torch.bool)
@@ -138,12 +198,18 @@ def topology(num_groups: int = 3, num_clients: int = 30,
     used = (owner >= 0).nonzero().view(-1)
     order = used[torch.argsort(owner[used], stable=True)]
     parts = list(torch.split(order, torch.bincount(owner[used], minlength=num_clients).tolist()))
-    return build_federated_dataset(
+    dataset = build_federated_dataset(
         "topology", x, y, parts, task="classification", num_classes=_NUM_CLASSES,
         fractions=fractions, generator=generator, client_labels=group_of,
+        max_train_per_client=max_train_per_client,
         info={"synthetic": False, "partition": "topology", "groups": groups,
-              "topology_edges": topology_edges(groups),
-              "source": "sklearn.datasets.load_digits (UCI)"})
+              "topology_edges": topology_edges(groups), "base": base, "source": source})
+    if x.dtype != torch.uint8:
+        return dataset
+    # Packed as uint8, scaled per split: peak memory stays near one float copy.
+    return replace(dataset, splits={
+        split: ClientSplit(sp.x.float().div_(255.0), sp.y, sp.counts, sp.weight)
+        for split, sp in dataset.splits.items()})
 
 
 def rand_index_callback(scores: list, *, adjusted: bool = False
