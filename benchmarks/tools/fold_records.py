@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
         folded = cache.fold()
         tables = sorted(folder.glob("*.jsonl"))
         counts = ", ".join(f"{t.name} {sum(1 for _ in t.open())}" for t in tables)
-        print(f"{folder}: {len(folded)} records folded; tables: {counts or 'none'}")
+        print(f"{folder}: {len(folded)} records folded or rewritten; tables: {counts or 'none'}")
     return 0
 
 

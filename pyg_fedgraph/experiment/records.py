@@ -13,19 +13,25 @@ never move).
 The records of a folder live in a few tables, ``<records>/<table>.jsonl``:
 JSON lines, one record a line (the record's fields and its ``"key"``), the
 lines sorted by key, so that a new record is one new line of a diff and a
-rewrite of the same records gives the same bytes. A record's table is
-:func:`record_table` of its settings (the dataset's family: ``fl60`` for
-every FL-60 variant, ``digits`` with the ``topology`` studies,
-``fashion-mnist``, ``planetoid`` for Cora, CiteSeer and PubMed, ``traffic``
-for METR-LA and PEMS-BAY, ``tu`` for the TU graph sets, any other dataset
-its own name), or the ``table`` a :class:`RecordCache` is given. A key is
+rewrite of the same records gives the same bytes. The collaboration graph,
+an :math:`(N, N)` matrix and the one large field (a 60-client graph is about
+70 kB of JSON decimals), is kept packed in its line: its float32 (or, where
+a value needs it, float64) bytes, compressed and base64-encoded, with its
+shape (about a quarter of the text); reading unpacks it to the same numbers.
+A record's table is :func:`record_table` of its settings (the dataset's
+family: ``digits`` with the ``topology`` studies, ``fashion-mnist``,
+``planetoid`` for Cora, CiteSeer and PubMed, ``traffic`` for METR-LA and
+PEMS-BAY, ``tu`` for the TU graph sets, any other dataset, each FL-60
+variant included, its own name), or the ``table`` a :class:`RecordCache`
+is given. A key is
 found in whichever table holds it. A table is rewritten whole (a temporary
 file moved over it) under an exclusive lock of the table (``fcntl``; none
 where the platform has no ``fcntl``), reading it again under the lock, so
 that two processes finishing runs at the same moment keep both records.
 Records of the earlier format, one file ``<records>/<key>.json`` each, are
 still read (before the tables); :meth:`RecordCache.fold` moves them into the
-tables.
+tables, and rewrites the lines of an earlier table format (an unpacked
+graph, a table the rule no longer gives).
 
 A run in progress is carried out by the :class:`~pyg_fedgraph.experiment.Runner`
 with a checkpoint, ``<checkpoints>/<key>.ckpt.pt``, written after every round
@@ -37,6 +43,7 @@ the other way round. It is removed once the record is stored.
 """
 from __future__ import annotations
 
+import base64
 import contextlib
 import datetime as dt
 import hashlib
@@ -44,7 +51,10 @@ import json
 import logging
 import os
 import re
+import sys
 import tempfile
+import zlib
+from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -79,8 +89,8 @@ def config_key(cfg: ExperimentConfig) -> str:
     return f"{cfg.dataset}-{cfg.strategy}-{cfg.partition}-{cfg.clients}-{digest}"
 
 
-#: The table of each dataset's records (see :func:`record_table`; every FL-60
-#: variant, a dataset named ``fl60...``, goes to ``fl60``).
+#: The table of each dataset's records where it is not the dataset's own name
+#: (see :func:`record_table`).
 TABLES: dict[str, str] = {"digits": "digits", "topology": "digits",
                           "fashion-mnist": "fashion-mnist", "cora": "planetoid",
                           "citeseer": "planetoid", "pubmed": "planetoid",
@@ -88,29 +98,94 @@ TABLES: dict[str, str] = {"digits": "digits", "topology": "digits",
 
 _TABLE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _KEY_HEAD = '{"key":'
+_KEY_START = re.compile(r'\{\s*"key"\s*:\s*')  # a line by _line, or one made by hand
 _DECODER = json.JSONDecoder()
 
 
 def record_table(config: Mapping[str, Any]) -> str:
     r"""The table of a record whose settings are ``config`` (a record's
     ``"config"``, as :meth:`ExperimentConfig.to_dict` gives it): the
-    dataset's family in :data:`TABLES`, ``fl60`` for every FL-60 variant
-    (``fl60...``), else the dataset's own name (lower case, runs of other
-    characters than letters, digits and ``.`` made one ``-``)."""
+    dataset's family in :data:`TABLES`, else the dataset's own name (lower
+    case, runs of other characters than letters, digits and ``.`` made one
+    ``-``): each FL-60 variant (``fl60``, ``fl60-grda-file``, ...) has its
+    own table, which keeps every table of the repository's records under
+    2 MB."""
     dataset = str(config.get("dataset") or "")
-    if dataset.startswith("fl60"):
-        return "fl60"
     if dataset in TABLES:
         return TABLES[dataset]
     return re.sub(r"[^a-z0-9.]+", "-", dataset.lower()).strip("-.") or "records"
 
 
+#: The fields a table line keeps packed (:func:`_pack`).
+PACKED_FIELDS = ("graph",)
+_PACK_KEYS = frozenset({"dtype", "shape", "zlib_base64"})
+
+
+def _shape(value: Any) -> list[int] | None:
+    r"""The shape of ``value`` when it is a rectangular nested list of floats
+    (at least one level), else ``None``."""
+    if not isinstance(value, list) or not value:
+        return None
+    if all(type(v) is float for v in value):
+        return [len(value)]
+    inner = [_shape(v) for v in value]
+    if inner[0] is None or any(s != inner[0] for s in inner):
+        return None
+    return [len(value), *inner[0]]
+
+
+def _flat(value: Any, depth: int) -> Iterator[float]:
+    if depth == 1:
+        yield from value
+    else:
+        for v in value:
+            yield from _flat(v, depth - 1)
+
+
+def _pack(value: Any) -> Any:
+    r"""A rectangular nested list of floats as ``{"dtype", "shape",
+    "zlib_base64"}``: its values' little-endian float32 bytes (float64 when a
+    value is not a float32, so that :func:`_unpack` gives every value back
+    exactly), compressed with zlib and base64-encoded. Anything else is
+    returned as it is."""
+    shape = _shape(value)
+    if shape is None:
+        return value
+    flat = list(_flat(value, len(shape)))
+    data = array("f", flat)
+    # A value float32 does not hold exactly (NaN counts as equal to NaN here).
+    if any(a != b and (a == a or b == b) for a, b in zip(data, flat, strict=True)):
+        data = array("d", flat)
+    if sys.byteorder == "big":
+        data.byteswap()
+    return {"dtype": "float32" if data.typecode == "f" else "float64", "shape": shape,
+            "zlib_base64": base64.b64encode(zlib.compress(data.tobytes(), 9)).decode("ascii")}
+
+
+def _unpack(value: Any) -> Any:
+    r"""The nested list of floats :func:`_pack` packed (anything else as it
+    is)."""
+    if not isinstance(value, dict) or set(value) != _PACK_KEYS:
+        return value
+    data = array("f" if value["dtype"] == "float32" else "d")
+    data.frombytes(zlib.decompress(base64.b64decode(value["zlib_base64"])))
+    if sys.byteorder == "big":
+        data.byteswap()
+    out: list[Any] = data.tolist()
+    for size in reversed(value["shape"][1:]):
+        out = [out[i:i + size] for i in range(0, len(out), size)]
+    return out
+
+
 def _line(key: str, entry: Mapping[str, Any]) -> str:
     r"""The table line of record ``entry`` under ``key``: the key first, then
-    the record's fields sorted, compact JSON on one line."""
+    the record's fields sorted (those of :data:`PACKED_FIELDS` packed),
+    compact JSON on one line."""
     if "key" in entry:
         raise ValueError(f"the record {key} has a field 'key', which its table line keeps "
                          "for the key")
+    entry = {name: _pack(value) if name in PACKED_FIELDS else value
+             for name, value in entry.items()}
     body = json.dumps(entry, default=float, sort_keys=True, separators=(",", ":"))
     return _KEY_HEAD + json.dumps(key) + ("}" if body == "{}" else "," + body[1:])
 
@@ -118,8 +193,9 @@ def _line(key: str, entry: Mapping[str, Any]) -> str:
 def _line_key(line: str) -> str:
     r"""The key of a table line (read without parsing the whole record when
     the line starts with it, as :func:`_line` writes it)."""
-    if line.startswith(_KEY_HEAD):
-        key, _ = _DECODER.raw_decode(line, len(_KEY_HEAD))
+    head = _KEY_START.match(line)
+    if head:
+        key, _ = _DECODER.raw_decode(line, head.end())
     else:
         record = json.loads(line)
         key = record.get("key") if isinstance(record, dict) else None
@@ -129,9 +205,13 @@ def _line_key(line: str) -> str:
 
 
 def _entry_of(line: str) -> dict[str, Any]:
-    r"""The record of a table line (its fields without the key)."""
+    r"""The record of a table line (its fields without the key, packed
+    fields unpacked)."""
     entry = json.loads(line)
     entry.pop("key", None)
+    for name in PACKED_FIELDS:
+        if name in entry:
+            entry[name] = _unpack(entry[name])
     return entry
 
 
@@ -427,14 +507,18 @@ class RecordCache:
     def fold(self) -> list[str]:
         r"""Moves the records of the earlier format, one file
         ``<records>/<key>.json`` each, into their tables and deletes those
-        files. A file is deleted only once its record reads back from its
-        table equal to it (the same JSON, written with sorted keys); a
-        table's record of the same key is replaced by the file's (a file
-        there is newer: the tables never write one). Running it again does
-        nothing.
+        files, and rewrites the table lines of an earlier table format (a
+        line that :func:`_line` would now write otherwise, e.g. with its
+        graph unpacked, or in a table other than its settings' one). A file
+        is deleted only once its record reads back from its table equal to
+        it (the same JSON, written with sorted keys); a table's record of the
+        same key is replaced by the file's (a file there is newer: the
+        tables never write one). Records read back the same before and
+        after. Running it again does nothing. Run it while no run writes
+        records into the folder.
 
         Returns:
-            list[str]: the keys folded, sorted.
+            list[str]: the keys folded or rewritten, sorted.
 
         Raises:
             ValueError: when a file is not a record (not a JSON object).
@@ -443,6 +527,12 @@ class RecordCache:
         """
         if not self.records.is_dir():
             return []
+        self._refresh()
+        restated = {key: entry for name, lines in sorted(self._tables.items())
+                    for key, line in lines.items()
+                    for entry in [_entry_of(line)]
+                    if self.table_of(entry.get("config") or {}) != name
+                    or _line(key, entry) != line}
         files = {path.stem: path for path in sorted(self.records.glob("*.json"))}
         entries: dict[str, dict[str, Any]] = {}
         for key, path in files.items():
@@ -453,9 +543,9 @@ class RecordCache:
             if not isinstance(entry, dict):
                 raise ValueError(f"{path} is not a record (not a JSON object)")
             entries[key] = entry
-        if not entries:
+        if not entries and not restated:
             return []
-        home = self._write(entries)
+        home = self._write({**restated, **entries})
         tables = {name: _read_table(self.records / f"{name}.jsonl")
                   for name in set(home.values())}
         folded, kept = [], []
@@ -469,8 +559,10 @@ class RecordCache:
         if kept:
             raise RuntimeError(f"{len(kept)} records do not read back from their tables as "
                                f"their files hold them; kept: {', '.join(kept)}")
-        log.info("folded %d records into %s", len(folded), ", ".join(sorted(tables)))
-        return sorted(folded)
+        rewritten = [key for key in restated if key not in files]
+        log.info("folded %d records and rewrote %d into %s", len(folded), len(rewritten),
+                 ", ".join(sorted(tables)))
+        return sorted([*folded, *rewritten])
 
     @staticmethod
     def _entry(cfg: ExperimentConfig, summary: dict, history: History, graph: Any,

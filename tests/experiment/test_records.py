@@ -7,6 +7,7 @@ import csv
 import dataclasses
 import json
 import shutil
+from array import array
 from pathlib import Path
 
 import pytest
@@ -241,7 +242,8 @@ def test_the_table_rule_and_an_explicit_table():
     assert [record_table({"dataset": d}) for d in (
         "fl60", "fl60-grda-file-graph", "digits", "topology", "cora", "citeseer", "metr-la",
         "pems-bay", "tu", "fashion-mnist", "My data/set")] == [
-        "fl60", "fl60", "digits", "digits", "planetoid", "planetoid", "traffic", "traffic",
+        "fl60", "fl60-grda-file-graph", "digits", "digits", "planetoid", "planetoid",
+        "traffic", "traffic",
         "tu", "fashion-mnist", "my-data-set"]
     cache = RecordCache("r", "c", table="mine")
     assert cache.table_of({"dataset": "cora"}) == "mine"
@@ -296,6 +298,63 @@ def test_a_legacy_file_is_read_then_folded_once(tmp_path):
     cache._store(twin, made_up(twin, 1.0))
     assert not (cache.records / f"{config_key(twin)}.json").exists()
     assert RecordCache(cache.records, "c").load(twin)["summary"] == {"test": 1.0}
+
+
+def test_a_graph_is_packed_in_its_line_and_read_back_exactly(tmp_path):
+    import random
+
+    from pyg_fedgraph.experiment.records import _line
+
+    cfg, twin = configs()
+    rng = random.Random(0)
+    # float32 values (a graph as the records hold it: torch float32 made Python floats),
+    # a zero, a negative zero, NaN and infinity among them.
+    graph = [[float(array("f", [rng.random()])[0]) for _ in range(60)] for _ in range(60)]
+    graph[0][:4] = [0.0, -0.0, float("nan"), float("inf")]
+    wide = [[0.1, 1e-300], [2.0, -3.5]]  # 0.1 and 1e-300 are no float32: kept as float64
+    cache = RecordCache(tmp_path / "records", tmp_path / "ckpt")
+    cache._store(cfg, made_up(cfg, 0.5, graph=graph))
+    cache._store(twin, made_up(twin, 0.5, graph=wide))
+    fresh = RecordCache(cache.records, "c")
+    back, back_wide = fresh.load(cfg)["graph"], fresh.load(twin)["graph"]
+    assert json.dumps(back) == json.dumps(graph) and back_wide == wide
+    assert str(back[0][1]) == "-0.0"
+    # The line holds the graph packed: about a quarter of the decimals' text.
+    line = next(t for t in (cache.records / "digits.jsonl").read_text().splitlines()
+                if config_key(cfg) in t)
+    plain = json.dumps(made_up(cfg, 0.5, graph=graph))
+    assert '"dtype":"float32"' in line and len(line) < len(plain) / 3
+    assert '"dtype":"float64"' in _line("k", {"graph": wide})
+    # What is not a rectangular list of floats stays as it is.
+    for other in (None, [], [[1.0, 2.0], [3.0]], [[1, 2], [3, 4]], [[1.0, None]]):
+        assert json.loads(_line("k", {"graph": other}))["graph"] == other
+
+
+def test_the_fold_rewrites_lines_of_the_earlier_table_format(tmp_path):
+    from pyg_fedgraph.experiment.records import _line_key
+
+    cfg, twin = configs()
+    fl60 = ExperimentConfig(dataset="fl60-grda-file", strategy="fedavg", clients=4)
+    graph = [[0.5, 0.25], [0.125, 1.0]]
+    cache = RecordCache(tmp_path / "records", tmp_path / "ckpt")
+    cache._store(twin, made_up(twin, 0.75))
+    # Lines as the earlier format wrote them: graphs in decimals, every FL-60 variant in fl60.
+    old = {config_key(cfg): made_up(cfg, 0.5, graph=graph), config_key(fl60): made_up(fl60, 0.25)}
+    with open(cache.records / "digits.jsonl", "a") as f:
+        f.write(json.dumps({"key": config_key(cfg), **old[config_key(cfg)]}) + "\n")
+    (cache.records / "fl60.jsonl").write_text(
+        json.dumps({"key": config_key(fl60), **old[config_key(fl60)]}) + "\n")
+    before = [RecordCache(cache.records, "c").load(c) for c in (cfg, twin, fl60)]
+    assert before[0] == old[config_key(cfg)]
+    assert cache.fold() == sorted([config_key(cfg), config_key(fl60)])
+    assert sorted(p.name for p in cache.records.iterdir()) == ["digits.jsonl",
+                                                                "fl60-grda-file.jsonl"]
+    lines = (cache.records / "digits.jsonl").read_text().splitlines()
+    assert [_line_key(t) for t in lines] == sorted([config_key(cfg), config_key(twin)])
+    assert any('"zlib_base64"' in t for t in lines)
+    fresh = RecordCache(cache.records, "c")
+    assert [fresh.load(c) for c in (cfg, twin, fl60)] == before
+    assert fresh.fold() == []
 
 
 def test_a_file_that_is_not_a_record_stops_the_fold_with_its_name(tmp_path):
