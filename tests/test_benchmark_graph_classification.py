@@ -29,8 +29,9 @@ def bench(monkeypatch, tmp_path):
     sys.modules.pop("graph_classification_tu", None)
 
 
-def store(bench, strategy: str, seed: int, test: float, trace: dict | None = None) -> None:
-    cfg = bench.cross_config(strategy, seed)
+def store(bench, strategy: str, seed: int, test: float, trace: dict | None = None,
+          section: str = "G1") -> None:
+    cfg = bench.CONFIGS[section](strategy, seed)
     entry = {"config": plain_settings(cfg.to_dict()),
              "summary": {"test": test, "test_per_client_best": test},
              "seconds": 10.0, "cpu_seconds": 5.0, "load": [1.0, 2.0], "device": "cpu",
@@ -92,13 +93,39 @@ def test_report_by_hand(bench):
     assert "  - goal: **not met**" in text
     assert ("| fedaghn | 0 | `python benchmarks/reproduce/graph_classification_tu.py --run fedaghn "
             "--seed 0` |") in text
-    assert "| local | 1 |" not in text  # finished runs are not listed as pending
+    # Finished runs are not listed as pending (in G1; G2 has no runs here).
+    assert "| local | 1 |" not in text.split("## G2")[0]
     # The same grouping exactly right, above the baselines: the goal is met.
     store(bench, "fedaghn", 0, 0.75, {"rounds": [200], "labels": [TRUTH]})
     text = bench.report()
     assert ("  - fedaghn: accuracy 75.0 (above), ARI 1.00 (at least 0.9 in 1 of 1 rounds; 1 "
             "seed): met") in text
     assert "  - goal: **met**" in text
+
+
+def test_the_one_dataset_section_by_hand(bench):
+    # G1's records are not G2's: the same strategy and seed, another federation.
+    store(bench, "local", 0, 0.50)
+    store(bench, "local", 0, 0.70, section="G2")
+    store(bench, "local", 1, 0.74, section="G2")
+    # GCFL splits the ten clients in two at round 30.
+    store(bench, "gcfl", 0, 0.71, {"rounds": [21, 30], "labels": [[0] * 10, [0] * 4 + [1] * 6],
+                                   "norms": [[[0.02, None], [0.09, None]],
+                                             [[0.01, 0.015], [0.05, 0.04]]]}, section="G2")
+    text = bench.report()
+    g1, g2 = text.split("## G2")
+    assert "| local | 50.0 (1 seed) |" in g1 and "| local | 50.0" not in g2
+    assert "| local | 72.0 ± 2.0 (2 seeds) | 72.0 ± 2.0 (2 seeds) | - |" in g2
+    assert "| gcfl | 71.0 (1 seed) | 71.0 (1 seed) | 2 |" in g2
+    assert ("- gcfl (seed 0): clusters changed at rounds 30; round 21: 1 cluster "
+            "(0.020/0.090); round 30: 2 clusters (0.010/0.050, 0.015/0.040)") in g2
+    assert ("| fedavg | 0 | `python benchmarks/reproduce/graph_classification_tu.py --run fedavg "
+            "--seed 0 --section G2` |") in g2
+    assert "| local | 0 |" not in g2 and "| local | 2 |" in g2
+    cfg = bench.one_config("gcfl-plus", 1)
+    assert cfg.overrides["data.names"] == "PROTEINS" and cfg.overrides["data.num_clients"] == 10
+    assert (cfg.overrides["eps1"], cfg.overrides["eps2"], cfg.overrides["seq_length"]) == (
+        0.03, 0.06, 10)
 
 
 def test_the_committed_results_are_rebuilt_from_the_committed_records(monkeypatch):

@@ -29,12 +29,19 @@ G1. **Across datasets**, the issue's group: MUTAG, PROTEINS, ENZYMES and AIDS
     clusters) of its collaboration graph :math:`W`; FedAvg (one group) and
     Local (none) have no grouping. This computation is the benchmark's own
     (a general recovery metric of the library is written elsewhere).
-G2. **One dataset over clients**, GCFL's single-dataset setting
-    (``--set data.num_clients=10``, GCFL's chunks): declared, not yet run.
+G2. **One dataset over clients**, GCFL's single-dataset setting (its code's
+    ``main_oneDS.py``, and its ``runnerfile``'s run on PROTEINS): PROTEINS dealt
+    to 10 clients in GCFL's random chunks (``data.num_clients=10``), the model,
+    optimizer, local epoch and rounds of G1 (only the GIN layers federated,
+    as the code's server model holds only them), GCFL's thresholds of that
+    run (eps1 = 0.03, eps2 = 0.06, GCFL+'s d = 10); FedCEDAR with its default
+    5 clusters, every client every round; the other strategies and seeds as
+    in G1. No dataset of origin: no ARI, but GCFL's and GCFL+'s clusters and
+    criterion norms per round. Departure as in G1: Local is 200 rounds of one
+    epoch (the code's self-training: 50 epochs at once).
 
-Seed 0 of every strategy of G1 but FedRep has run; FedRep's seed 0 (10
-head epochs and 1 body epoch a round: about 11 times the others' local
-work) and seeds 1 and 2 of all ten are queued in
+FedRep runs 10 head epochs and 1 body epoch a round: about 11 times the
+others' local work. Runs not yet made are queued in
 ``benchmarks/tools/reproduction_jobs.txt`` and read ``pending`` here with the
 command that runs them until their records exist. The runs use
 the ``loop`` execution (one client after the other,
@@ -46,7 +53,8 @@ Usage (from the repository root, with the datasets in ../shared/data/tu)::
     OMP_NUM_THREADS=1 python \
         benchmarks/reproduce/graph_classification_tu.py --run-subset
     OMP_NUM_THREADS=1 python \
-        benchmarks/reproduce/graph_classification_tu.py --run STRATEGY --seed S
+        benchmarks/reproduce/graph_classification_tu.py --run STRATEGY --seed S \
+        [--section G2]
     OMP_NUM_THREADS=1 python \
         benchmarks/reproduce/graph_classification_tu.py --no-write --run STRATEGY \
         --seed S    # the same, without rewriting the results file (queued runs)
@@ -86,6 +94,14 @@ OPTIONS: dict[str, dict[str, Any]] = {"fedrep": {"model.share": "all"},
                                                    "sample_fraction": 1.0},
                                       "gcfl": {"eps1": 0.1, "eps2": 0.2},
                                       "gcfl-plus": {"eps1": 0.1, "eps2": 0.2}}
+#: G2: the one dataset, its clients, and the options of the GCFL code's run on it
+#: (its ``runnerfile``); FedRep as in G1, FedCEDAR with its own clusters.
+ONE_NAME, ONE_CLIENTS = "PROTEINS", 10
+ONE_OPTIONS: dict[str, dict[str, Any]] = {"fedrep": {"model.share": "all"},
+                                          "fedcedar": {"sample_fraction": 1.0},
+                                          "gcfl": {"eps1": 0.03, "eps2": 0.06},
+                                          "gcfl-plus": {"eps1": 0.03, "eps2": 0.06,
+                                                        "seq_length": 10}}
 #: The records of the runs (tracked) and the checkpoints of runs in progress (untracked).
 RUNS = RecordCache(RECORDS, CACHE)
 
@@ -96,6 +112,19 @@ def cross_config(strategy: str, seed: int, rounds: int | None = None) -> Experim
         dataset="tu", strategy=strategy, seed=seed, model="gin", rounds=rounds,
         overrides={"data.names": ",".join(NAMES), "data.clients_per_dataset": 3,
                    "data.root": DATA_ROOT, "execution": "loop", **OPTIONS.get(strategy, {})})
+
+
+def one_config(strategy: str, seed: int, rounds: int | None = None) -> ExperimentConfig:
+    r"""G2's run of ``strategy`` with ``seed``."""
+    return ExperimentConfig(
+        dataset="tu", strategy=strategy, seed=seed, model="gin", rounds=rounds,
+        overrides={"data.names": ONE_NAME, "data.num_clients": ONE_CLIENTS,
+                   "data.root": DATA_ROOT, "execution": "loop",
+                   **ONE_OPTIONS.get(strategy, {})})
+
+
+#: Each section's configuration of a run.
+CONFIGS = {"G1": cross_config, "G2": one_config}
 
 
 def grouping(strategy: Any, k: int) -> list[int] | None:
@@ -165,9 +194,15 @@ def aris(entry: dict[str, Any]) -> tuple[list[int], list[float]]:
                              for labels in trace["labels"]]
 
 
-def run(strategy: str, seed: int) -> dict[str, Any]:
-    cfg = cross_config(strategy, seed)
-    return RUNS.run(cfg, traces={"grouping": GroupingTrace(len(NAMES))})
+def run(strategy: str, seed: int, section: str = "G1") -> dict[str, Any]:
+    r"""Runs (or continues, or reads) one run of ``section``: in G1 with the
+    clients' grouping traced every round, in G2 the clusters of the strategies
+    that keep some (GCFL, GCFL+)."""
+    if section == "G1":
+        return RUNS.run(cross_config(strategy, seed),
+                        traces={"grouping": GroupingTrace(len(NAMES))})
+    traces = ({"grouping": GroupingTrace(1)} if strategy in ("gcfl", "gcfl-plus") else None)
+    return RUNS.run(one_config(strategy, seed), traces=traces)
 
 
 def fmt(values: list[float]) -> str:
@@ -298,17 +333,7 @@ def report() -> str:
             marks = [r for r in (1, 2, 3, 5, 10, 21, 25, 50, 100, 150, 200) if r in rounds]
             per_round.append(f"- {name} (seed {seed}): " + ", ".join(
                 f"round {r}: {values[rounds.index(r)]:.2f}" for r in marks))
-    runs = ["| run | rounds | wall (s) | CPU (s) | load start / end | device | finished |",
-            "|---|---:|---:|---:|---|---|---|"]
-    for name, seed, e in done:
-        cpu = e.get("cpu_seconds")
-        runs.append(f"| {name} seed {seed} (`{config_key(cross_config(name, seed))}`) | "
-                    f"{e['config']['rounds'] or 200} | {e['seconds']:.0f} | "
-                    f"{'-' if cpu is None else f'{cpu:.0f}'} | {e['load'][0]:.1f} / "
-                    f"{e['load'][1]:.1f} | {e['device']}, torch {e['torch']} | {e['date']} |")
-    todo = [f"| {n} | {s} | `python benchmarks/reproduce/graph_classification_tu.py --run {n} "
-            "--seed "
-            f"{s}` |" for n, s in pending]
+    runs, todo = runs_rows("G1", done), todo_rows("G1", pending)
     text = "\n".join([
         "# Graph classification across clients and datasets (issue 35)", "",
         "Protocols and sources: the docstring of "
@@ -345,32 +370,86 @@ def report() -> str:
         "## Runs", "", *runs, "",
         *(["### Not yet run", "", "| strategy | seed | command |", "|---|---|---|", *todo, ""]
           if todo else []),
-        "## G2. One dataset over clients (GCFL's single-dataset setting)", "",
-        "Declared, not yet run: `pyg-fedgraph run --dataset tu --set data.names=PROTEINS "
-        "--set data.num_clients=10 --set data.root=../shared/data/tu --model gin "
-        "--strategy local,fedavg,gcfl,gcfl-plus,pfedgraph --seeds 0,1,2` (the authors' runs on "
-        "PROTEINS over 10 clients, their `runnerfile`, use eps1 = 0.03, eps2 = 0.06 and d = 10, "
-        "their single-dataset argument parser 0.05, 0.1 and 5: run `gcfl` and `gcfl-plus` "
-        "alone with `--set eps1=0.03 --set eps2=0.06 --set seq_length=10`, and check the "
-        "thresholds against the update norms as in G1). GCFL's paper reports single-dataset "
-        "accuracies; none is quoted here: the paper's text was not at hand to cite a table "
-        "and its location.", ""])
+        *one_dataset_section()])
     return text
+
+
+def runs_rows(section: str, done: list[tuple[str, int, dict[str, Any]]]) -> list[str]:
+    r"""The table of ``section``'s finished runs: rounds, time, load, device."""
+    rows = ["| run | rounds | wall (s) | CPU (s) | load start / end | device | finished |",
+            "|---|---:|---:|---:|---|---|---|"]
+    for name, seed, e in done:
+        cpu = e.get("cpu_seconds")
+        rows.append(f"| {name} seed {seed} (`{config_key(CONFIGS[section](name, seed))}`) | "
+                    f"{e['config']['rounds'] or 200} | {e['seconds']:.0f} | "
+                    f"{'-' if cpu is None else f'{cpu:.0f}'} | {e['load'][0]:.1f} / "
+                    f"{e['load'][1]:.1f} | {e['device']}, torch {e['torch']} | {e['date']} |")
+    return rows
+
+
+def todo_rows(section: str, pending: list[tuple[str, int]]) -> list[str]:
+    r"""The commands of ``section``'s runs not yet made, a table row each."""
+    flag = "" if section == "G1" else f" --section {section}"
+    return [f"| {n} | {s} | `python benchmarks/reproduce/graph_classification_tu.py --run {n} "
+            f"--seed {s}{flag}` |" for n, s in pending]
+
+
+def one_dataset_section() -> list[str]:
+    r"""Section G2 from its records: accuracy per strategy over seeds, GCFL's
+    and GCFL+'s clusters and criterion norms, the runs and those to make."""
+    rows = ["| strategy | test accuracy % | per-client-best % | clusters at the end | "
+            "seconds per run |", "|---|---:|---:|---:|---:|"]
+    pending, done = [], []
+    for name in STRATEGIES:
+        entries = []
+        for seed in SEEDS:
+            entry = RUNS.load(one_config(name, seed))
+            if entry is None:
+                pending.append((name, seed))
+            else:
+                entries.append(entry)
+                done.append((name, seed, entry))
+        clusters = [len(set(trace["labels"][-1])) for e in entries
+                    for trace in [e.get("traces", {}).get("grouping")] if trace]
+        secs = (f"{statistics.fmean([e['seconds'] for e in entries]):.0f}" if entries
+                else "-")
+        rows.append(f"| {name} | {fmt([e['summary']['test'] for e in entries])} | "
+                    f"{fmt([e['summary']['test_per_client_best'] for e in entries])} | "
+                    f"{' / '.join(map(str, clusters)) or '-'} | {secs} |")
+    todo = todo_rows("G2", pending)
+    return [
+        f"## G2. One dataset over clients: {ONE_NAME} over {ONE_CLIENTS} clients "
+        "(GCFL's single-dataset setting)", "",
+        f"{ONE_NAME} dealt to {ONE_CLIENTS} clients in GCFL's random chunks, G1's model and "
+        "training, GCFL's thresholds of its code's run on this setting (its `runnerfile`: "
+        "eps1 = 0.03, eps2 = 0.06, GCFL+'s d = 10); FedCEDAR with its default 5 clusters. "
+        "The clients share one dataset, so there is no grouping to recover (no ARI). GCFL's "
+        "paper reports single-dataset accuracies; none is quoted here: its text was not at "
+        "hand offline to cite a table and its location.", "",
+        *rows, "",
+        "Norms of GCFL's criterion per cluster, mean update / largest client update (a "
+        "cluster splits when the first is below eps1 and the second above eps2):", "",
+        *(norm_lines(done) or ["- none yet"]), "",
+        "### Runs of G2", "", *runs_rows("G2", done), "",
+        *(["### Not yet run (G2)", "", "| strategy | seed | command |", "|---|---|---|",
+           *todo, ""] if todo else [])]
 
 
 def main(argv: list[str] | None = None) -> str | None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run-subset", action="store_true",
                         help="run (or continue) the runs of SUBSET, then rebuild the file")
-    parser.add_argument("--run", metavar="STRATEGY", help="run one G1 run")
+    parser.add_argument("--run", metavar="STRATEGY", help="run one run (of --section)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--section", choices=tuple(CONFIGS), default="G1",
+                        help="the section of --run (default: G1)")
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--no-write", action="store_true",
                         help="print the rebuilt file without writing it (for queued runs)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     if args.run:
-        run(args.run, args.seed)
+        run(args.run, args.seed, args.section)
     if args.run_subset:
         for name, seed in SUBSET:
             run(name, seed)
