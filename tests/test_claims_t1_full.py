@@ -1,7 +1,8 @@
 """Section M of benchmarks/reproduce/claims.py (pFedGraph Table 1 at the paper's full
 protocol, issue 36 items 1 and 2): its goal lines and its seed spread (the level and the
-third strategy chosen from the seed-0 cells, the verdict against seed noise), rebuilt from
-records written by hand without training."""
+third strategy chosen from the seed-0 cells, the verdict against seed noise); and section
+G's FedCEDAR row beside its two variants. Rebuilt from records written by hand without
+training."""
 from __future__ import annotations
 
 import importlib
@@ -101,3 +102,35 @@ def test_the_goal_lines_by_hand(claims):
     # The paper's own averages: pFedGraph's (95.64) is the best, CFL's (95.42) next.
     assert "- pFedGraph's average the best of the 8 (per-client-best): **met**: rank 1" in text
     assert "against cfl 95.42 (+0.22)" in text
+
+
+def store_reduced(claims, level: str, cfg, pcb: float) -> None:
+    claims.RUNS._store(cfg, {"config": plain_settings(cfg.to_dict()),
+                             "summary": {"test": pcb - 0.01, "test_per_client_best": pcb},
+                             "seconds": 1.0, "load": [0.0, 0.0], "date": "today"})
+
+
+def test_section_g_sets_fedcedar_beside_its_own_sampling_and_no_propagation(claims):
+    import dataclasses
+
+    row = claims.fmnist_config("severe", "fedcedar", "reduced")
+    # Section G's protocol: every client every round, for FedCEDAR too.
+    assert row.overrides["sample_fraction"] == 1.0
+    own = dataclasses.replace(row, overrides={k: v for k, v in row.overrides.items()
+                                              if k != "sample_fraction"})
+    alone = claims.fmnist_config("severe", "fedcedar", "reduced",
+                                 extra=claims.FEDCEDAR_NO_PROPAGATION)
+    assert alone.overrides["num_steps"] == 0 and alone.overrides["sample_fraction"] == 1.0
+    store_reduced(claims, "severe", row, 0.40)
+    store_reduced(claims, "severe", own, 0.20)
+    store_reduced(claims, "severe", alone, 0.99)
+    cells = {f"{lv}/fedcedar": claims.RUNS.load(row) if lv == "severe" else None
+             for lv in claims.T1_LEVELS}
+    text = "\n".join(claims.fedcedar_lines(cells, False, list(claims.T1_LEVELS)))
+    assert "extreme pending; severe 39.0 / 40.0; modest pending" in text
+    assert "earlier models): severe 19.0 / 20.0." in text
+    assert ("no propagation between the clusters (P = 0): extreme pending; severe 98.0 / "
+            "99.0; modest pending; homogeneous pending.") in text
+    # The missing no-propagation runs are listed with the command that makes them.
+    assert [what for what, _, _ in claims.PENDING["fmnist-t1"]] == [
+        f"fedcedar, {lv}, no propagation (P = 0)" for lv in ("extreme", "modest", "homogeneous")]
