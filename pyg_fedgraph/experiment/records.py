@@ -504,6 +504,36 @@ class RecordCache:
         self._put(config_key(cfg), entry)
         self.used[config_key(cfg)] = entry
 
+    def take(self, source: str | Path) -> list[str]:
+        r"""Copies into this folder's tables the records of another record
+        folder ``source`` (its tables and its files of the earlier format)
+        whose keys this folder has no record of: how the records of runs made
+        in another checkout (a worktree pinned for long runs) come home. A key
+        both folders hold keeps this folder's record.
+
+        Returns:
+            list[str]: the keys copied, sorted.
+        """
+        source = Path(source)
+        if not source.is_dir():
+            raise ValueError(f"{source} is not a folder of records")
+        other = RecordCache(source, self.checkpoints)
+        other._refresh()
+        found = {path.stem: path for path in sorted(source.glob("*.json"))}
+        keys = sorted({*found, *(key for lines in other._tables.values() for key in lines)})
+        entries = {}
+        for key in keys:
+            if self._read(key) is not None:
+                continue
+            entry = other._read(key)
+            if not isinstance(entry, dict):
+                raise ValueError(f"{found.get(key, source)} holds no record under {key}")
+            entries[key] = entry
+        if entries:
+            self._write(entries)
+        log.info("took %d records from %s", len(entries), source)
+        return sorted(entries)
+
     def fold(self) -> list[str]:
         r"""Moves the records of the earlier format, one file
         ``<records>/<key>.json`` each, into their tables and deletes those

@@ -357,6 +357,24 @@ def test_the_fold_rewrites_lines_of_the_earlier_table_format(tmp_path):
     assert fresh.fold() == []
 
 
+def test_records_of_another_checkout_are_taken_where_this_one_lacks_them(tmp_path):
+    a, b = configs(seed=0)[0], configs(seed=1)[0]
+    c = configs(seed=2)[0]
+    home = RecordCache(tmp_path / "home", tmp_path / "ckpt")
+    away = RecordCache(tmp_path / "away", tmp_path / "ckpt")
+    home._store(a, made_up(a, 0.25))
+    away._store(a, made_up(a, 0.75))  # both hold a: home keeps its own
+    away._store(b, made_up(b, 0.5))
+    legacy(away, config_key(c), made_up(c, 0.125))  # the earlier format, as a pinned tree writes
+    assert home.take(away.records) == sorted([config_key(b), config_key(c)])
+    fresh = RecordCache(home.records, "c")
+    assert [fresh.load(x)["summary"]["test"] for x in (a, b, c)] == [0.25, 0.5, 0.125]
+    assert sorted(p.name for p in home.records.iterdir()) == ["digits.jsonl"]
+    assert home.take(away.records) == []  # again: nothing to take
+    with pytest.raises(ValueError, match="is not a folder of records"):
+        home.take(tmp_path / "nowhere")
+
+
 def test_a_file_that_is_not_a_record_stops_the_fold_with_its_name(tmp_path):
     cache = RecordCache(tmp_path / "records", tmp_path / "ckpt")
     cache.records.mkdir()
