@@ -88,9 +88,8 @@ from pyg_fedgraph.datasets import synthetic_windows
 from pyg_fedgraph.experiment.reporting import (
     RECORDS_NAME,
     machine_lines,
-    read_record,
-    save_with_readings,
-    write_record,
+    measured_report,
+    write_measured,
 )
 from pyg_fedgraph.models import MLP, GRUForecaster, SimpleCNN
 from pyg_fedgraph.train.config import LocalConfig
@@ -671,27 +670,23 @@ def main(argv: list[str] | None = None) -> str:
     out = args.out if args.out is not None else (None if args.quick else default)
     make = gpu_checks_report if args.gpu_checks else report
     command = " ".join([f"python {SCRIPT}", *argv])
-    if args.report_only:
-        if out is None:
-            parser.error("--report-only rebuilds a file: drop --quick or give --out")
-        record = read_record(out.parent / RECORDS_NAME, out.name)
-    else:
-        def save(record: dict[str, Any]) -> None:
-            if out is not None:
-                write_record(out.parent / RECORDS_NAME,
-                             {"file": out.name, "script": SCRIPT, "source": "measured",
-                              "command": command, **record})
+    if args.report_only and out is None:
+        parser.error("--report-only rebuilds a file: drop --quick or give --out")
 
+    def save(record: dict[str, Any]) -> None:
+        write_measured(out, {"command": command, **record}, script=SCRIPT)
+
+    def measured() -> dict[str, Any]:
         if "cuda" in (args.device or []) and not torch.cuda.is_available():
             parser.error("--device cuda: this machine has no CUDA device")
         if args.gpu_checks:
             if not torch.cuda.is_available():
                 parser.error("--gpu-checks: this machine has no CUDA device")
-            record = {"command": command, **measure_gpu_checks(save)}
-        else:
-            record = measure(args, command)
-            save(record)
-    text = save_with_readings(make(record), out)
+            # written after each part by save, and once more (the same record) at the end
+            return {"command": command, **measure_gpu_checks(save)}
+        return measure(args, command)
+
+    text = measured_report(out, make, None if args.report_only else measured, script=SCRIPT)
     print()
     print(text)
     return text

@@ -59,9 +59,7 @@ from pyg_fedgraph.datasets import synthetic_windows
 from pyg_fedgraph.experiment.reporting import (
     RECORDS_NAME,
     machine_lines,
-    read_record,
-    save_with_readings,
-    write_record,
+    measured_report,
 )
 from pyg_fedgraph.models import GRUForecaster
 from pyg_fedgraph.train.config import LocalConfig
@@ -255,11 +253,10 @@ def main(argv: list[str] | None = None) -> str:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     out = args.out if args.out is not None else (None if args.quick else RESULTS)
-    if args.report_only:
-        if out is None:
-            parser.error("--report-only rebuilds a file: drop --quick or give --out")
-        record = read_record(out.parent / RECORDS_NAME, out.name)
-    else:
+    if args.report_only and out is None:
+        parser.error("--report-only rebuilds a file: drop --quick or give --out")
+
+    def measured() -> dict[str, Any]:
         if args.steps < 1 or args.repeats < 1:
             parser.error(f"--steps and --repeats must be >= 1, got {args.steps} and "
                          f"{args.repeats}")
@@ -268,11 +265,9 @@ def main(argv: list[str] | None = None) -> str:
             parser.error("--device cuda: this machine has no CUDA device")
         record = measure(device, args.sizes, (2, 1) if args.quick else (args.steps,
                                                                          args.repeats))
-        record["command"] = " ".join([f"python {SCRIPT}", *argv])
-        if out is not None:
-            write_record(out.parent / RECORDS_NAME,
-                         {"file": out.name, "script": SCRIPT, "source": "measured", **record})
-    text = save_with_readings(report(record), out)
+        return {**record, "command": " ".join([f"python {SCRIPT}", *argv])}
+
+    text = measured_report(out, report, None if args.report_only else measured, script=SCRIPT)
     print(text)
     return text
 

@@ -54,9 +54,7 @@ from pyg_fedgraph.datasets import tu
 from pyg_fedgraph.experiment.reporting import (
     RECORDS_NAME,
     machine_lines,
-    read_record,
-    save_with_readings,
-    write_record,
+    measured_report,
 )
 from pyg_fedgraph.models import build_model
 from pyg_fedgraph.train import LocalConfig
@@ -264,20 +262,15 @@ def main(argv: list[str] | None = None) -> str:
                              f"{RECORDS_NAME} in the same folder")
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
-    out = args.out
-    if args.report_only:
-        out = out or RESULTS
-        record = read_record(out.parent / RECORDS_NAME, out.name)
-    else:
+
+    def measured() -> dict[str, Any]:
         if not (args.root / "MUTAG").exists() and not (args.root / "MUTAG_A.txt").exists():
             raise SystemExit(f"no TU datasets under {args.root}: give --root DIR holding "
                              f"{NAMES.replace(',', ', ')}")
-        record = measure(args)
-        record["command"] = " ".join([f"python {SCRIPT}", *argv])
-        if out is not None:
-            write_record(out.parent / RECORDS_NAME,
-                         {"file": out.name, "script": SCRIPT, "source": "measured", **record})
-    text = save_with_readings(report(record), out)
+        return {**measure(args), "command": " ".join([f"python {SCRIPT}", *argv])}
+
+    text = measured_report((args.out or RESULTS) if args.report_only else args.out, report,
+                           None if args.report_only else measured, script=SCRIPT)
     print(text)
     return text
 

@@ -67,9 +67,7 @@ from pyg_fedgraph.data.layout import ParamLayout
 from pyg_fedgraph.experiment.reporting import (
     RECORDS_NAME,
     machine_lines,
-    read_record,
-    save_with_readings,
-    write_record,
+    measured_report,
 )
 from pyg_fedgraph.models import MLP, GRUForecaster
 from pyg_fedgraph.models.cnn import CNNBN
@@ -834,17 +832,13 @@ def main(argv: list[str] | None = None) -> str:
     study = args.study or "suite"
     out = args.out if args.out is not None else (None if args.quick
                                                   else RESULTS / FILES[study])
-    if args.report_only:
-        if out is None:
-            parser.error("--report-only rebuilds a file: drop --quick or give --out")
-        record = read_record(out.parent / RECORDS_NAME, out.name)
-    else:
-        record = measure(study, args, " ".join([f"python {SCRIPT}", *argv]))
-        if out is not None:
-            write_record(out.parent / RECORDS_NAME,
-                         {"file": out.name, "script": SCRIPT, "study": study,
-                          "source": "measured", **record})
-    text = save_with_readings(REPORTS[study](record), out)
+    if args.report_only and out is None:
+        parser.error("--report-only rebuilds a file: drop --quick or give --out")
+    text = measured_report(
+        out, REPORTS[study],
+        None if args.report_only
+        else lambda: measure(study, args, " ".join([f"python {SCRIPT}", *argv])),
+        script=SCRIPT, study=study)
     print(text)
     return text
 

@@ -49,9 +49,7 @@ from pyg_fedgraph.engine.history import History, RoundRecord
 from pyg_fedgraph.experiment.reporting import (
     RECORDS_NAME,
     machine_lines,
-    read_record,
-    save_with_readings,
-    write_record,
+    measured_report,
 )
 from pyg_fedgraph.simulation.report import write_collaboration, write_run
 
@@ -190,24 +188,21 @@ def main(argv: list[str] | None = None) -> str:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     out = args.out if args.out is not None else (None if args.quick else RESULTS)
-    if args.report_only:
-        if out is None:
-            parser.error("--report-only rebuilds a file: drop --quick or give --out")
-        record = read_record(out.parent / RECORDS_NAME, out.name)
-    else:
+    if args.report_only and out is None:
+        parser.error("--report-only rebuilds a file: drop --quick or give --out")
+
+    def measured() -> dict[str, Any]:
         sizes = args.sizes or ([300] if args.quick else [1000, 10000])
         repeats = args.repeats or (1 if args.quick else 3)
         load_start = os.getloadavg()[0]
         start = time.perf_counter()
         results = [run_case(n, g, repeats) for n in sizes for g in (True, False)]
-        record = {"repeats": repeats, "results": results,
-                  "machine": [*machine_lines(load_start),
-                              f"- total time: {time.perf_counter() - start:.0f} s"],
-                  "command": " ".join([f"python {SCRIPT}", *argv])}
-        if out is not None:
-            write_record(out.parent / RECORDS_NAME,
-                         {"file": out.name, "script": SCRIPT, "source": "measured", **record})
-    text = save_with_readings(report(record), out)
+        return {"repeats": repeats, "results": results,
+                "machine": [*machine_lines(load_start),
+                            f"- total time: {time.perf_counter() - start:.0f} s"],
+                "command": " ".join([f"python {SCRIPT}", *argv])}
+
+    text = measured_report(out, report, None if args.report_only else measured, script=SCRIPT)
     print(text)
     return text
 

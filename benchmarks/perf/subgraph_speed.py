@@ -69,9 +69,7 @@ from pyg_fedgraph.data.layout import ParamLayout
 from pyg_fedgraph.experiment.reporting import (
     RECORDS_NAME,
     machine_lines,
-    read_record,
-    save_with_readings,
-    write_record,
+    measured_report,
 )
 from pyg_fedgraph.train.config import LocalConfig
 from pyg_fedgraph.train.execution import EXECUTION_TABLE, choose_execution
@@ -677,9 +675,7 @@ def main(argv: list[str] | None = None) -> str:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     if args.report_only:
-        out = args.out or RESULTS
-        record = read_record(out.parent / RECORDS_NAME, out.name)
-        text = save_with_readings("\n".join(report(record)) + "\n", out)
+        text = measured_report(args.out or RESULTS, markdown, None, script=SCRIPT)
         print(text)
         return text
     if args.child:
@@ -690,6 +686,21 @@ def main(argv: list[str] | None = None) -> str:
         print(json.dumps(fn(**payload)))
         return ""
 
+    out = args.out if args.out is not None else (None if args.quick else RESULTS)
+    text = measured_report(out, markdown, lambda: measure(args, argv, parser), script=SCRIPT)
+    print()
+    print(text)
+    return text
+
+
+def markdown(record: dict[str, Any]) -> str:
+    r"""The results file of ``record`` (:func:`report`'s lines)."""
+    return "\n".join(report(record)) + "\n"
+
+
+def measure(args: argparse.Namespace, argv: list[str], parser: argparse.ArgumentParser
+            ) -> dict[str, Any]:
+    r"""The record of one run with the options ``args`` (``argv`` as given)."""
     start = time.perf_counter()
     load_start = os.getloadavg()[0]
     q = args.quick
@@ -712,20 +723,12 @@ def main(argv: list[str] | None = None) -> str:
     memory = (memory_rows(["fedavg", "pfedgraph"], 2 if q else 3, args.root, q)
               if "memory" in sections else [])
     children = os.times()
-    record = {"cmd": " ".join([f"python {SCRIPT}", *argv]),
-              "repeats": repeats, "alternations": alternations,
-              "speed": speed, "models": models, "rounds": rounds, "memory": memory,
-              "table": [f"{f}/{d}: {e}" for (f, d), e in EXECUTION_TABLE.items()],
-              "machine": machine_lines(load_start), "seconds": time.perf_counter() - start,
-              "cpu seconds": children.children_user + children.children_system}
-    out = args.out if args.out is not None else (None if q else RESULTS)
-    if out is not None:
-        write_record(out.parent / RECORDS_NAME,
-                     {"file": out.name, "script": SCRIPT, "source": "measured", **record})
-    text = save_with_readings("\n".join(report(record)) + "\n", out)
-    print()
-    print(text)
-    return text
+    return {"cmd": " ".join([f"python {SCRIPT}", *argv]),
+            "repeats": repeats, "alternations": alternations,
+            "speed": speed, "models": models, "rounds": rounds, "memory": memory,
+            "table": [f"{f}/{d}: {e}" for (f, d), e in EXECUTION_TABLE.items()],
+            "machine": machine_lines(load_start), "seconds": time.perf_counter() - start,
+            "cpu seconds": children.children_user + children.children_system}
 
 
 if __name__ == "__main__":

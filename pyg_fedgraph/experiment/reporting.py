@@ -16,14 +16,14 @@ import datetime as dt
 import json
 import os
 import platform
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
 __all__ = ["READING", "keep_readings", "save_report", "save_with_readings", "read_record",
-           "write_record",
+           "write_record", "write_measured", "measured_report",
            "RECORDS_NAME", "machine_lines", "made_with",
            "runs_table", "RUNS_HEADER", "RUNS_RULE",
            "client_accuracies", "pooled_clients"]
@@ -180,6 +180,60 @@ def write_record(records: str | Path, record: Mapping[str, Any]) -> Path:
     text = "".join(json.dumps(entries[k], separators=(",", ":")) + "\n" for k in sorted(entries))
     save_report(text, records)
     return records
+
+
+def write_measured(out: str | Path | None, record: Mapping[str, Any], *, script: str,
+                   **tags: Any) -> Path | None:
+    r"""Writes ``record``, just measured by the benchmark ``script`` (its path
+    in the repository, e.g. ``"benchmarks/perf/dispatch.py"``), as the record
+    of the results file ``out`` in :data:`RECORDS_NAME` beside it
+    (:func:`write_record`): ``{"file": out.name, "script": script, **tags,
+    "source": "measured", **record}``. Returns the records file; with ``out``
+    ``None`` (a run that only prints) it writes nothing and returns ``None``."""
+    if out is None:
+        return None
+    out = Path(out)
+    return write_record(out.parent / RECORDS_NAME,
+                        {"file": out.name, "script": script, **tags, "source": "measured",
+                         **record})
+
+
+def measured_report(out: str | Path | None, report: Callable[[dict[str, Any]], str],
+                    measure: Callable[[], dict[str, Any]] | None, *, script: str,
+                    **tags: Any) -> str:
+    r"""The results file ``out`` of a speed benchmark made from its
+    measurement record, written with its hand-written readings kept; returns
+    its text.
+
+    With ``measure`` ``None`` (a script's ``--report-only``) the record is
+    read from :data:`RECORDS_NAME` beside ``out`` (:func:`read_record`) and
+    nothing is measured; otherwise ``measure()`` makes the record and
+    :func:`write_measured` writes it (with ``script`` and ``tags``) when
+    ``out`` is not ``None``. Either way ``report(record)`` is the file's
+    generated text, saved through :func:`save_with_readings` (only returned
+    when ``out`` is ``None``).
+
+    Args:
+        out (str or Path, optional): the results file, or ``None`` to write
+            nothing (only with ``measure``).
+        report (callable): the record to the file's Markdown.
+        measure (callable, optional): measures and returns the record;
+            ``None`` rebuilds from the stored one.
+        script (str): the benchmark's path in the repository, stored in the
+            record.
+        **tags: further entries stored before ``"source"`` (e.g. a study's
+            name).
+    """
+    if measure is None:
+        if out is None:
+            raise ValueError("a rebuild from the measurement record needs the results file "
+                             "(out is None)")
+        out = Path(out)
+        record = read_record(out.parent / RECORDS_NAME, out.name)
+    else:
+        record = measure()
+        write_measured(out, record, script=script, **tags)
+    return save_with_readings(report(record), out)
 
 
 def machine_lines(load_start: float) -> list[str]:

@@ -90,3 +90,36 @@ def test_save_with_readings_keeps_the_hand_written_part(tmp_path):
     path.write_text(path.read_text() + "\n### Reading\n\nBy hand.\n")
     out = save_with_readings("# R\n| 2 |\n", path)
     assert out == path.read_text() == "# R\n| 2 |\n\n### Reading\n\nBy hand.\n"
+
+
+def test_measured_report_writes_the_record_and_rebuilds_from_it(tmp_path):
+    from pyg_fedgraph.experiment.reporting import RECORDS_NAME, measured_report, read_record
+
+    def report(record):
+        return f"# R\n| {record['x']} |\n"
+
+    calls = []
+
+    def measure():
+        calls.append(1)
+        return {"x": 3}
+
+    out = tmp_path / "r.md"
+    # Measuring without a file: the report only, nothing written.
+    assert measured_report(None, report, measure, script="s.py") == "# R\n| 3 |\n"
+    assert list(tmp_path.iterdir()) == []
+    text = measured_report(out, report, measure, script="b/s.py", study="qp")
+    assert text == out.read_text() == "# R\n| 3 |\n" and len(calls) == 2
+    line = (tmp_path / RECORDS_NAME).read_text()
+    # file, script, the tags, then source; the record's own entries last.
+    assert line == '{"file":"r.md","script":"b/s.py","study":"qp","source":"measured","x":3}\n'
+    assert read_record(tmp_path / RECORDS_NAME, "r.md")["x"] == 3
+    # A rebuild measures nothing and keeps the readings written by hand.
+    out.write_text(text + "\n### Reading\n\nBy hand.\n")
+    rebuilt = measured_report(out, report, None, script="b/s.py")
+    assert rebuilt == out.read_text() == "# R\n| 3 |\n\n### Reading\n\nBy hand.\n"
+    assert len(calls) == 2
+    with pytest.raises(ValueError, match="needs the results file"):
+        measured_report(None, report, None, script="b/s.py")
+    with pytest.raises(ValueError, match=r"no record of q\.md"):
+        measured_report(tmp_path / "q.md", report, None, script="b/s.py")
