@@ -60,11 +60,12 @@ from typing import Any
 
 import torch
 
-from pyg_fedgraph.experiment import ExperimentConfig, RecordCache, build_simulator
+from pyg_fedgraph.experiment import ExperimentConfig, build_simulator
 from pyg_fedgraph.experiment.files import load_config
 from pyg_fedgraph.experiment.reporting import (
     RUNS_HEADER,
     RUNS_RULE,
+    benchmark_records,
     keep_readings,
     machine_lines,
     made_with,
@@ -92,7 +93,7 @@ def paper_rows(*path: str) -> dict[str, tuple[float, ...]]:
     return {name: tuple(v) for name, v in table.get("rows", table).items()}
 #: The records of finished runs (tracked) and the checkpoints of runs in progress
 #: (untracked, ``runs/claims_cache``), shared by every section.
-RUNS = RecordCache(RESULTS / "claims_runs", ROOT / "runs" / "claims_cache")
+RUNS = benchmark_records(ROOT)
 
 
 def run(cfg: ExperimentConfig, callbacks: list | None = None) -> tuple[Any, dict]:

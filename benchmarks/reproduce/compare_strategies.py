@@ -30,22 +30,26 @@ import torch
 from pyg_fedgraph.cli.syntax import key_value
 from pyg_fedgraph.experiment import (
     ExperimentConfig,
-    RecordCache,
     build_dataset,
     check_config,
     parse_value,
     route_overrides,
 )
-from pyg_fedgraph.experiment.reporting import keep_readings, machine_lines, made_with, save_report
+from pyg_fedgraph.experiment.reporting import (
+    benchmark_records,
+    keep_readings,
+    machine_lines,
+    made_with,
+    save_report,
+)
 from pyg_fedgraph.simulation.report import format_table
 from pyg_fedgraph.strategies import STRATEGIES
 
 HERE = Path(__file__).resolve().parents[1]
 ROOT = HERE.parent
 RESULTS = HERE / "results"
-#: The records of finished runs (tracked) and checkpoints of runs in progress (untracked):
-#: the same folders as ``claims.py``'s.
-RUNS = RecordCache(RESULTS / "claims_runs", ROOT / "runs" / "claims_cache")
+#: The records of finished runs and checkpoints of runs in progress: ``claims.py``'s.
+RUNS = benchmark_records(ROOT)
 COMMAND = "python benchmarks/reproduce/compare_strategies.py"
 
 

@@ -31,8 +31,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
-from pyg_fedgraph.experiment import ExperimentConfig, RecordCache
+from pyg_fedgraph.experiment import ExperimentConfig
 from pyg_fedgraph.experiment.reporting import (
+    benchmark_records,
     keep_readings,
     machine_lines,
     made_with,
@@ -45,9 +46,8 @@ if TYPE_CHECKING:
 HERE = Path(__file__).resolve().parents[1]
 ROOT = HERE.parent
 RESULTS = HERE / "results"
-#: The records of finished runs (tracked) and checkpoints of runs in progress (untracked):
-#: the same folders as ``claims.py``'s.
-RUNS = RecordCache(RESULTS / "claims_runs", ROOT / "runs" / "claims_cache")
+#: The records of finished runs and checkpoints of runs in progress: ``claims.py``'s.
+RUNS = benchmark_records(ROOT)
 SEEDS = (0, 1, 2)
 #: The name of the study records of the commands.
 STUDY = "cli-default-job"

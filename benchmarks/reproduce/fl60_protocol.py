@@ -58,9 +58,10 @@ from typing import Any
 import torch
 
 from pyg_fedgraph.datasets import GRDA_DG60_ENV, GRDA_DG60_SHA256, fl60, grda_dg60_file
-from pyg_fedgraph.experiment import ExperimentConfig, RecordCache, build_simulator
+from pyg_fedgraph.experiment import ExperimentConfig, build_simulator
 from pyg_fedgraph.experiment.files import load_config
 from pyg_fedgraph.experiment.reporting import (
+    benchmark_records,
     client_accuracies,
     keep_readings,
     machine_lines,
@@ -72,9 +73,8 @@ from pyg_fedgraph.train import LocalConfig, train_pooled
 BENCH = Path(__file__).resolve().parents[1]
 ROOT = BENCH.parent
 RESULTS = BENCH / "results"
-#: The records of finished runs (tracked) and checkpoints of runs in progress
-#: (untracked): the folders ``claims.py`` uses.
-RUNS = RecordCache(RESULTS / "claims_runs", ROOT / "runs" / "claims_cache")
+#: The records of finished runs and checkpoints of runs in progress: ``claims.py``'s.
+RUNS = benchmark_records(ROOT)
 
 # ------------------------------------------------------------- the papers' numbers
 #: The papers' numbers (``benchmarks/papers.toml``, each table with its source).

@@ -70,13 +70,11 @@ from typing import Any
 import torch
 
 HERE = Path(__file__).resolve().parents[1]
-from pyg_fedgraph.experiment import ExperimentConfig, RecordCache  # noqa: E402
+from pyg_fedgraph.experiment import ExperimentConfig  # noqa: E402
 from pyg_fedgraph.experiment.records import config_key  # noqa: E402
-from pyg_fedgraph.experiment.reporting import keep_readings, save_report  # noqa: E402
+from pyg_fedgraph.experiment.reporting import benchmark_records, keep_readings, save_report  # noqa: E402
 
 ROOT = HERE.parent
-RECORDS = HERE / "results" / "graph_classification_runs"
-CACHE = ROOT / "runs" / "graph_classification_cache"
 OUT = HERE / "results" / "graph_classification_tu.md"
 #: The datasets' folder as the runs' settings name it (relative to the repository root).
 DATA_ROOT = "../shared/data/tu"
@@ -103,7 +101,7 @@ ONE_OPTIONS: dict[str, dict[str, Any]] = {"fedrep": {"model.share": "all"},
                                           "gcfl-plus": {"eps1": 0.03, "eps2": 0.06,
                                                         "seq_length": 10}}
 #: The records of the runs (tracked) and the checkpoints of runs in progress (untracked).
-RUNS = RecordCache(RECORDS, CACHE)
+RUNS = benchmark_records(ROOT, "graph_classification")
 
 
 def cross_config(strategy: str, seed: int, rounds: int | None = None) -> ExperimentConfig:

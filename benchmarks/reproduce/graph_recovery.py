@@ -48,8 +48,9 @@ from typing import Any
 
 import torch
 
-from pyg_fedgraph.experiment import ExperimentConfig, RecordCache, build_simulator, resolved_model
+from pyg_fedgraph.experiment import ExperimentConfig, build_simulator, resolved_model
 from pyg_fedgraph.experiment.reporting import (
+    benchmark_records,
     keep_readings,
     machine_lines,
     made_with,
@@ -61,9 +62,8 @@ from pyg_fedgraph.utils.recovery import graph_recovery
 HERE = Path(__file__).resolve().parents[1]
 ROOT = HERE.parent
 RESULTS = HERE / "results" / "graph_recovery.md"
-#: The records of finished runs (tracked) and checkpoints of runs in progress (untracked):
-#: the same folders as ``claims.py``'s.
-RUNS = RecordCache(HERE / "results" / "claims_runs", ROOT / "runs" / "claims_cache")
+#: The records of finished runs and checkpoints of runs in progress: ``claims.py``'s.
+RUNS = benchmark_records(ROOT)
 #: The name of the study records.
 STUDY = "graph-recovery"
 COMMAND = "python benchmarks/reproduce/graph_recovery.py"

@@ -47,13 +47,13 @@ import torch
 
 from pyg_fedgraph.experiment import (
     ExperimentConfig,
-    RecordCache,
     build_dataset,
     build_simulator,
     check_config,
     route_overrides,
 )
 from pyg_fedgraph.experiment.reporting import (
+    benchmark_records,
     keep_readings,
     machine_lines,
     made_with,
@@ -66,9 +66,8 @@ from pyg_fedgraph.utils import allocation_stats
 HERE = Path(__file__).resolve().parents[1]
 ROOT = HERE.parent
 RESULTS = HERE / "results" / "pfedgat_allocation.md"
-#: The records of finished runs (tracked) and checkpoints of runs in progress (untracked):
-#: the same folders as ``claims.py``'s.
-RUNS = RecordCache(HERE / "results" / "claims_runs", ROOT / "runs" / "claims_cache")
+#: The records of finished runs and checkpoints of runs in progress: ``claims.py``'s.
+RUNS = benchmark_records(ROOT)
 #: The name of the pFedGAT runs' study records (section E of ``claims.py`` too).
 STUDY = "allocation"
 COMMAND = "python benchmarks/reproduce/pfedgat_allocation.py"

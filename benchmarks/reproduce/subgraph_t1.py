@@ -30,8 +30,9 @@ from typing import Any
 
 import torch
 
-from pyg_fedgraph.experiment import ExperimentConfig, RecordCache
+from pyg_fedgraph.experiment import ExperimentConfig
 from pyg_fedgraph.experiment.reporting import (
+    benchmark_records,
     keep_readings,
     machine_lines,
     runs_table,
@@ -41,9 +42,8 @@ from pyg_fedgraph.experiment.reporting import (
 HERE = Path(__file__).resolve().parents[1]
 ROOT = HERE.parent
 RESULTS = HERE / "results"
-#: The records of finished runs (tracked) and checkpoints of runs in progress (untracked):
-#: the same folders as ``claims.py``'s.
-RUNS = RecordCache(RESULTS / "claims_runs", ROOT / "runs" / "claims_cache")
+#: The records of finished runs and checkpoints of runs in progress: ``claims.py``'s.
+RUNS = benchmark_records(ROOT)
 #: Planetoid's files, relative to the repository root (the records' keys hold this
 #: string, so they are the same in every checkout beside ``../shared``).
 DATA_ROOT = "../shared/data/planetoid"

@@ -22,8 +22,10 @@ from typing import Any
 
 import torch
 
+from pyg_fedgraph.experiment.records import RecordCache
+
 __all__ = ["READING", "keep_readings", "save_report", "save_with_readings", "read_record",
-           "write_record", "write_measured", "measured_report",
+           "write_record", "write_measured", "measured_report", "benchmark_records",
            "RECORDS_NAME", "machine_lines", "made_with",
            "runs_table", "RUNS_HEADER", "RUNS_RULE",
            "client_accuracies", "pooled_clients"]
@@ -234,6 +236,28 @@ def measured_report(out: str | Path | None, report: Callable[[dict[str, Any]], s
         record = measure()
         write_measured(out, record, script=script, **tags)
     return save_with_readings(report(record), out)
+
+
+def benchmark_records(checkout: str | Path, name: str = "claims") -> RecordCache:
+    r"""The record cache of the reproduction benchmarks of the repository
+    checkout ``checkout`` (the folder holding ``benchmarks/``): the records of
+    finished runs in ``benchmarks/results/<name>_runs`` (tracked) and the
+    checkpoints of runs in progress in ``runs/<name>_cache`` (untracked).
+
+    ``"claims"`` (the default) is the cache of ``claims.py`` and of every
+    script that reuses its runs; a study with runs of its own names its own
+    (e.g. ``"graph_classification"``).
+
+    Example:
+        >>> cache = benchmark_records("/src/repo")
+        >>> cache.records.as_posix()
+        '/src/repo/benchmarks/results/claims_runs'
+        >>> cache.checkpoints.as_posix()
+        '/src/repo/runs/claims_cache'
+    """
+    checkout = Path(checkout)
+    return RecordCache(checkout / "benchmarks" / "results" / f"{name}_runs",
+                       checkout / "runs" / f"{name}_cache")
 
 
 def machine_lines(load_start: float) -> list[str]:

@@ -1,6 +1,8 @@
 """pyg_fedgraph.experiment.reporting: the pieces of a results file, by hand."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from pyg_fedgraph.experiment.reporting import (
@@ -123,3 +125,21 @@ def test_measured_report_writes_the_record_and_rebuilds_from_it(tmp_path):
         measured_report(None, report, None, script="b/s.py")
     with pytest.raises(ValueError, match=r"no record of q\.md"):
         measured_report(tmp_path / "q.md", report, None, script="b/s.py")
+
+
+def test_benchmark_records_are_the_checkouts_folders(tmp_path):
+    from pyg_fedgraph.experiment import RecordCache
+    from pyg_fedgraph.experiment.reporting import benchmark_records
+
+    claims = benchmark_records(tmp_path)
+    assert isinstance(claims, RecordCache)
+    assert claims.records == tmp_path / "benchmarks" / "results" / "claims_runs"
+    assert claims.checkpoints == tmp_path / "runs" / "claims_cache"
+    own = benchmark_records(str(tmp_path), "graph_classification")
+    assert own.records == tmp_path / "benchmarks" / "results" / "graph_classification_runs"
+    assert own.checkpoints == tmp_path / "runs" / "graph_classification_cache"
+    assert list(tmp_path.iterdir()) == []  # naming the folders makes none
+    # The repository's own scripts read the records committed beside them.
+    repo = Path(__file__).resolve().parents[2]
+    assert (repo / "benchmarks" / "results" / "claims_runs").is_dir()
+    assert benchmark_records(repo).records.is_dir()
