@@ -291,22 +291,36 @@ def norm_lines(done: list[tuple[str, int, dict[str, Any]]]) -> list[str]:
     return out
 
 
+def section_records(section: str) -> tuple[dict[str, list[dict[str, Any]]],
+                                           list[tuple[str, int]],
+                                           list[tuple[str, int, dict[str, Any]]]]:
+    r"""The records of ``section`` (every strategy and seed): each strategy's
+    records over the seeds, the (strategy, seed) runs not yet made, and the
+    (strategy, seed, record) runs made, in the order of the table."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    pending: list[tuple[str, int]] = []
+    done: list[tuple[str, int, dict[str, Any]]] = []
+    for name in STRATEGIES:
+        found[name] = []
+        for seed in SEEDS:
+            entry = RUNS.load(CONFIGS[section](name, seed))
+            if entry is None:
+                pending.append((name, seed))
+            else:
+                found[name].append(entry)
+                done.append((name, seed, entry))
+    return found, pending, done
+
+
 def report() -> str:
     r"""The results file rebuilt from the records (its hand-written
     ``### Reading`` blocks aside: :func:`main` keeps them)."""
     rows = ["| strategy | test accuracy % | per-client-best % | ARI final | ARI best "
             "(first round) | ARI mean over rounds | rounds with ARI >= 0.9 | seconds per run |",
             "|---|---:|---:|---:|---:|---:|---:|---:|"]
-    pending, done = [], []
+    found, pending, done = section_records("G1")
     for name in STRATEGIES:
-        entries = []
-        for seed in SEEDS:
-            entry = RUNS.load(cross_config(name, seed))
-            if entry is None:
-                pending.append((name, seed))
-            else:
-                entries.append(entry)
-                done.append((name, seed, entry))
+        entries = found[name]
         test = [e["summary"]["test"] for e in entries]
         best = [e["summary"]["test_per_client_best"] for e in entries]
         ari_cells = ["-", "-", "-", "-"]
@@ -397,16 +411,9 @@ def one_dataset_section() -> list[str]:
     and GCFL+'s clusters and criterion norms, the runs and those to make."""
     rows = ["| strategy | test accuracy % | per-client-best % | clusters at the end | "
             "seconds per run |", "|---|---:|---:|---:|---:|"]
-    pending, done = [], []
+    found, pending, done = section_records("G2")
     for name in STRATEGIES:
-        entries = []
-        for seed in SEEDS:
-            entry = RUNS.load(one_config(name, seed))
-            if entry is None:
-                pending.append((name, seed))
-            else:
-                entries.append(entry)
-                done.append((name, seed, entry))
+        entries = found[name]
         clusters = [len(set(trace["labels"][-1])) for e in entries
                     for trace in [e.get("traces", {}).get("grouping")] if trace]
         secs = (f"{statistics.fmean([e['seconds'] for e in entries]):.0f}" if entries
