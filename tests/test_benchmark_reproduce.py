@@ -6,7 +6,6 @@ records, identical but for its machine lines."""
 from __future__ import annotations
 
 import importlib
-import logging
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -82,19 +81,8 @@ def study(runs: RecordCache, cfg: ExperimentConfig, name: str, test: float,
     runs.run_study(cfg, name, lambda: (Finished(test), figures), refresh=refresh)
 
 
-def main(module: Any, argv: list[str]) -> str:
-    r"""``module.main(argv)``, leaving torch's thread count and the package's
-    log level as they were."""
-    threads, level = torch.get_num_threads(), logging.getLogger("pyg_fedgraph").level
-    try:
-        return module.main(argv)
-    finally:
-        torch.set_num_threads(threads)
-        logging.getLogger("pyg_fedgraph").setLevel(level)
-
-
 @pytest.mark.parametrize("script", ["compare_strategies"], indirect=True)
-def test_compare_strategies_by_hand(script, tmp_path):
+def test_compare_strategies_by_hand(script, tmp_path, run_main):
     args = script.parser().parse_args(["--seeds", "2", "--strategies", "local,fedavg,panacea"])
     local, fedavg = script.configs(args, "local"), script.configs(args, "fedavg")
     store(script.RUNS, local[0], 0.8, seconds=4.0, cpu=1.0, date="2026-01-01")
@@ -102,8 +90,8 @@ def test_compare_strategies_by_hand(script, tmp_path):
     store(script.RUNS, fedavg[0], 0.5, seconds=2.0, cpu=4.0, date="2026-01-02")
     out = tmp_path / "compare.md"
     out.write_text("# old\n\n### Reading\nWritten by hand.\n")
-    text = main(script, ["--seeds", "2", "--strategies", "local,fedavg,panacea", "--cached-only",
-                         "--out", str(out)])
+    text = run_main(script, ["--seeds", "2", "--strategies", "local,fedavg,panacea",
+                             "--cached-only", "--out", str(out)])
     # local: mean of 0.8 and 0.9; sample std 0.1 / sqrt(2); (4 / 20 + 6 / 20) / 2 s a round,
     # (1 / 20 + 2 / 20) / 2 CPU s a round.
     assert "| local | 0.8500 | 0.0707 | 0.2500 | 0.0750 | 2 |  |" in text
@@ -121,7 +109,7 @@ def test_compare_strategies_by_hand(script, tmp_path):
 
 
 @pytest.mark.parametrize("script", ["default_job"], indirect=True)
-def test_default_job_by_hand(script, tmp_path):
+def test_default_job_by_hand(script, tmp_path, run_main):
     names = ["local", "fedavg", "fedavg-ft", "pfedgraph"]
     for seed, tests, wall, cpu in ((0, [0.70, 0.30, 0.60, 0.75], 20.0, 10.0),
                                    (2, [0.72, 0.20, 0.50, 0.70], 30.0, 12.5)):
@@ -130,7 +118,7 @@ def test_default_job_by_hand(script, tmp_path):
               command_wall_seconds=wall, command_cpu_seconds=cpu,
               config_yaml=f"dataset: digits\nseed: {seed}\nprovenance:\n  git: abc\n")
     out = tmp_path / "default_job.md"
-    text = main(script, ["--cached-only", "--out", str(out)])
+    text = run_main(script, ["--cached-only", "--out", str(out)])
     assert "| seed | local | fedavg | fedavg-ft | pfedgraph |" in text
     assert "| 0 | 0.7000 | 0.3000 | 0.6000 | 0.7500 | yes | 20.0 | 10.0 |" in text
     assert "| 1 | pending | pending | pending | pending |  | | |" in text
@@ -141,7 +129,7 @@ def test_default_job_by_hand(script, tmp_path):
         in text
     assert out.read_text() == text
     # Without --cached-only, a recorded seed is read back, not run again.
-    assert main(script, ["--seeds", "0,2", "--no-write", "--out", str(out)]).split(
+    assert run_main(script, ["--seeds", "0,2", "--no-write", "--out", str(out)]).split(
         "## Machine")[0] == text.split("## Machine")[0]
 
 
@@ -158,13 +146,13 @@ RECOVERY = {"ri": 1.0, "ari_components": 1.0, "series": [0.5, 0.95, 1.0], "round
 
 
 @pytest.mark.parametrize("script", ["graph_recovery"], indirect=True)
-def test_graph_recovery_by_hand(script, tmp_path):
+def test_graph_recovery_by_hand(script, tmp_path, run_main):
     for seed, ari in ((0, 1.0), (1, 1.0), (2, 0.95)):
         study(script.RUNS, script.planted_config("pfedgraph", 1.0, seed), script.STUDY, 0.9,
               ari=ari, **RECOVERY)
     study(script.RUNS, script.cora_config("pfedgraph"), script.STUDY, 0.8, ari=1.0,
           **RECOVERY)
-    text = main(script, ["--cached-only", "--out", str(tmp_path / "recovery.md")])
+    text = run_main(script, ["--cached-only", "--out", str(tmp_path / "recovery.md")])
     # Rounds 2 and 3 of 1..3 reach 0.9; the seconds are the made-up studies' (instant).
     assert ("| s = 1.0 | pfedgraph | 1.000 / 1.000 / 0.950 | 1.000 / 1.000 / 1.000 | "
             "1.000 / 1.000 / 1.000 | 2 / 2 / 2 | 2 / 2 / 2 of 3 | 0.200 / 0.200 / 0.200 | "
@@ -178,7 +166,7 @@ def test_graph_recovery_by_hand(script, tmp_path):
     assert "- planted-graphs: gcn {}" in text
     study(script.RUNS, script.cora_config("pfedgraph"), script.STUDY, 0.8, refresh=True,
           ari=0.85, **RECOVERY)
-    text = main(script, ["--cached-only", "--no-write"])
+    text = run_main(script, ["--cached-only", "--no-write"])
     assert "split: **not met** (s = 1.0: 1.000 / 1.000 / 0.950; Cora: 0.850)." in text
 
 
@@ -188,7 +176,7 @@ def allocation(same: float, within: float, between: float, own: float, dev: floa
 
 
 @pytest.mark.parametrize("script", ["pfedgat_allocation"], indirect=True)
-def test_pfedgat_allocation_by_hand(script, tmp_path, monkeypatch):
+def test_pfedgat_allocation_by_hand(script, tmp_path, monkeypatch, run_main):
     variants = {v: script.VARIANTS[v] for v in ("local", "pfedgat", "pfedgat-paper")}
     # A variant the library refuses is named with its error, not listed as pending.
     variants["refused"] = ("pfedgat", {"no_such_option": 1})
@@ -199,7 +187,7 @@ def test_pfedgat_allocation_by_hand(script, tmp_path, monkeypatch):
           **allocation(0.9, 0.1, 0.01, 0.5, 0.1))
     study(script.RUNS, script.config("pfedgat", "pathological", 1, 30), script.STUDY, 0.80,
           **allocation(0.7, 0.2, 0.03, 0.3, 0.2))
-    text = main(script, ["--seeds", "2", "--cached-only", "--out", str(tmp_path / "a.md")])
+    text = run_main(script, ["--seeds", "2", "--cached-only", "--out", str(tmp_path / "a.md")])
     assert "## pathological (uniform weights give a same-class share of 0.28)" in text
     # Means and sample stds of two seeds; 0.95 >= 0.90 and 0.80 >= 0.80: both reach Local.
     assert "| local | 85.00 ± 7.07 | - | - | - | - | - | - |" in text
@@ -246,11 +234,12 @@ COMMITTED = [
 
 @pytest.mark.parametrize(("name", "argv", "results"), COMMITTED,
                          ids=[c[2] for c in COMMITTED])
-def test_committed_results_rebuild_from_the_committed_records(monkeypatch, name, argv, results):
+def test_committed_results_rebuild_from_the_committed_records(monkeypatch, name, argv, results,
+                                                              run_main):
     module = load(monkeypatch, name)
     try:
         no_training(monkeypatch, module)
-        text = main(module, [*argv, "--cached-only", "--no-write"])
+        text = run_main(module, [*argv, "--cached-only", "--no-write"])
         committed = (BENCH / "results" / results).read_text()
         assert "pending" not in text.split("## Machine")[0] or name == "subgraph_t1"
         assert text.split("## Machine")[0] == committed.split("## Machine")[0]

@@ -17,14 +17,6 @@ from pyg_fedgraph.experiment.reporting import made_with, pooled_clients, runs_ta
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
-@pytest.fixture
-def runs(monkeypatch, tmp_path):
-    r"""The benchmarks' record cache, its folders in ``tmp_path``."""
-    monkeypatch.syspath_prepend(str(BENCH / "reproduce"))
-    monkeypatch.syspath_prepend(str(BENCH / "perf"))
-    return RecordCache(tmp_path / "records", tmp_path / "cache")
-
-
 def write_record(runs, cfg: ExperimentConfig, entry: dict) -> None:
     r"""A record of ``cfg`` in the benchmarks' record folder, as the cache writes them."""
     from pyg_fedgraph.experiment.records import config_key
@@ -237,19 +229,6 @@ def no_training(monkeypatch) -> None:
     monkeypatch.setattr(build, "build_simulator", refuse)
 
 
-def run_main(claims, argv: list[str]) -> None:
-    r"""``claims.main(argv)``, leaving torch's thread count and the package's
-    log level as they were (main sets both)."""
-    import logging
-
-    threads, level = torch.get_num_threads(), logging.getLogger("pyg_fedgraph").level
-    try:
-        claims.main(argv)
-    finally:
-        torch.set_num_threads(threads)
-        logging.getLogger("pyg_fedgraph").setLevel(level)
-
-
 def block(text: str, letter: str) -> str:
     r"""The characters of section ``letter`` of a results file, from its
     heading up to the next heading."""
@@ -271,7 +250,8 @@ def committed(monkeypatch):
 
 
 def test_committed_sections_b_to_f_rebuild_identical_from_their_records(committed,
-                                                                        monkeypatch, tmp_path):
+                                                                        monkeypatch, tmp_path,
+                                                                        run_main):
     results = BENCH / "results" / "claims.md"
     no_training(monkeypatch)
     out = tmp_path / "claims.md"
@@ -285,7 +265,8 @@ def test_committed_sections_b_to_f_rebuild_identical_from_their_records(committe
 
 
 def test_cached_only_without_records_trains_nothing_and_lists_commands(claims, runs,
-                                                                       monkeypatch, tmp_path):
+                                                                       monkeypatch, tmp_path,
+                                                                       run_main):
     no_training(monkeypatch)
     out = tmp_path / "claims.md"
     run_main(claims, ["--cached-only", "--only", DIGITS_ONLY, "--out", str(out)])

@@ -8,19 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_benchmark_runs import block, no_training, run_main, write_study
-
-from pyg_fedgraph.experiment import RecordCache
+from test_benchmark_runs import block, no_training, write_study
 
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
-
-
-@pytest.fixture
-def runs(monkeypatch, tmp_path):
-    r"""The benchmarks' record cache, its folders in ``tmp_path``."""
-    monkeypatch.syspath_prepend(str(BENCH / "reproduce"))
-    monkeypatch.syspath_prepend(str(BENCH / "perf"))
-    return RecordCache(tmp_path / "records", tmp_path / "cache")
 
 
 @pytest.fixture
@@ -146,7 +136,8 @@ def test_fedaghn_fmnist_section_from_study_records_by_hand(claims, runs, monkeyp
 
 
 def test_sections_p_and_q_rebuild_without_training_and_keep_their_reading(claims, runs,
-                                                                          monkeypatch, tmp_path):
+                                                                          monkeypatch, tmp_path,
+                                                                          run_main):
     no_training(monkeypatch)
     rounds = claims.FEDCEDAR_FMNIST_ROUNDS
     for k in (3, 4, 5):

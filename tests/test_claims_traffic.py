@@ -13,20 +13,11 @@ from typing import Any
 import pytest
 
 from pyg_fedgraph.engine.rounds import num_sampled
-from pyg_fedgraph.experiment import RecordCache
 
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
 SHARED = next((p / "shared" / "data" for p in Path(__file__).resolve().parents
                if (p / "shared" / "data").is_dir()), Path("../shared/data"))
 FRAGMENTS = SHARED / "traffic-fragments" / "dcrnn-pytorch-modified"
-
-
-@pytest.fixture
-def runs(monkeypatch, tmp_path):
-    r"""The benchmarks' record cache, its folders in ``tmp_path``."""
-    monkeypatch.syspath_prepend(str(BENCH / "reproduce"))
-    monkeypatch.syspath_prepend(str(BENCH / "perf"))
-    return RecordCache(tmp_path / "records", tmp_path / "cache")
 
 
 @pytest.fixture

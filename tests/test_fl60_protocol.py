@@ -4,13 +4,11 @@ hand; the pooled baseline's study record; the keys of its runs."""
 from __future__ import annotations
 
 import importlib
-import logging
 import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-import torch
 
 from pyg_fedgraph.experiment import RecordCache
 from pyg_fedgraph.experiment.records import config_key
@@ -46,23 +44,12 @@ def no_training(monkeypatch, module) -> None:
         monkeypatch.setattr(owner, name, refuse)
 
 
-def run_main(module, argv: list[str]) -> str:
-    r"""``main(argv)``, leaving torch's threads and the package's log level as they
-    were (main sets both)."""
-    threads, level = torch.get_num_threads(), logging.getLogger("pyg_fedgraph").level
-    try:
-        return module.main(argv)
-    finally:
-        torch.set_num_threads(threads)
-        logging.getLogger("pyg_fedgraph").setLevel(level)
-
-
 def before_machine(text: str) -> str:
     return text[:text.index("\n## Machine")]
 
 
 def test_committed_file_rebuilds_identical_from_records_without_training(fl60p, monkeypatch,
-                                                                         tmp_path):
+                                                                         tmp_path, run_main):
     no_training(monkeypatch, fl60p)
     out = tmp_path / "fl60_protocol.md"
     run_main(fl60p, ["--out", str(out)])
@@ -78,7 +65,7 @@ def test_committed_file_rebuilds_identical_from_records_without_training(fl60p, 
     assert sum("study" in e for e in fl60p.RUNS.used.values()) == 2
 
 
-def test_readings_come_from_the_named_file_and_survive(fl60p, monkeypatch, tmp_path):
+def test_readings_come_from_the_named_file_and_survive(fl60p, monkeypatch, tmp_path, run_main):
     no_training(monkeypatch, fl60p)
     mine = tmp_path / "mine.md"
     mine.write_text("# x\n\n## Spread across clients\n\n### Reading\n\nBy hand.\n")
