@@ -7,7 +7,8 @@ algorithm choice) do not promise. On the CPU nothing changes: its kernels are
 deterministic already, and the suite runs as users run.
 
 The fixtures of the tests of the benchmark scripts (``benchmarks/``) live here
-too: a record cache in a temporary folder (``runs``) and a call of a script's
+too: a record cache in a temporary folder (``runs``), ``claims.py`` reading it
+(``claims``), and a call of a script's
 ``main`` that leaves torch's thread count and the package's log level as they
 were (``run_main``)."""
 from __future__ import annotations
@@ -39,6 +40,20 @@ def runs(monkeypatch, tmp_path):
     monkeypatch.syspath_prepend(str(BENCH / "reproduce"))
     monkeypatch.syspath_prepend(str(BENCH / "perf"))
     return RecordCache(tmp_path / "records", tmp_path / "cache")
+
+
+@pytest.fixture
+def claims(runs, monkeypatch):
+    r"""``benchmarks/reproduce/claims.py`` as a module, its record cache
+    :func:`runs` and no pending runs of the queue; forgotten afterwards."""
+    import importlib
+    import sys
+
+    module = importlib.import_module("claims")
+    monkeypatch.setattr(module, "PENDING", {})
+    monkeypatch.setattr(module, "RUNS", runs)
+    yield module
+    sys.modules.pop("claims", None)
 
 
 @pytest.fixture

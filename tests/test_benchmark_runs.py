@@ -27,15 +27,6 @@ def write_record(runs, cfg: ExperimentConfig, entry: dict) -> None:
     (runs.records / f"{config_key(cfg)}.json").write_text(json.dumps(entry))
 
 
-@pytest.fixture
-def claims(runs, monkeypatch):
-    module = importlib.import_module("claims")
-    monkeypatch.setattr(module, "PENDING", {})
-    monkeypatch.setattr(module, "RUNS", runs)
-    yield module
-    sys.modules.pop("claims", None)
-
-
 def test_cached_only_lists_missing_runs_with_their_command(claims, runs):
     cfg = claims.fmnist_config("extreme", "local", "full")
     # A finished run of one cell (numbers made up for the test).

@@ -3,23 +3,7 @@ Table 9 on Fashion-MNIST, issue 36 items 3 and 4): their configurations, rows, f
 lines and pending runs, rebuilt from study records written by hand without training."""
 from __future__ import annotations
 
-import importlib
-import sys
-from pathlib import Path
-
-import pytest
 from test_benchmark_runs import block, no_training, write_study
-
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
-
-
-@pytest.fixture
-def claims(runs, monkeypatch):
-    module = importlib.import_module("claims")
-    monkeypatch.setattr(module, "PENDING", {})
-    monkeypatch.setattr(module, "RUNS", runs)
-    yield module
-    sys.modules.pop("claims", None)
 
 
 def rand_index_study(claims, runs, k: int, ri: list[float], ari: list[float]) -> None:

@@ -5,29 +5,17 @@ G's FedCEDAR row beside its two variants. Rebuilt from records written by hand w
 training."""
 from __future__ import annotations
 
-import importlib
-import sys
-from pathlib import Path
-
 import pytest
 from test_benchmark_runs import no_training
 
-from pyg_fedgraph.experiment import RecordCache
 from pyg_fedgraph.experiment.runner import plain_settings
-
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
 @pytest.fixture
-def claims(monkeypatch, tmp_path):
-    monkeypatch.syspath_prepend(str(BENCH / "reproduce"))
-    monkeypatch.syspath_prepend(str(BENCH / "perf"))
-    module = importlib.import_module("claims")
-    monkeypatch.setattr(module, "PENDING", {})
-    monkeypatch.setattr(module, "RUNS", RecordCache(tmp_path / "records", tmp_path / "cache"))
+def claims(claims, monkeypatch):
+    r"""conftest's ``claims``, with every way to train refused."""
     no_training(monkeypatch)
-    yield module
-    sys.modules.pop("claims", None)
+    return claims
 
 
 def store(claims, level: str, strategy: str, pcb: float, seed: int = 0) -> None:

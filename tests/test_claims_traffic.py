@@ -3,10 +3,8 @@ fragments): its configurations, the rate choice, the cells, the goal line and th
 runs, from records written by hand; and its sigma constants against the shared files."""
 from __future__ import annotations
 
-import importlib
 import json
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +24,10 @@ def records(runs) -> Path:
 
 
 @pytest.fixture
-def claims(runs, monkeypatch, tmp_path):
-    module = importlib.import_module("claims")
-    monkeypatch.setattr(module, "PENDING", {})
-    monkeypatch.setattr(module, "TRAFFIC_COST", tmp_path / "traffic_rounds.json")
-    monkeypatch.setattr(module, "RUNS", runs)
-    yield module
-    sys.modules.pop("claims", None)
+def claims(claims, monkeypatch, tmp_path):
+    r"""conftest's ``claims``, its traffic cost file in ``tmp_path``."""
+    monkeypatch.setattr(claims, "TRAFFIC_COST", tmp_path / "traffic_rounds.json")
+    return claims
 
 
 def write(records: Path, cfg, summary: dict | None = None, metrics: dict | None = None,
