@@ -101,7 +101,7 @@ ONE_OPTIONS: dict[str, dict[str, Any]] = {"fedrep": {"model.share": "all"},
                                           "gcfl-plus": {"eps1": 0.03, "eps2": 0.06,
                                                         "seq_length": 10}}
 #: The records of the runs (tracked) and the checkpoints of runs in progress (untracked).
-RUNS = benchmark_records(ROOT, "graph_classification")
+RUNS = benchmark_records(ROOT, "graph_classification", checkpoint_seconds=60.0)
 
 
 def cross_config(strategy: str, seed: int, rounds: int | None = None) -> ExperimentConfig:

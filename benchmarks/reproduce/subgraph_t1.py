@@ -11,8 +11,8 @@ Usage::
         --seeds 0 --strategies local,fedavg,fedpub,pfedgraph          # run what is missing
 
 Each run is a record in ``benchmarks/results/claims_runs/`` (committed; a run
-in progress is checkpointed every round under ``runs/claims_cache/``), the
-same cache as ``claims.py``.
+in progress is checkpointed at most once a minute under ``runs/claims_cache/``),
+the same cache as ``claims.py``.
 """
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ HERE = Path(__file__).resolve().parents[1]
 ROOT = HERE.parent
 RESULTS = HERE / "results"
 #: The records of finished runs and checkpoints of runs in progress: ``claims.py``'s.
-RUNS = benchmark_records(ROOT)
+RUNS = benchmark_records(ROOT, checkpoint_seconds=60.0)
 #: Planetoid's files, relative to the repository root (the records' keys hold this
 #: string, so they are the same in every checkout beside ``../shared``).
 DATA_ROOT = "../shared/data/planetoid"

@@ -238,7 +238,8 @@ def measured_report(out: str | Path | None, report: Callable[[dict[str, Any]], s
     return save_with_readings(report(record), out)
 
 
-def benchmark_records(checkout: str | Path, name: str = "claims") -> RecordCache:
+def benchmark_records(checkout: str | Path, name: str = "claims", *,
+                      checkpoint_seconds: float = 0.0) -> RecordCache:
     r"""The record cache of the reproduction benchmarks of the repository
     checkout ``checkout`` (the folder holding ``benchmarks/``): the records of
     finished runs in ``benchmarks/results/<name>_runs`` (tracked) and the
@@ -246,7 +247,10 @@ def benchmark_records(checkout: str | Path, name: str = "claims") -> RecordCache
 
     ``"claims"`` (the default) is the cache of ``claims.py`` and of every
     script that reuses its runs; a study with runs of its own names its own
-    (e.g. ``"graph_classification"``).
+    (e.g. ``"graph_classification"``). ``checkpoint_seconds`` is the least
+    time between two checkpoints of a run (:class:`RecordCache`; ``0.0``:
+    every round; runs whose rounds take under a second spend a good share of
+    their time writing a checkpoint every round).
 
     Example:
         >>> cache = benchmark_records("/src/repo")
@@ -257,7 +261,8 @@ def benchmark_records(checkout: str | Path, name: str = "claims") -> RecordCache
     """
     checkout = Path(checkout)
     return RecordCache(checkout / "benchmarks" / "results" / f"{name}_runs",
-                       checkout / "runs" / f"{name}_cache")
+                       checkout / "runs" / f"{name}_cache",
+                       checkpoint_seconds=checkpoint_seconds)
 
 
 def machine_lines(load_start: float) -> list[str]:

@@ -138,6 +138,8 @@ def test_benchmark_records_are_the_checkouts_folders(tmp_path):
     own = benchmark_records(str(tmp_path), "graph_classification")
     assert own.records == tmp_path / "benchmarks" / "results" / "graph_classification_runs"
     assert own.checkpoints == tmp_path / "runs" / "graph_classification_cache"
+    assert claims.checkpoint_seconds == 0.0
+    assert benchmark_records(tmp_path, checkpoint_seconds=60.0).checkpoint_seconds == 60.0
     assert list(tmp_path.iterdir()) == []  # naming the folders makes none
     # The repository's own scripts read the records committed beside them.
     repo = Path(__file__).resolve().parents[2]
