@@ -144,6 +144,9 @@ def test_the_section_reads_records_and_lists_what_is_missing_with_its_command(cl
 def test_the_sigmas_are_the_fragments(claims, dataset, folder):
     from pyg_fedgraph.datasets import load_dataset
 
+    if not any((FRAGMENTS / folder).rglob("train.npz")):  # a copy may hold one fragment only
+        pytest.skip(f"{FRAGMENTS / folder} holds no DCRNN npz files")
+
     data: Any = load_dataset(dataset, root=FRAGMENTS / folder)  # a TrafficDataset
     without, with_zeros = claims.TRAFFIC_SIGMA[dataset]
     train_steps = data.split_windows["train"][1] + data.input_steps - 1

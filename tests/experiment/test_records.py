@@ -79,7 +79,9 @@ def test_an_interrupted_run_resumes_to_the_uninterrupted_records(tmp_path, crash
     same(entry, fresh.run(cfg, local_models_as=twin))
     same(cache.load(twin), fresh.load(twin))
     assert entry["config"] == json.loads(json.dumps(cfg.to_dict()))
-    assert entry["device"] == "cpu" and entry["torch"] == torch.__version__
+    # The default device, auto, is CUDA where a GPU is.
+    assert entry["device"] == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert entry["torch"] == torch.__version__
     # On the CPU the numbers can move with the instruction set torch's kernels use.
     assert entry["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     assert cache.run(cfg) is not None  # read back at once
