@@ -10,7 +10,8 @@ The fixtures of the tests of the benchmark scripts (``benchmarks/``) live here
 too: a record cache in a temporary folder (``runs``), ``claims.py`` reading it
 (``claims``), and a call of a script's
 ``main`` that leaves torch's thread count and the package's log level as they
-were (``run_main``)."""
+were (``run_main``); and ``fragment_folder``, the traffic fragments of
+``../shared`` or a skip naming the one missing, for the tests in any folder."""
 from __future__ import annotations
 
 import logging
@@ -24,6 +25,12 @@ import torch
 
 #: The benchmark scripts' folder.
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
+#: DCRNN's processed npz fragments in ../shared/data (one level further up from a worktree).
+FRAGMENTS = next((p / "shared" / "data" for p in Path(__file__).resolve().parents
+                  if (p / "shared" / "data").is_dir()),
+                 Path("../shared/data")) / "traffic-fragments" / "dcrnn-pytorch-modified"
+#: The PEMS-BAY fragment's five highway groups, each a folder of DCRNN's npz files.
+PEMS_BAY_GROUPS = ("CA85", "CA87", "I280", "I680", "I880")
 
 if torch.cuda.is_available():
     # cuBLAS reads it when it starts; deterministic matrix products need it.
@@ -71,3 +78,19 @@ def run_main() -> Callable[[Any, list[str]], Any]:
             logging.getLogger("pyg_fedgraph").setLevel(level)
 
     return call
+
+
+@pytest.fixture
+def fragment_folder() -> Callable[[str], Path]:
+    r"""``fragment_folder("METR-LA")`` or ``("PEMS-BAY")``: that fragment's folder, or a
+    skip naming the first file missing. A copy of ../shared may hold one dataset's fragment
+    and not the other's, or only some of PEMS-BAY's groups (then its federation and its
+    sigma are not the ones the tests expect)."""
+    def folder_of(folder: str) -> Path:
+        path = FRAGMENTS / folder
+        parts = [path / g for g in PEMS_BAY_GROUPS] if folder == "PEMS-BAY" else [path]
+        missing = [p for p in parts if not (p / "train.npz").exists()]
+        if missing:
+            pytest.skip(f"{missing[0]}/train.npz not present")
+        return path
+    return folder_of

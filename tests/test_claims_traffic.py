@@ -13,9 +13,6 @@ import pytest
 from pyg_fedgraph.engine.rounds import num_sampled
 
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
-SHARED = next((p / "shared" / "data" for p in Path(__file__).resolve().parents
-               if (p / "shared" / "data").is_dir()), Path("../shared/data"))
-FRAGMENTS = SHARED / "traffic-fragments" / "dcrnn-pytorch-modified"
 
 
 @pytest.fixture
@@ -138,16 +135,11 @@ def test_the_section_reads_records_and_lists_what_is_missing_with_its_command(cl
     assert "- Goal (Panacea's ordering of Table II): pending" in text
 
 
-@pytest.mark.skipif(not (FRAGMENTS / "METR-LA" / "train.npz").exists(),
-                    reason="../shared/data/traffic-fragments not present")
 @pytest.mark.parametrize("dataset, folder", [("metr-la", "METR-LA"), ("pems-bay", "PEMS-BAY")])
-def test_the_sigmas_are_the_fragments(claims, dataset, folder):
+def test_the_sigmas_are_the_fragments(claims, dataset, folder, fragment_folder):
     from pyg_fedgraph.datasets import load_dataset
 
-    if not any((FRAGMENTS / folder).rglob("train.npz")):  # a copy may hold one fragment only
-        pytest.skip(f"{FRAGMENTS / folder} holds no DCRNN npz files")
-
-    data: Any = load_dataset(dataset, root=FRAGMENTS / folder)  # a TrafficDataset
+    data: Any = load_dataset(dataset, root=fragment_folder(folder))  # a TrafficDataset
     without, with_zeros = claims.TRAFFIC_SIGMA[dataset]
     train_steps = data.split_windows["train"][1] + data.input_steps - 1
     assert float(data.std[0]) == pytest.approx(without, abs=1e-3)

@@ -8,7 +8,7 @@ import shutil
 import numpy as np
 import pytest
 from torch_geometric.utils import to_dense_adj
-from traffic_helpers import FRAGMENTS, SHARED, fragment_folder, needs_fragments, one_line_error
+from traffic_helpers import FRAGMENTS, SHARED, needs_fragments, one_line_error
 
 from pyg_fedgraph.cli import main as cli_main
 from pyg_fedgraph.datasets import load_dataset
@@ -71,7 +71,8 @@ def test_a_changed_value_in_a_fragment_is_refused_in_one_line(tmp_path):
 
 @pytest.mark.parametrize("cls, graph_file, folder", [
     (METRLA, "metr-la/adj_mx.pkl", "METR-LA"), (PEMSBAY, "pems-bay/adj_mx_bay.pkl", "PEMS-BAY")])
-def test_the_subset_graph_is_the_full_graphs_rows_and_columns(cls, graph_file, folder):
+def test_the_subset_graph_is_the_full_graphs_rows_and_columns(cls, graph_file, folder,
+                                                              fragment_folder):
     if not (SHARED / graph_file).exists():
         pytest.skip(f"../shared/data/{graph_file} not present")
     root = fragment_folder(folder)
@@ -86,7 +87,7 @@ def test_the_subset_graph_is_the_full_graphs_rows_and_columns(cls, graph_file, f
         assert np.array_equal(dense, expected)
 
 
-def test_pems_bay_highways_are_one_federation_of_67_sensors(caplog):
+def test_pems_bay_highways_are_one_federation_of_67_sensors(caplog, fragment_folder):
     fragment_folder("PEMS-BAY")
     with caplog.at_level(logging.INFO, logger="pyg_fedgraph.datasets.traffic.npz"):
         ds = load_dataset("pems-bay", root=FRAGMENTS)
@@ -133,7 +134,7 @@ def test_the_command_line_runs_on_the_fragments(tmp_path, capfd):
 @pytest.mark.parametrize("dataset, folder, sensors", [("metr-la", "METR-LA", 20),
                                                        ("pems-bay", "PEMS-BAY", 67)])
 def test_the_issues_command_runs_on_a_fragments_folder_and_names_a_missing_one(
-        tmp_path, capfd, dataset, folder, sensors):
+        tmp_path, capfd, dataset, folder, sensors, fragment_folder):
     fragment_folder(folder)
     # Issue 37's acceptance: --set data.root=<the folder> --rounds 2 (a small model here).
     small = ["--strategy", "fedavg", "--rounds", "2", "--set", "model.hidden_channels=4",

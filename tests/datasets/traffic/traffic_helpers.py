@@ -86,21 +86,6 @@ FRAGMENTS = SHARED / "traffic-fragments" / "dcrnn-pytorch-modified"
 needs_fragments = pytest.mark.skipif(
     not (FRAGMENTS / "METR-LA" / "train.npz").exists(),
     reason="../shared/data/traffic-fragments/dcrnn-pytorch-modified not present")
-#: The PEMS-BAY fragment's five highway groups, each a folder of DCRNN's npz files.
-PEMS_BAY_GROUPS = ("CA85", "CA87", "I280", "I680", "I880")
-
-
-def fragment_folder(folder: str) -> Path:
-    r"""``FRAGMENTS / folder``, or a skip naming what is missing: a copy of
-    ../shared may hold one dataset's fragment and not the other's."""
-    path = FRAGMENTS / folder
-    parts = [path / g for g in PEMS_BAY_GROUPS] if folder == "PEMS-BAY" else [path]
-    missing = [p for p in parts if not (p / "train.npz").exists()]
-    if missing:
-        pytest.skip(f"{missing[0]}/train.npz not present")
-    return path
-
-
 def time_of_day(stamps):
     r"""DCRNN's time-of-day channel: (stamp - midnight) / one day."""
     stamps = np.asarray(stamps, dtype="datetime64[ns]")
