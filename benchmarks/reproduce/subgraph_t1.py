@@ -9,6 +9,8 @@ Usage::
     OMP_NUM_THREADS=1 python \
         benchmarks/reproduce/subgraph_t1.py --datasets cora --settings metis-10 \
         --seeds 0 --strategies local,fedavg,fedpub,pfedgraph          # run what is missing
+    OMP_NUM_THREADS=1 python \
+        benchmarks/reproduce/subgraph_t1.py --probe-fedavg 30     # why FedAvg-FT falls short
 
 Each run is a record in ``benchmarks/results/claims_runs/`` (committed; a run
 in progress is checkpointed at most once a minute under ``runs/claims_cache/``),
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import logging
 import math
 import os
@@ -318,6 +321,69 @@ def section(run_missing: bool, datasets: list[str] | None = None,
     return lines
 
 
+#: The probe's variants of the FedAvg run (``--probe-fedavg``): name -> overrides.
+PROBE_VARIANTS: dict[str, dict[str, Any]] = {
+    "as in the table": {},
+    "no dropout": {"model.dropout": 0.0},
+    "fresh Adam each round": {"keep_optimizer_state": False},
+}
+#: The rounds whose accuracies the probe prints.
+PROBE_ROUNDS = (1, 2, 4, 10, 20, 30)
+
+
+def probe_fedavg(seeds: list[int], rounds: int = 30, dataset: str = "cora",
+                 setting: str = "metis-10") -> list[str]:
+    r"""Why FedAvg-FT falls short of the authors' notebook: FedAvg runs of
+    ``rounds`` rounds under :data:`PROBE_VARIANTS`, each with its clients'
+    local models evaluated too (what ``fedavg-ft`` reads). Prints the mean
+    test accuracy (%) of the global and of the local models at
+    :data:`PROBE_ROUNDS`, the local models' best-validation round and test
+    there, and beside them the share of the largest class (what a model that
+    predicts one class everywhere scores: the mean over clients of that
+    class's share of their test nodes) and the range of FedAvg's client
+    weights :math:`n_i / \sum_j n_j`. Nothing is recorded."""
+    from pyg_fedgraph.engine import History
+    from pyg_fedgraph.experiment.build import build_simulator
+    from pyg_fedgraph.experiment.records import LocalModelsCallback
+    from pyg_fedgraph.experiment.runner import Runner
+
+    shown = [r for r in PROBE_ROUNDS if r <= rounds]
+    lines = [f"FedAvg on {dataset} {setting}, {rounds} rounds (`{COMMAND} --probe-fedavg`): mean "
+             "test accuracy (%) over clients of the global model (g) and of the local models "
+             "after their local epoch (l, what fedavg-ft reads) at rounds "
+             f"{', '.join(map(str, shown))}.", "",
+             "| variant | seed | " + " | ".join(f"r{r} g / l" for r in shown)
+             + " | l: best-val round, test | largest class's share | client weights |",
+             "|---|---:|" + "---:|" * len(shown) + "---:|---:|---:|"]
+    for name, over in PROBE_VARIANTS.items():
+        for seed in seeds:
+            base = config(dataset, setting, "fedavg", seed)
+            cfg = dataclasses.replace(base, rounds=rounds, overrides={**base.overrides, **over})
+            with contextlib.chdir(ROOT):
+                sim = build_simulator(cfg)
+            local = History(sim.history.metric, sim.history.higher_is_better,
+                            eval_clients=sim.history.eval_clients)
+            Runner(sim, callbacks={"local_models": LocalModelsCallback(local)}).run()
+
+            def curve(history: History, split: str) -> list[float]:
+                return [100 * float(torch.as_tensor(getattr(r, split)[history.metric]).mean())
+                        for r in history.records]
+
+            g, lt, lv = curve(sim.history, "test"), curve(local, "test"), curve(local, "val")
+            best = max(range(len(lv)), key=lv.__getitem__)
+            test = sim.dataset.splits["test"]
+            shares = torch.stack([
+                torch.bincount(test.y[i, :int(n)], minlength=int(test.y.max()) + 1).double()
+                / int(n) for i, n in enumerate(test.counts)]).mean(0)
+            w = sim.dataset.num_samples("train").double()
+            w = w / w.sum()
+            lines.append(f"| {name} | {seed} | "
+                         + " | ".join(f"{g[r - 1]:.1f} / {lt[r - 1]:.1f}" for r in shown)
+                         + f" | {best + 1}, {lt[best]:.2f} | {100 * float(shares.max()):.1f} | "
+                         f"{float(w.min()):.3f}-{float(w.max()):.3f} |")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--datasets", default=None, help="comma list (default: cora,citeseer)")
@@ -330,9 +396,17 @@ def main(argv: list[str] | None = None) -> str:
                         help="only read the records; run nothing")
     parser.add_argument("--no-write", action="store_true", help="run without writing the file")
     parser.add_argument("--out", type=Path, default=RESULTS / "subgraph_t1.md")
+    parser.add_argument("--probe-fedavg", type=int, metavar="ROUNDS", default=None,
+                        help="print the FedAvg probe (see probe_fedavg) over ROUNDS rounds on "
+                             "Cora METIS 10 and the --seeds; record and write nothing")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     logging.getLogger("pyg_fedgraph").setLevel(logging.ERROR)
+    if args.probe_fedavg is not None:
+        text = "\n".join(probe_fedavg([int(s) for s in (args.seeds or "0,1,2").split(",")],
+                                       args.probe_fedavg)) + "\n"
+        print(text)
+        return text
 
     def split(text: str | None) -> list[str] | None:
         return text.split(",") if text else None
