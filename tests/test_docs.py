@@ -29,8 +29,10 @@ def test_strategy_table_lists_every_registered_strategy():
     assert ":class:`~pyg_fedgraph.strategies.PFedGraph`" in table
     # Declared hyper-parameters with their defaults; a row that declares none says so.
     assert "``lam`` (``0.01``)" in table
+    local = table.split("   * - ``local``")[1].split("   * - ``")[0]
+    assert local.rstrip().endswith("     - none")
     fedavg = table.split("   * - ``fedavg``")[1].split("   * - ``")[0]
-    assert fedavg.rstrip().endswith("     - none")
+    assert fedavg.rstrip().endswith("     - ``weighting`` (``'samples'``)")
 
 
 def _inventory(path, names):

@@ -326,9 +326,10 @@ PROBE_VARIANTS: dict[str, dict[str, Any]] = {
     "as in the table": {},
     "no dropout": {"model.dropout": 0.0},
     "fresh Adam each round": {"keep_optimizer_state": False},
+    "uniform weights (FED-PUB's code)": {"weighting": "uniform"},
 }
 #: The rounds whose accuracies the probe prints.
-PROBE_ROUNDS = (1, 2, 4, 10, 20, 30)
+PROBE_ROUNDS = (1, 2, 4, 10, 30, 60, 100)
 
 
 def probe_fedavg(seeds: list[int], rounds: int = 30, dataset: str = "cora",

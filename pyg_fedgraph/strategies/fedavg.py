@@ -13,10 +13,12 @@ from pyg_fedgraph.strategies.base import FederationContext, Strategy, TrainPlan
 from pyg_fedgraph.strategies.registry import register_strategy
 from pyg_fedgraph.train.jobs import FineTune
 
-__all__ = ["Local", "FedAvg", "FedAvgFT", "weighted_average", "FinetuneFrom"]
+__all__ = ["Local", "FedAvg", "FedAvgFT", "weighted_average", "FinetuneFrom", "Weighting"]
 
 #: What FedAvg-FT evaluates (see :class:`FedAvgFT`).
 FinetuneFrom = Literal["global", "local"]
+#: How FedAvg weighs the clients it averages (see :class:`FedAvg`).
+Weighting = Literal["samples", "uniform"]
 
 
 def weighted_average(x: Tensor, num_samples: Tensor) -> Tensor:
@@ -62,10 +64,21 @@ class FedAvg(Strategy):
 
     Every client starts each round from, and is evaluated with, the global
     model :math:`\theta^{t}`.
+
+    With ``weighting="uniform"`` every sampled client counts the same,
+    :math:`\theta^{t+1} = \frac{1}{|S_t|} \sum_{i \in S_t} \theta_i^{t}`: what
+    FED-PUB's FedAvg baseline computes (``JinheonBaek/FED-PUB``,
+    ``models/fedavg/client.py`` reports every client's ``train_size`` as 1) and
+    CFL's and GCFL's code do.
+
+    Args:
+        weighting (str, optional): ``"samples"`` (:math:`p_i \propto n_i`,
+            the paper's rule) or ``"uniform"`` (default: ``"samples"``).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, weighting: Weighting = "samples") -> None:
         super().__init__()
+        self.weighting = weighting
         self.register_buffer("global_params", torch.empty(0))
 
     # No server hyper-parameter: studies tune the local learning rate (FedAvg-FT too).
@@ -82,7 +95,9 @@ class FedAvg(Strategy):
     def aggregate_train(self, rnd: int, graph: FederationGraph) -> None:
         if graph.num_clients == 0:
             return
-        self.global_params = weighted_average(graph.x, graph.num_samples)
+        n = graph.num_samples if self.weighting == "samples" else torch.ones_like(
+            graph.num_samples)
+        self.global_params = weighted_average(graph.x, n)
 
     def personalized_params(self, clients: Tensor) -> Tensor | None:
         return self.global_params.expand(clients.numel(), -1).clone()
@@ -115,11 +130,13 @@ class FedAvgFT(FedAvg):
             uses the run's local epochs (default: ``None``).
         finetune_from (str, optional): ``"global"`` or ``"local"``, see above
             (default: ``"global"``).
+        weighting (str, optional): as :class:`FedAvg` (default: ``"samples"``).
     """
 
     def __init__(self, finetune_epochs: Annotated[int | None, Range(ge=0)] = None,
-                 finetune_from: FinetuneFrom = "global") -> None:
-        super().__init__()
+                 finetune_from: FinetuneFrom = "global", weighting: Weighting = "samples"
+                 ) -> None:
+        super().__init__(weighting=weighting)
         self.finetune_epochs = finetune_epochs
         self.finetune_from = finetune_from
 

@@ -10,7 +10,7 @@ from torch import nn
 from pyg_fedgraph.data.layout import ParamLayout
 from pyg_fedgraph.engine.rounds import RoundEngine, num_sampled, sample_clients, snapshot
 from pyg_fedgraph.strategies.base import Strategy
-from pyg_fedgraph.strategies.fedavg import FedAvg
+from pyg_fedgraph.strategies.fedavg import FedAvg, FedAvgFT
 from pyg_fedgraph.train.jobs import TrainPlan
 from pyg_fedgraph.utils.seeds import make_generator
 
@@ -45,6 +45,28 @@ def test_a_round_by_hand_is_fedavg_and_fills_the_table():
     # The round's graph: the prior graph restricted to the clients that replied.
     assert torch.equal(update.graph.edge_index, torch.tensor([[0, 1, 2, 3], [1, 2, 3, 0]]))
 
+
+
+@pytest.mark.parametrize("strategy", [FedAvg(weighting="uniform"),
+                                      FedAvgFT(finetune_from="local", weighting="uniform")])
+def test_uniform_weighting_is_the_plain_mean_of_the_uploads(strategy):
+    eng = engine(strategy)
+    sampled = torch.tensor([0, 3])                  # sample counts 1 and 4
+    plan = eng.configure_train(1, sampled)
+    uploads = torch.tensor([[1.0, 2.0, 3.0], [5.0, 6.0, 7.0]])
+    eng.aggregate_train(1, sampled, uploads, plan.params, loss=torch.ones(2))
+    assert torch.allclose(eng.strategy.global_params, torch.tensor([3.0, 4.0, 5.0]))
+    # The default weighs them 1:4: (1 + 4 * 5) / 5 = 4.2.
+    eng = engine(FedAvg())
+    eng.aggregate_train(1, sampled, uploads, eng.configure_train(1, sampled).params,
+                        loss=torch.ones(2))
+    assert torch.allclose(eng.strategy.global_params, torch.tensor([4.2, 5.2, 6.2]))
+
+
+def test_an_unknown_weighting_is_refused():
+    with pytest.raises(ValueError,
+                       match="weighting: expected one of 'samples', 'uniform', got 'nodes'"):
+        FedAvg(weighting="nodes")  # type: ignore[arg-type]
 
 def test_a_bad_upload_is_left_out_of_the_graph_and_the_table():
     eng = engine()
