@@ -228,10 +228,12 @@ def test_subgraph_t1_fedavg_probe_runs_the_variants_it_names(monkeypatch):
     rows = [line.split(" | ") for line in module.probe_fedavg([0], rounds=1)
             if line.startswith("| ") and "seed" not in line]
     assert [r[0] for r in rows] == ["| " + v for v in module.PROBE_VARIANTS]
-    as_run, no_dropout, fresh = (r[2] for r in rows)   # round 1: "global / local"
+    as_run, no_dropout, fresh, uniform = (r[2] for r in rows)   # round 1: "global / local"
     # The first local epoch starts with no optimizer state, kept or not: the same numbers.
     assert fresh == as_run
     assert no_dropout.split(" / ")[1] != as_run.split(" / ")[1]   # dropout acts in training
+    # Same local epoch from the same start; only the server's average differs.
+    assert uniform.split(" / ")[1] == as_run.split(" / ")[1]
     # FedAvg's client weights n_i / sum n_j: ten METIS parts of Cora, none empty.
     low, high = map(float, rows[0][-1].rstrip(" |").split("-"))
     assert 0 < low <= 0.1 <= high < 1
