@@ -366,12 +366,9 @@ def probe_fedavg(seeds: list[int], rounds: int = 30, dataset: str = "cora",
                             eval_clients=sim.history.eval_clients)
             Runner(sim, callbacks={"local_models": LocalModelsCallback(local)}).run()
 
-            def curve(history: History, split: str) -> list[float]:
-                return [100 * float(torch.as_tensor(getattr(r, split)[history.metric]).mean())
-                        for r in history.records]
-
-            g, lt, lv = curve(sim.history, "test"), curve(local, "test"), curve(local, "val")
-            best = max(range(len(lv)), key=lv.__getitem__)
+            g = dict(zip(sim.history.rounds, sim.history.mean("test"), strict=True))
+            lt = dict(zip(local.rounds, local.mean("test"), strict=True))
+            best = local.rounds[local.best_index]
             test = sim.dataset.splits["test"]
             shares = torch.stack([
                 torch.bincount(test.y[i, :int(n)], minlength=int(test.y.max()) + 1).double()
@@ -379,8 +376,8 @@ def probe_fedavg(seeds: list[int], rounds: int = 30, dataset: str = "cora",
             w = sim.dataset.num_samples("train").double()
             w = w / w.sum()
             lines.append(f"| {name} | {seed} | "
-                         + " | ".join(f"{g[r - 1]:.1f} / {lt[r - 1]:.1f}" for r in shown)
-                         + f" | {best + 1}, {lt[best]:.2f} | {100 * float(shares.max()):.1f} | "
+                         + " | ".join(f"{100 * g[r]:.1f} / {100 * lt[r]:.1f}" for r in shown)
+                         + f" | {best}, {100 * lt[best]:.2f} | {100 * float(shares.max()):.1f} | "
                          f"{float(w.min()):.3f}-{float(w.max()):.3f} |")
     return lines
 
