@@ -217,7 +217,57 @@ def test_subgraph_t1_by_hand(script, monkeypatch):
             "(+0.81).") in text
     assert ("- a graph-based rule at or above FED-PUB on cora METIS 10: not met, by 12.00 "
             "points (best pfedgraph 70.00, FED-PUB 82.00; of pfedgraph).") in text
-    assert f"Not yet run: {2 * 6 * 14 * 3 - 4} runs" in text
+    assert f"Not yet run: {2 * 6 * 14 * 3 - 4} cells" in text
+
+
+@pytest.mark.parametrize("script", ["subgraph_t1"], indirect=True)
+def test_subgraph_t1_counts_equal_rows_and_costs_by_hand(script, monkeypatch):
+    monkeypatch.setattr(script, "PENDING", [])
+    cfg = script.config
+    for seed, (avg, prox) in enumerate([(0.70, 0.70), (0.60, 0.60), (0.50, 0.55)]):
+        store(script.RUNS, cfg("cora", "metis-10", "fedavg", seed), avg, cpu=10.0 * (seed + 1))
+        store(script.RUNS, cfg("cora", "metis-10", "fedprox", seed), prox, cpu=40.0)
+    store(script.RUNS, cfg("cora", "metis-5", "fedamp", 0), 0.8125)
+    store(script.RUNS, cfg("cora", "metis-5", "local", 0), 0.8125)
+    store(script.RUNS, cfg("cora", "metis-5", "fedamp", 1), 0.9)      # no local seed 1
+    text = "\n".join(script.section(run_missing=False))
+    assert ("- fedprox equals fedavg in 2 of 3 runs, and is at most 5.00 points from it in "
+            "the others (cora metis-10, seed 2: 55.00 against 50.00): ") in text
+    assert "- fedamp equals local in 1 of 1 runs: " in text
+    assert "fedprox-ft equals" not in text            # no twin records made up here
+    # CPU seconds: fedavg's mean over its seeds (10, 20, 30), fedprox 40 each.
+    assert "| fedavg | - | 20 | - | - | - | - |" in text
+    assert "| fedprox | - | 40 | - | - | - | - |" in text
+    assert "| fedamp | 1 | - | - | - | - | - |" in text
+    # No setting has every row recorded: no one-seed totals.
+    assert "| one seed, all rows | - | - | - | - | - | - |" in text
+    # 6 + 3 + 3 runs recorded: 60 + 120 + 3 CPU seconds.
+    recorded = (60 + 120 + 3) / 3600
+    assert f"Recorded: 9 runs, {recorded:.2f} CPU hours." in text
+    # Left, cora: metis-10's 10 other rows x 3 seeds at metis-10's mean run (30 s),
+    # metis-5: fedamp 1 seed at 1 s, local 2 at 1 s, the other 10 rows x 3 at 1 s;
+    # citeseer: nothing recorded, so nothing to estimate from.
+    left = (10 * 3 * 30 + 1 + 2 + 10 * 3) / 3600
+    assert f"Left: {10 * 3 + 1 + 2 + 30} runs, about {left:.1f} CPU hours" in text
+    assert "One seed of the whole table" not in text
+
+
+@pytest.mark.parametrize("script", ["subgraph_t1"], indirect=True)
+def test_subgraph_t1_one_seed_of_the_whole_table(script, monkeypatch):
+    monkeypatch.setattr(script, "PENDING", [])
+    runners = [n for n in script.STRATEGIES if n not in script.TWINS]
+    for dataset, cpu in (("cora", 2.0), ("citeseer", 3.0)):
+        for setting in script.SETTINGS:
+            for name in runners:
+                store(script.RUNS, script.config(dataset, setting, name, 0), 0.5, cpu=cpu)
+    text = "\n".join(script.section(run_missing=False))
+    n = len(runners) * len(script.SETTINGS)
+    assert f"| one seed, all rows | {2 * len(runners)} | " in text
+    whole = 5 * n / 3600
+    assert (f"One seed of the whole table: cora {2 * n:,} + citeseer {3 * n:,} CPU seconds = "
+            f"{whole:.1f} CPU hours; its 3 seeds about {3 * whole:.1f} CPU hours.") in text
+    # Seeds 1 and 2 of every runner left, each at its own seed-0 cost.
+    assert f"Left: {4 * n} runs, about {2 * 5 * n / 3600:.1f} CPU hours" in text
 
 
 

@@ -258,8 +258,8 @@ def goals(cells: dict[str, dict[tuple[str, str, int], dict | None]]) -> list[str
                    f"{verdict}, ours {ours:.2f} ({gap:+.2f}).")
     for dataset in DATASETS:
         pub = mean_of(dataset, "fedpub")
-        ours = {n: mean_of(dataset, n) for n in ("pfedgraph", "fedaghn", "pfedgat")}
-        have = {n: v for n, v in ours.items() if v is not None}
+        rules = {n: mean_of(dataset, n) for n in ("pfedgraph", "fedaghn", "pfedgat")}
+        have = {n: v for n, v in rules.items() if v is not None}
         if pub is None or not have:
             out.append(f"- a graph-based rule at or above FED-PUB on {dataset} METIS 10: open "
                        "(runs missing).")
@@ -281,7 +281,6 @@ def section(run_missing: bool, datasets: list[str] | None = None,
     chosen = (set(datasets or DATASETS), set(settings or SETTINGS),
               set(strategies or STRATEGIES), set(seeds if seeds is not None else SEEDS))
     cells: dict[str, dict[tuple[str, str, int], dict | None]] = {}
-    seconds: list[tuple[str, float]] = []
     for dataset in DATASETS:
         cells[dataset] = {}
         for setting in SETTINGS:
@@ -291,8 +290,6 @@ def section(run_missing: bool, datasets: list[str] | None = None,
                                               and name in chosen[2] and seed in chosen[3])
                     entry = cell(dataset, setting, name, seed, run_it)
                     cells[dataset][(setting, name, seed)] = entry
-                    if entry is not None:
-                        seconds.append((f"{dataset} {setting} {name}", entry["seconds"]))
     lines = ["## N. FED-PUB's subgraph FL on Cora and CiteSeer (issue 34)", "",
              PROTOCOL, "", DIFFERENCES, "",
              "Cells: test accuracy (%) **ours / paper**, ours the mean ± std over seeds "
@@ -306,19 +303,111 @@ def section(run_missing: bool, datasets: list[str] | None = None,
         lines += [f"### {dataset}", "",
                   *table(dataset, cells[dataset], list(STRATEGIES), list(SETTINGS), SEEDS), ""]
     lines += goals(cells)
-    if seconds:
-        per = {}
-        for what, s in seconds:
-            per.setdefault(what, []).append(s)
-        lines += ["Seconds per run (one process, one torch thread, CPU):", "",
-                  "| run | seconds (mean over seeds) |", "|---|---:|",
-                  *(f"| {k} | {statistics.mean(v):.0f} |" for k, v in sorted(per.items())), ""]
+    lines += identities(cells)
+    lines += costs(cells)
     if PENDING:
-        lines += [f"Not yet run: {len(PENDING)} runs of {len(DATASETS) * len(SETTINGS)} settings "
+        lines += [f"Not yet run: {len(PENDING)} cells of {len(DATASETS) * len(SETTINGS)} settings "
                   f"x {len(STRATEGIES)} strategies x {len(SEEDS)} seeds; e.g. "
                   f"`{COMMAND} --datasets cora --settings metis-10` runs that setting's "
                   "missing runs (`--cached-only` rewrites this file without running).", ""]
     return lines
+
+
+#: Rows that the protocol may make equal to another row, counted by
+#: :func:`identities`: (row, the row it is compared with, why they can agree).
+IDENTITIES = (
+    ("fedprox", "fedavg", "a client's one local epoch is one full-batch step from the model "
+     "it received, where the proximal term's gradient is zero"),
+    ("fedprox-ft", "fedavg-ft", "the same runs as FedProx and FedAvg, read after the local "
+     "epoch"),
+    ("fedamp", "local", "FedAMP's weights on the other clients underflow at its default "
+     "sigma, see the reading"),
+)
+
+
+def identities(cells: dict[str, dict[tuple[str, str, int], dict | None]]) -> list[str]:
+    r"""For each pair of :data:`IDENTITIES`, in how many of the runs where
+    both rows are recorded (dataset, setting, seed) their test accuracies are
+    equal to the last digit, and the largest gap in the others."""
+    out = ["Rows equal to another, counted over the runs where both are recorded "
+           "(dataset, setting, seed):", ""]
+    for row, other, why in IDENTITIES:
+        pairs = [(dataset, setting, seed, a["summary"]["test"], b["summary"]["test"])
+                 for dataset in DATASETS for setting in SETTINGS for seed in SEEDS
+                 if (a := cells[dataset].get((setting, row, seed))) is not None
+                 and (b := cells[dataset].get((setting, other, seed))) is not None]
+        if not pairs:
+            continue
+        equal = sum(x == y for *_, x, y in pairs)
+        text = f"- {row} equals {other} in {equal} of {len(pairs)} runs"
+        if equal < len(pairs):
+            d, st, sd, x, y = max(pairs, key=lambda p: abs(p[3] - p[4]))
+            text += (f", and is at most {100 * abs(x - y):.2f} points from it in the others "
+                     f"({d} {st}, seed {sd}: {100 * x:.2f} against {100 * y:.2f})")
+        out.append(f"{text}: {why}.")
+    return [*out, ""] if len(out) > 2 else []
+
+
+def costs(cells: dict[str, dict[tuple[str, str, int], dict | None]]) -> list[str]:
+    r"""What the runs cost: per dataset a table of each row's CPU seconds per
+    run (mean over the seeds recorded) by setting, and one seed's total per
+    setting; then the grid's recorded CPU hours and an estimate of what is
+    left (each missing run at its row's mean in that setting, else at the
+    setting's mean run). Rows read off another run (:data:`TWINS`) cost
+    nothing of their own."""
+    def cpu(entry: dict) -> float:
+        return float(entry.get("cpu_seconds") or entry["seconds"])
+
+    runners = [n for n in STRATEGIES if n not in TWINS]
+    lines = ["CPU seconds per run (one process, one torch thread; mean over the seeds "
+             f"recorded; the {', '.join(TWINS)} rows are read off the "
+             f"{', '.join(sorted(set(TWINS.values())))} runs and cost nothing of their own):",
+             ""]
+    done_s, done_n, left_s, left_n = 0.0, 0, 0.0, 0
+    seed_cost: dict[str, float | None] = {}
+    for dataset in DATASETS:
+        lines += [f"| {dataset} | " + " | ".join(SETTINGS) + " |",
+                  "|---|" + "---:|" * len(SETTINGS)]
+        seed_total = dict.fromkeys(SETTINGS, 0.0)
+        complete = dict.fromkeys(SETTINGS, True)
+        for name in runners:
+            parts = []
+            for setting in SETTINGS:
+                got = [cpu(e) for e in (cells[dataset].get((setting, name, s)) for s in SEEDS)
+                       if e is not None]
+                parts.append(f"{statistics.mean(got):.0f}" if got else "-")
+                if got:
+                    seed_total[setting] += statistics.mean(got)
+                else:
+                    complete[setting] = False
+                done_s += sum(got)
+                done_n += len(got)
+            lines.append(f"| {name} | " + " | ".join(parts) + " |")
+        lines += ["| one seed, all rows | " + " | ".join(
+            f"{seed_total[st]:.0f}" if complete[st] else "-" for st in SETTINGS) + " |", ""]
+        seed_cost[dataset] = sum(seed_total.values()) if all(complete.values()) else None
+        for setting in SETTINGS:
+            every = [cpu(e) for (st, _, _), e in cells[dataset].items()
+                     if st == setting and e is not None and _ not in TWINS]
+            for name in runners:
+                got = [cpu(e) for e in (cells[dataset].get((setting, name, s)) for s in SEEDS)
+                       if e is not None]
+                missing = len(SEEDS) - len(got)
+                if missing and (got or every):
+                    left_s += missing * statistics.mean(got or every)
+                    left_n += missing
+    text = ""
+    if all(v is not None for v in seed_cost.values()):
+        whole = sum(v for v in seed_cost.values() if v is not None)
+        text = ("One seed of the whole table: " + " + ".join(
+            f"{dataset} {v:,.0f}" for dataset, v in seed_cost.items() if v is not None)
+            + f" CPU seconds = {whole / 3600:.1f} CPU hours; its {len(SEEDS)} seeds about "
+            f"{len(SEEDS) * whole / 3600:.1f} CPU hours. ")
+    text += f"Recorded: {done_n} runs, {done_s / 3600:.2f} CPU hours."
+    if left_n:
+        text += (f" Left: {left_n} runs, about {left_s / 3600:.1f} CPU hours at the recorded "
+                 "means.")
+    return [*lines, text, ""]
 
 
 #: The probe's variants of the FedAvg run (``--probe-fedavg``): name -> overrides.
