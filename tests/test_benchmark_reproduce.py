@@ -271,6 +271,36 @@ def test_subgraph_t1_one_seed_of_the_whole_table(script, monkeypatch):
 
 
 
+@pytest.mark.parametrize("script", ["subgraph_t1"], indirect=True)
+def test_subgraph_t1_ablation_by_hand(script, monkeypatch):
+    monkeypatch.setattr(script, "PENDING", [])
+    monkeypatch.setattr(script, "ABLATION_PENDING", [])
+    cfg = script.config
+    assert cfg("cora", "metis-10", "pfedgat-masked", 0).model == "masked-gcn"
+    assert cfg("cora", "metis-10", "fedpub-gcn", 0).model == "gcn"
+    assert cfg("cora", "metis-10", "fedpub-gcn", 0).overrides["scale"] == 3.0
+    store(script.RUNS, cfg("cora", "metis-10", "fedpub", 0), 0.80)
+    store(script.RUNS, cfg("cora", "metis-10", "fedpub", 1), 0.82)
+    store(script.RUNS, cfg("cora", "metis-10", "pfedgat", 0), 0.70)
+    store(script.RUNS, cfg("cora", "metis-10", "pfedgat-masked", 0), 0.84)
+    store(script.RUNS, cfg("cora", "metis-10", "fedaghn-masked", 0), 0.79)
+    store(script.RUNS, cfg("cora", "metis-10", "fedaghn-masked", 1), 0.77)
+    text = "\n".join(script.section(run_missing=False))
+    # Rule x model: pFedGAT's plain row from the table, its masked row from the ablation.
+    assert ("| pfedgat | 70.00 ± 0.00 (n=1) | 84.00 ± 0.00 (n=1) | pending | pending |"
+            in text)
+    assert ("| fedpub's similarity | pending | 81.00 ± 1.00 (n=2) | pending | pending |"
+            in text)
+    assert ("- cora: the best graph rule on the masked GCN, pfedgat-masked, 84.00 against "
+            "FED-PUB's 81.00 (+3.00).") in text
+    assert "- citeseer: the best graph rule" not in text
+    # 7 rows x 3 seeds x 2 datasets wanted, 3 recorded; fedavg-ft-masked rides on
+    # fedavg-masked, so the command names the six runners.
+    assert "Ablation not yet run: 39 cells; " in text
+    assert ("--settings metis-10 --strategies fedpub-gcn,local-masked,fedavg-masked,"
+            "pfedgraph-masked,fedaghn-masked,pfedgat-masked` runs them.") in text
+
+
 def test_subgraph_t1_fedavg_probe_runs_the_variants_it_names(monkeypatch):
     module = load(monkeypatch, "subgraph_t1")
     if not (module.ROOT / module.DATA_ROOT / "ind.cora.x").is_file():

@@ -122,6 +122,32 @@ STRATEGIES: dict[str, tuple[str, str, dict[str, Any]]] = {
 #: ``rnd_local_test_acc`` after the local epoch): the FedAvg (FedProx) run records them
 #: too (``RecordCache.run(local_models_as=...)``).
 TWINS = {"fedavg-ft": "fedavg", "fedprox-ft": "fedprox"}
+#: The ablation of FED-PUB's two parts, on METIS 10 only (:data:`ABLATION_SETTING`):
+#: FED-PUB's aggregation on the plain GCN (``fedpub-gcn``), and the plain rules
+#: (Local, FedAvg, our graph rules) on FED-PUB's masked GCN, whose masks stay on the
+#: clients as in FED-PUB (``masked-gcn`` declares them private). With the table's
+#: rows it makes a rule x client-model grid (:data:`ABLATION_GRID`): is FED-PUB's
+#: lead over our rules its similarity rule or its masks?
+ABLATION: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "fedpub-gcn": ("fedpub", "gcn", {}),
+    "local-masked": ("local", "masked-gcn", {}),
+    "fedavg-masked": ("fedavg", "masked-gcn", {}),
+    "fedavg-ft-masked": ("fedavg-ft", "masked-gcn", {"finetune_from": "local"}),
+    "pfedgraph-masked": ("pfedgraph", "masked-gcn", {}),
+    "fedaghn-masked": ("fedaghn", "masked-gcn", {}),
+    "pfedgat-masked": ("pfedgat", "masked-gcn", {}),
+}
+ABLATION_TWINS = {"fedavg-ft-masked": "fedavg-masked"}
+ABLATION_SETTING = "metis-10"
+#: The ablation's table: rule -> (its row on the plain GCN, its row on the masked GCN).
+ABLATION_GRID = {
+    "local": ("local", "local-masked"),
+    "fedavg (each client's model after its epoch)": ("fedavg-ft", "fedavg-ft-masked"),
+    "fedpub's similarity": ("fedpub-gcn", "fedpub"),
+    "pfedgraph": ("pfedgraph", "pfedgraph-masked"),
+    "fedaghn": ("fedaghn", "fedaghn-masked"),
+    "pfedgat": ("pfedgat", "pfedgat-masked"),
+}
 #: Dropout after each GCN layer in training, FED-PUB's client (``models/nets.py``:
 #: ``F.dropout`` at its default 0.5), for every strategy.
 DROPOUT = 0.5
@@ -154,12 +180,14 @@ GOAL_POINTS = {"fedpub": 2.0, "fedavg-ft": 3.0, "local": 3.0}
 COMMAND = "python benchmarks/reproduce/subgraph_t1.py"
 #: Runs wanted but neither recorded nor run: (what, command).
 PENDING: list[tuple[str, str, int | None]] = []
+#: The ablation's runs wanted but neither recorded nor run.
+ABLATION_PENDING: list[tuple[str, str, int | None]] = []
 
 
 def config(dataset: str, setting: str, name: str, seed: int) -> ExperimentConfig:
     r"""The configuration of one run of the table."""
     partition, clients = SETTINGS[setting]
-    strategy, model, options = STRATEGIES[name]
+    strategy, model, options = STRATEGIES[name] if name in STRATEGIES else ABLATION[name]
     over: dict[str, Any] = {"data.root": DATA_ROOT, "model.dropout": DROPOUT, **options}
     if strategy == "fedpub":
         over["scale"] = FEDPUB_SCALE[partition]
@@ -167,20 +195,23 @@ def config(dataset: str, setting: str, name: str, seed: int) -> ExperimentConfig
                             clients=clients, rounds=ROUNDS, seed=seed, overrides=over)
 
 
-def cell(dataset: str, setting: str, name: str, seed: int, run_it: bool) -> dict | None:
+def cell(dataset: str, setting: str, name: str, seed: int, run_it: bool,
+         pending: list[tuple[str, str, int | None]] | None = None) -> dict | None:
     r"""The record of one run, run first (from the repository root, where
-    :data:`DATA_ROOT` points) when ``run_it`` and missing."""
+    :data:`DATA_ROOT` points) when ``run_it`` and missing; a missing one is
+    listed in ``pending`` (default :data:`PENDING`)."""
+    twins = TWINS | ABLATION_TWINS
     cfg = config(dataset, setting, name, seed)
-    runner = TWINS.get(name, name)
+    runner = twins.get(name, name)
     run_cfg = config(dataset, setting, runner, seed)
-    twin = next((config(dataset, setting, t, seed) for t, r in TWINS.items() if r == name),
+    twin = next((config(dataset, setting, t, seed) for t, r in twins.items() if r == name),
                 None)
     if run_it:
         with contextlib.chdir(ROOT):
             RUNS.run(run_cfg, local_models_as=twin)
     entry = RUNS.load(cfg)
     if entry is None:
-        PENDING.append((f"{dataset} {setting} {name} seed {seed}",
+        (PENDING if pending is None else pending).append((f"{dataset} {setting} {name} seed {seed}",
                         f"{COMMAND} --datasets {dataset} --settings {setting} --strategies "
                         f"{runner} --seeds {seed}", RUNS.checkpoint_round(run_cfg)))
     return entry
@@ -279,7 +310,8 @@ def section(run_missing: bool, datasets: list[str] | None = None,
     ``strategies`` x ``seeds`` (default: all) that have no record are run
     first when ``run_missing`` (the table always shows every recorded one)."""
     chosen = (set(datasets or DATASETS), set(settings or SETTINGS),
-              set(strategies or STRATEGIES), set(seeds if seeds is not None else SEEDS))
+              set(strategies or [*STRATEGIES, *ABLATION]),
+              set(seeds if seeds is not None else SEEDS))
     cells: dict[str, dict[tuple[str, str, int], dict | None]] = {}
     for dataset in DATASETS:
         cells[dataset] = {}
@@ -290,6 +322,12 @@ def section(run_missing: bool, datasets: list[str] | None = None,
                                               and name in chosen[2] and seed in chosen[3])
                     entry = cell(dataset, setting, name, seed, run_it)
                     cells[dataset][(setting, name, seed)] = entry
+        for name in ABLATION:
+            for seed in SEEDS:
+                run_it = run_missing and (dataset in chosen[0] and ABLATION_SETTING in chosen[1]
+                                          and name in chosen[2] and seed in chosen[3])
+                cells[dataset][(ABLATION_SETTING, name, seed)] = cell(
+                    dataset, ABLATION_SETTING, name, seed, run_it, ABLATION_PENDING)
     lines = ["## N. FED-PUB's subgraph FL on Cora and CiteSeer (issue 34)", "",
              PROTOCOL, "", DIFFERENCES, "",
              "Cells: test accuracy (%) **ours / paper**, ours the mean ± std over seeds "
@@ -303,6 +341,7 @@ def section(run_missing: bool, datasets: list[str] | None = None,
         lines += [f"### {dataset}", "",
                   *table(dataset, cells[dataset], list(STRATEGIES), list(SETTINGS), SEEDS), ""]
     lines += goals(cells)
+    lines += ablation(cells)
     lines += identities(cells)
     lines += costs(cells)
     if PENDING:
@@ -310,7 +349,50 @@ def section(run_missing: bool, datasets: list[str] | None = None,
                   f"x {len(STRATEGIES)} strategies x {len(SEEDS)} seeds; e.g. "
                   f"`{COMMAND} --datasets cora --settings metis-10` runs that setting's "
                   "missing runs (`--cached-only` rewrites this file without running).", ""]
+    if ABLATION_PENDING:
+        runners = ",".join(n for n in ABLATION if n not in ABLATION_TWINS)
+        lines += [f"Ablation not yet run: {len(ABLATION_PENDING)} cells; `{COMMAND} --settings "
+                  f"{ABLATION_SETTING} --strategies {runners}` runs them.", ""]
     return lines
+
+
+def ablation(cells: dict[str, dict[tuple[str, str, int], dict | None]]) -> list[str]:
+    r"""The rule x client-model table of :data:`ABLATION_GRID` on
+    :data:`ABLATION_SETTING`, mean ± std over the seeds at hand, and how the
+    best of our graph rules on the masked GCN compares with FED-PUB."""
+    def acc(dataset: str, name: str) -> list[float]:
+        return [100 * e["summary"]["test"] for e in
+                (cells[dataset].get((ABLATION_SETTING, name, s)) for s in SEEDS) if e]
+
+    def text(values: list[float]) -> str:
+        n = f" (n={len(values)})" if 0 < len(values) < len(SEEDS) else ""
+        return mean_std(values) + n
+
+    head = " | ".join(f"{d} {m}" for d in DATASETS for m in ("gcn", "masked-gcn"))
+    out = [f"### Ablation: FED-PUB's similarity rule against its masks ({ABLATION_SETTING})",
+           "", "Each collaboration rule on the plain GCN and on FED-PUB's masked GCN (the "
+           "masks stay on the clients, as in FED-PUB; the L1 term off, as in the `fedpub` "
+           "row); FED-PUB itself is `fedpub's similarity` on the masked GCN. Test accuracy "
+           "(%), mean ± std over the seeds at hand.", "",
+           f"| rule | {head} |", "|---|" + "---:|" * 2 * len(DATASETS)]
+    for rule, (plain, masked) in ABLATION_GRID.items():
+        out.append(f"| {rule} | " + " | ".join(text(acc(d, n)) for d in DATASETS
+                                              for n in (plain, masked)) + " |")
+    out.append("")
+    compared = []
+    for dataset in DATASETS:
+        pub = acc(dataset, "fedpub")
+        have = {n: acc(dataset, n) for n in ("pfedgraph-masked", "fedaghn-masked",
+                                              "pfedgat-masked")}
+        have = {n: v for n, v in have.items() if v}
+        if not pub or not have:
+            continue
+        best = max(have, key=lambda n: statistics.mean(have[n]))
+        gap = statistics.mean(have[best]) - statistics.mean(pub)
+        compared.append(f"- {dataset}: the best graph rule on the masked GCN, {best}, "
+                        f"{statistics.mean(have[best]):.2f} against FED-PUB's "
+                        f"{statistics.mean(pub):.2f} ({gap:+.2f}).")
+    return [*out, *compared, ""] if compared else out
 
 
 #: Rows that the protocol may make equal to another row, counted by
@@ -477,7 +559,8 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--settings", default=None,
                         help="comma list of " + ",".join(SETTINGS) + " (default: all)")
     parser.add_argument("--strategies", default=None,
-                        help="comma list of " + ",".join(STRATEGIES) + " (default: all)")
+                        help="comma list of " + ",".join([*STRATEGIES, *ABLATION])
+                        + " (default: all)")
     parser.add_argument("--seeds", default=None, help="comma list (default: 0,1,2)")
     parser.add_argument("--cached-only", action="store_true",
                         help="only read the records; run nothing")
@@ -499,7 +582,7 @@ def main(argv: list[str] | None = None) -> str:
         return text.split(",") if text else None
 
     for value, known, what in ((split(args.settings), SETTINGS, "setting"),
-                               (split(args.strategies), STRATEGIES, "strategy"),
+                               (split(args.strategies), [*STRATEGIES, *ABLATION], "strategy"),
                                (split(args.datasets), DATASETS, "dataset")):
         unknown = sorted(set(value or ()) - set(known))
         if unknown:
