@@ -301,6 +301,34 @@ def test_subgraph_t1_ablation_by_hand(script, monkeypatch):
             "pfedgraph-masked,fedaghn-masked,pfedgat-masked` runs them.") in text
 
 
+@pytest.mark.parametrize("script", ["subgraph_t1"], indirect=True)
+def test_subgraph_t1_curves_figure(script, monkeypatch):
+    monkeypatch.setattr(script, "PENDING", [])
+    monkeypatch.setattr(script, "ABLATION_PENDING", [])
+    script.section(run_missing=False)
+    assert script.curves_figure(script.CELLS) is None          # nothing recorded
+    for seed, val in ((0, [0.2, 0.4, 0.6]), (1, [0.4, 0.6, 0.8, 0.9])):
+        cfg = script.config("cora", "metis-10", "pfedgat-masked", seed)
+        script.RUNS._store(cfg, {"config": plain_settings(cfg.to_dict()),
+                                 "summary": {"test": 0.5}, "val": val, "seconds": 1.0,
+                                 "cpu_seconds": 1.0, "load": [0.0, 0.0], "date": "2026-01-01",
+                                 "torch": "9.9", "device": "cpu"})
+    script.section(run_missing=False)
+    fig = script.curves_figure(script.CELLS)
+    try:
+        cora, citeseer = fig.axes
+        assert not citeseer.lines
+        (line,) = cora.lines
+        # The mean over the seeds, in percent, over the rounds both recorded.
+        assert line.get_xdata().tolist() == [1, 2, 3]
+        assert line.get_ydata().tolist() == pytest.approx([30.0, 50.0, 70.0])
+        assert line.get_linestyle() == "--"                   # a masked-GCN row
+        assert line.get_label() == "pFedGAT, masked (2 seeds)"
+    finally:
+        import matplotlib.pyplot as plt
+        plt.close(fig)
+
+
 def test_subgraph_t1_fedavg_probe_runs_the_variants_it_names(monkeypatch):
     module = load(monkeypatch, "subgraph_t1")
     if not (module.ROOT / module.DATA_ROOT / "ind.cora.x").is_file():

@@ -182,6 +182,10 @@ COMMAND = "python benchmarks/reproduce/subgraph_t1.py"
 PENDING: list[tuple[str, str, int | None]] = []
 #: The ablation's runs wanted but neither recorded nor run.
 ABLATION_PENDING: list[tuple[str, str, int | None]] = []
+#: The cells :func:`section` read last (for :func:`curves_figure`).
+CELLS: dict[str, dict[tuple[str, str, int], dict | None]] = {}
+#: The figure written beside the results file.
+FIGURE = "subgraph_t1_curves.png"
 
 
 def config(dataset: str, setting: str, name: str, seed: int) -> ExperimentConfig:
@@ -340,6 +344,8 @@ def section(run_missing: bool, datasets: list[str] | None = None,
     for dataset in DATASETS:
         lines += [f"### {dataset}", "",
                   *table(dataset, cells[dataset], list(STRATEGIES), list(SETTINGS), SEEDS), ""]
+    CELLS.clear()
+    CELLS.update(cells)
     lines += goals(cells)
     lines += ablation(cells)
     lines += identities(cells)
@@ -375,6 +381,9 @@ def ablation(cells: dict[str, dict[tuple[str, str, int], dict | None]]) -> list[
            "row); FED-PUB itself is `fedpub's similarity` on the masked GCN. Test accuracy "
            "(%), mean ± std over the seeds at hand.", "",
            f"| rule | {head} |", "|---|" + "---:|" * 2 * len(DATASETS)]
+    figure = [f"![Validation accuracy per round, plain and masked GCN]({FIGURE})", "",
+              f"`{FIGURE}` (written with this file): the validation curves of Local, FedAvg, "
+              "FED-PUB's rule and pFedGAT on both client models.", ""]
     for rule, (plain, masked) in ABLATION_GRID.items():
         out.append(f"| {rule} | " + " | ".join(text(acc(d, n)) for d in DATASETS
                                               for n in (plain, masked)) + " |")
@@ -392,7 +401,7 @@ def ablation(cells: dict[str, dict[tuple[str, str, int], dict | None]]) -> list[
         compared.append(f"- {dataset}: the best graph rule on the masked GCN, {best}, "
                         f"{statistics.mean(have[best]):.2f} against FED-PUB's "
                         f"{statistics.mean(pub):.2f} ({gap:+.2f}).")
-    return [*out, *compared, ""] if compared else out
+    return [*out, *compared, "", *figure] if compared else [*out, *figure]
 
 
 #: Rows that the protocol may make equal to another row, counted by
@@ -553,6 +562,59 @@ def probe_fedavg(seeds: list[int], rounds: int = 30, dataset: str = "cora",
     return lines
 
 
+#: The figure's lines: label -> row (plain GCN rows solid, masked-GCN rows dashed).
+CURVES = {
+    "Local": "local",
+    "FedAvg (local models)": "fedavg-ft",
+    "FED-PUB's rule": "fedpub-gcn",
+    "pFedGAT": "pfedgat",
+    "FedAvg (local models), masked": "fedavg-ft-masked",
+    "FED-PUB (its rule, masked)": "fedpub",
+    "pFedGAT, masked": "pfedgat-masked",
+}
+
+
+def curves_figure(cells: dict[str, dict[tuple[str, str, int], dict | None]]):
+    r"""The ablation as curves: mean validation accuracy over clients per
+    round on :data:`ABLATION_SETTING`, the mean over the seeds recorded with
+    a band from their minimum to their maximum, one panel per dataset (the
+    rows of :data:`CURVES`); :obj:`None` when no row has a record."""
+    from pyg_fedgraph.viz import _plt
+
+    plt = _plt()
+    fig, axes = plt.subplots(1, len(DATASETS), figsize=(11, 4.4), sharey=True)
+    drawn = False
+    for ax, dataset in zip(axes, DATASETS, strict=True):
+        for i, (label, name) in enumerate(CURVES.items()):
+            runs = [e["val"] for e in (cells[dataset].get((ABLATION_SETTING, name, s))
+                                       for s in SEEDS) if e]
+            if not runs:
+                continue
+            vals = torch.tensor([r[:min(map(len, runs))] for r in runs], dtype=torch.double)
+            rounds = list(range(1, vals.size(1) + 1))
+            line, = ax.plot(rounds, (100 * vals.mean(0)).tolist(),
+                            label=f"{label} ({len(runs)} seeds)",
+                            linestyle="--" if name.endswith("-masked") or name == "fedpub"
+                            else "-", color=f"C{i % 4 if i < 4 else i - 3}")
+            ax.fill_between(rounds, (100 * vals.min(0).values).tolist(),
+                            (100 * vals.max(0).values).tolist(), color=line.get_color(),
+                            alpha=0.12, linewidth=0)
+            drawn = True
+        ax.set_title(f"{dataset}, {ABLATION_SETTING.replace('-', ' ')} clients")
+        ax.set_xlabel("round")
+        ax.grid(alpha=0.3)
+    if not drawn:
+        plt.close(fig)
+        return None
+    axes[0].set_ylabel("validation accuracy (%), mean over clients")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8, frameon=False)
+    fig.suptitle("FED-PUB's protocol: plain GCN (solid) against the masked GCN with private "
+                 "masks (dashed); bands: min to max over seeds", fontsize=10)
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    return fig
+
+
 def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--datasets", default=None, help="comma list (default: cora,citeseer)")
@@ -604,6 +666,10 @@ def main(argv: list[str] | None = None) -> str:
     print(text)
     if not args.no_write:
         print(f"written to {save_report(text, args.out)}")
+        fig = curves_figure(CELLS)
+        if fig is not None:
+            fig.savefig(args.out.with_name(FIGURE), dpi=110)
+            print(f"written to {args.out.with_name(FIGURE)}")
     return text
 
 
