@@ -20,10 +20,10 @@ a value needs it, float64) bytes, compressed and base64-encoded, with its
 shape (about a quarter of the text); reading unpacks it to the same numbers.
 A record's table is :func:`record_table` of its settings (the dataset's
 family: ``digits`` with the ``topology`` studies, ``fashion-mnist``,
-``planetoid`` for Cora, CiteSeer and PubMed, ``traffic`` for METR-LA and
-PEMS-BAY, ``tu`` for the TU graph sets, any other dataset, each FL-60
-variant included, its own name), or the ``table`` a :class:`RecordCache`
-is given. A key is
+``planetoid-<dataset>-<partition>`` for Cora, CiteSeer and PubMed,
+``traffic`` for METR-LA and PEMS-BAY, ``tu`` for the TU graph sets, any
+other dataset, each FL-60 variant included, its own name), or the ``table``
+a :class:`RecordCache` is given. A key is
 found in whichever table holds it. A table is rewritten whole (a temporary
 file moved over it) under an exclusive lock of the table (``fcntl``; none
 where the platform has no ``fcntl``), reading it again under the lock, so
@@ -96,6 +96,11 @@ TABLES: dict[str, str] = {"digits": "digits", "topology": "digits",
                           "citeseer": "planetoid", "pubmed": "planetoid",
                           "metr-la": "traffic", "pems-bay": "traffic", "tu": "tu"}
 
+#: Families whose records split further by dataset and partition (a FED-PUB grid
+#: of 2 datasets x 12 settings x 14 strategies x 3 seeds holds about 3.7 MB of
+#: records, over the 2 MB a table should stay under).
+BY_PARTITION = frozenset({"planetoid"})
+
 _TABLE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _KEY_HEAD = '{"key":'
 _KEY_START = re.compile(r'\{\s*"key"\s*:\s*')  # a line by _line, or one made by hand
@@ -105,15 +110,27 @@ _DECODER = json.JSONDecoder()
 def record_table(config: Mapping[str, Any]) -> str:
     r"""The table of a record whose settings are ``config`` (a record's
     ``"config"``, as :meth:`ExperimentConfig.to_dict` gives it): the
-    dataset's family in :data:`TABLES`, else the dataset's own name (lower
-    case, runs of other characters than letters, digits and ``.`` made one
-    ``-``): each FL-60 variant (``fl60``, ``fl60-grda-file``, ...) has its
-    own table, which keeps every table of the repository's records under
-    2 MB."""
+    dataset's family in :data:`TABLES` (for a family of
+    :data:`BY_PARTITION`, ``<family>-<dataset>-<partition>``, e.g.
+    ``planetoid-cora-metis``), else the dataset's own name (lower case, runs
+    of other characters than letters, digits and ``.`` made one ``-``): each
+    FL-60 variant (``fl60``, ``fl60-grda-file``, ...) has its own table,
+    which keeps every table of the repository's records under 2 MB."""
     dataset = str(config.get("dataset") or "")
     if dataset in TABLES:
-        return TABLES[dataset]
-    return re.sub(r"[^a-z0-9.]+", "-", dataset.lower()).strip("-.") or "records"
+        family = TABLES[dataset]
+        if family in BY_PARTITION:
+            return "-".join((family, _name(dataset), _name(str(config.get("partition"))
+                                                           if config.get("partition")
+                                                           else "none")))
+        return family
+    return _name(dataset)
+
+
+def _name(text: str) -> str:
+    r"""``text`` as a table name's part: lower case, runs of other characters
+    than letters, digits and ``.`` made one ``-``."""
+    return re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-.") or "records"
 
 
 #: The fields a table line keeps packed (:func:`_pack`).

@@ -244,9 +244,15 @@ def test_the_table_rule_and_an_explicit_table():
     assert [record_table({"dataset": d}) for d in (
         "fl60", "fl60-grda-file-graph", "digits", "topology", "cora", "citeseer", "metr-la",
         "pems-bay", "tu", "fashion-mnist", "My data/set")] == [
-        "fl60", "fl60-grda-file-graph", "digits", "digits", "planetoid", "planetoid",
-        "traffic", "traffic",
+        "fl60", "fl60-grda-file-graph", "digits", "digits", "planetoid-cora-none",
+        "planetoid-citeseer-none", "traffic", "traffic",
         "tu", "fashion-mnist", "my-data-set"]
+    # Planetoid's records split by dataset and partition, to keep tables under 2 MB.
+    assert [record_table({"dataset": d, "partition": p}) for d, p in (
+        ("cora", "metis"), ("citeseer", "overlapping"), ("pubmed", "random-nodes"),
+        ("digits", "group"))] == [
+        "planetoid-cora-metis", "planetoid-citeseer-overlapping", "planetoid-pubmed-random-nodes",
+        "digits"]
     cache = RecordCache("r", "c", table="mine")
     assert cache.table_of({"dataset": "cora"}) == "mine"
     assert RecordCache("r", "c", table=lambda c: c["dataset"] + "-x").table_of(
