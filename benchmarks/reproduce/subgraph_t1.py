@@ -478,8 +478,8 @@ def costs(cells: dict[str, dict[tuple[str, str, int], dict | None]]) -> list[str
             f"{seed_total[st]:.0f}" if complete[st] else "-" for st in SETTINGS) + " |", ""]
         seed_cost[dataset] = sum(seed_total.values()) if all(complete.values()) else None
         for setting in SETTINGS:
-            every = [cpu(e) for (st, _, _), e in cells[dataset].items()
-                     if st == setting and e is not None and _ not in TWINS]
+            every = [cpu(e) for (st, row, _), e in cells[dataset].items()
+                     if st == setting and e is not None and row in runners]
             for name in runners:
                 got = [cpu(e) for e in (cells[dataset].get((setting, name, s)) for s in SEEDS)
                        if e is not None]
