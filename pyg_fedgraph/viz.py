@@ -17,6 +17,7 @@ import math
 import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -243,6 +244,19 @@ def _band(runs: Sequence[History], split: str) -> tuple[list[int], Tensor]:
     return common, torch.tensor(rows, dtype=torch.double).reshape(len(runs), len(common))
 
 
+def _draw_band(ax, rounds: Sequence[int], values: Tensor, label: str,
+               band_alpha: float = 0.2, **line_kw: Any):
+    r"""One line, the mean of ``values`` :math:`(K, R)` (one row per run) at
+    ``rounds``, and, for more than one run, a band from their minimum to
+    their maximum in the line's colour. Returns the line."""
+    line, = ax.plot(list(rounds), values.mean(0).tolist(), label=label, **line_kw)
+    if values.size(0) > 1:
+        ax.fill_between(list(rounds), values.min(0).values.tolist(),
+                        values.max(0).values.tolist(), color=line.get_color(),
+                        alpha=band_alpha, linewidth=0)
+    return line
+
+
 def _integer_ticks(ax, values: Sequence[int]) -> None:
     r"""Integer x ticks (rounds, trials); a few values get a tick each (a
     single round would otherwise get ticks such as 0.95, 1.00, 1.05)."""
@@ -285,13 +299,9 @@ def plot_learning_curves(histories: Mapping[str, History | Sequence[History]],
             rounds, values = _band(runs, split)
             seen.update(rounds)
             label = name if len(runs) == 1 else f"{name} (mean of {len(runs)} runs)"
-            line, = ax.plot(rounds, values.mean(0).tolist(), label=label,
-                            marker="." if len(rounds) < 40 else None)
+            _draw_band(ax, rounds, values, label, marker="." if len(rounds) < 40 else None)
             if len(runs) > 1:
                 seeds.add(len(runs))
-                ax.fill_between(rounds, values.min(0).values.tolist(),
-                                values.max(0).values.tolist(), color=line.get_color(),
-                                alpha=0.2, linewidth=0)
     for ax, split in zip(axes, ("validation", "test"), strict=True):
         ax.set_xlabel("round")
         _integer_ticks(ax, sorted(seen))

@@ -230,6 +230,19 @@ def ari(entry: dict) -> float | None:
     return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
 
 
+def recorded(cells: dict[tuple[str, str, int], dict | None], setting: str, name: str,
+             seeds: tuple[int, ...] = SEEDS) -> list[dict]:
+    r"""The records at hand of row ``name`` in ``setting`` over ``seeds``,
+    from one dataset's ``cells``."""
+    return [e for e in (cells.get((setting, name, s)) for s in seeds) if e is not None]
+
+
+def accuracies(cells: dict[tuple[str, str, int], dict | None], setting: str,
+               name: str) -> list[float]:
+    r"""The test accuracies (%) of :func:`recorded`."""
+    return [100 * e["summary"]["test"] for e in recorded(cells, setting, name)]
+
+
 def mean_std(values: list[float]) -> str:
     r"""``mean ± std`` in points (population std over seeds, as numpy's
     default in the authors' notebook); the count when some seeds are missing."""
@@ -258,8 +271,7 @@ def table(dataset: str, cells: dict[tuple[str, str, int], dict | None],
     for name in strategies:
         parts = []
         for setting in settings:
-            entries = [e for e in (cells.get((setting, name, seed)) for seed in seeds)
-                       if e is not None]
+            entries = recorded(cells, setting, name, seeds)
             acc = [100 * e["summary"]["test"] for e in entries]
             text = mean_std(acc) + (f" (n={len(acc)})" if 0 < len(acc) < len(seeds) else "")
             if SETTINGS[setting][0] == "overlapping" and entries:
@@ -273,8 +285,7 @@ def table(dataset: str, cells: dict[tuple[str, str, int], dict | None],
 def goals(cells: dict[str, dict[tuple[str, str, int], dict | None]]) -> list[str]:
     r"""Issue 34's goals, judged on the records at hand (seed means)."""
     def mean_of(dataset: str, name: str) -> float | None:
-        got = [100 * e["summary"]["test"] for e in
-               (cells.get(dataset, {}).get(("metis-10", name, s)) for s in SEEDS) if e]
+        got = accuracies(cells.get(dataset, {}), "metis-10", name)
         return statistics.mean(got) if got else None
 
     out = ["Goals (issue 34), Cora METIS 10 clients, mean over the seeds at hand:", ""]
@@ -367,8 +378,7 @@ def ablation(cells: dict[str, dict[tuple[str, str, int], dict | None]]) -> list[
     :data:`ABLATION_SETTING`, mean ± std over the seeds at hand, and how the
     best of our graph rules on the masked GCN compares with FED-PUB."""
     def acc(dataset: str, name: str) -> list[float]:
-        return [100 * e["summary"]["test"] for e in
-                (cells[dataset].get((ABLATION_SETTING, name, s)) for s in SEEDS) if e]
+        return accuracies(cells[dataset], ABLATION_SETTING, name)
 
     def text(values: list[float]) -> str:
         n = f" (n={len(values)})" if 0 < len(values) < len(SEEDS) else ""
@@ -461,11 +471,12 @@ def costs(cells: dict[str, dict[tuple[str, str, int], dict | None]]) -> list[str
                   "|---|" + "---:|" * len(SETTINGS)]
         seed_total = dict.fromkeys(SETTINGS, 0.0)
         complete = dict.fromkeys(SETTINGS, True)
+        spent = {(setting, name): [cpu(e) for e in recorded(cells[dataset], setting, name)]
+                 for setting in SETTINGS for name in runners}
         for name in runners:
             parts = []
             for setting in SETTINGS:
-                got = [cpu(e) for e in (cells[dataset].get((setting, name, s)) for s in SEEDS)
-                       if e is not None]
+                got = spent[setting, name]
                 parts.append(f"{statistics.mean(got):.0f}" if got else "-")
                 if got:
                     seed_total[setting] += statistics.mean(got)
@@ -478,11 +489,9 @@ def costs(cells: dict[str, dict[tuple[str, str, int], dict | None]]) -> list[str
             f"{seed_total[st]:.0f}" if complete[st] else "-" for st in SETTINGS) + " |", ""]
         seed_cost[dataset] = sum(seed_total.values()) if all(complete.values()) else None
         for setting in SETTINGS:
-            every = [cpu(e) for (st, row, _), e in cells[dataset].items()
-                     if st == setting and e is not None and row in runners]
+            every = [c for name in runners for c in spent[setting, name]]
             for name in runners:
-                got = [cpu(e) for e in (cells[dataset].get((setting, name, s)) for s in SEEDS)
-                       if e is not None]
+                got = spent[setting, name]
                 missing = len(SEEDS) - len(got)
                 if missing and (got or every):
                     left_s += missing * statistics.mean(got or every)
@@ -579,26 +588,21 @@ def curves_figure(cells: dict[str, dict[tuple[str, str, int], dict | None]]):
     round on :data:`ABLATION_SETTING`, the mean over the seeds recorded with
     a band from their minimum to their maximum, one panel per dataset (the
     rows of :data:`CURVES`); :obj:`None` when no row has a record."""
-    from pyg_fedgraph.viz import _plt
+    from pyg_fedgraph.viz import _draw_band, _plt
 
     plt = _plt()
     fig, axes = plt.subplots(1, len(DATASETS), figsize=(11, 4.4), sharey=True)
     drawn = False
     for ax, dataset in zip(axes, DATASETS, strict=True):
         for i, (label, name) in enumerate(CURVES.items()):
-            runs = [e["val"] for e in (cells[dataset].get((ABLATION_SETTING, name, s))
-                                       for s in SEEDS) if e]
+            runs = [e["val"] for e in recorded(cells[dataset], ABLATION_SETTING, name)]
             if not runs:
                 continue
             vals = torch.tensor([r[:min(map(len, runs))] for r in runs], dtype=torch.double)
-            rounds = list(range(1, vals.size(1) + 1))
-            line, = ax.plot(rounds, (100 * vals.mean(0)).tolist(),
-                            label=f"{label} ({len(runs)} seeds)",
-                            linestyle="--" if name.endswith("-masked") or name == "fedpub"
-                            else "-", color=f"C{i % 4 if i < 4 else i - 3}")
-            ax.fill_between(rounds, (100 * vals.min(0).values).tolist(),
-                            (100 * vals.max(0).values).tolist(), color=line.get_color(),
-                            alpha=0.12, linewidth=0)
+            _draw_band(ax, range(1, vals.size(1) + 1), 100 * vals,
+                       f"{label} ({len(runs)} seeds)", band_alpha=0.12,
+                       linestyle="--" if name.endswith("-masked") or name == "fedpub" else "-",
+                       color=f"C{i % 4 if i < 4 else i - 3}")
             drawn = True
         ax.set_title(f"{dataset}, {ABLATION_SETTING.replace('-', ' ')} clients")
         ax.set_xlabel("round")
