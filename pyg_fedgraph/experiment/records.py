@@ -120,9 +120,8 @@ def record_table(config: Mapping[str, Any]) -> str:
     if dataset in TABLES:
         family = TABLES[dataset]
         if family in BY_PARTITION:
-            return "-".join((family, _name(dataset), _name(str(config.get("partition"))
-                                                           if config.get("partition")
-                                                           else "none")))
+            partition = str(config.get("partition") or "none")
+            return f"{family}-{_name(dataset)}-{_name(partition)}"
         return family
     return _name(dataset)
 
