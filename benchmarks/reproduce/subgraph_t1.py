@@ -571,15 +571,13 @@ def probe_fedavg(seeds: list[int], rounds: int = 30, dataset: str = "cora",
     return lines
 
 
-#: The figure's lines: label -> row (plain GCN rows solid, masked-GCN rows dashed).
-CURVES = {
-    "Local": "local",
-    "FedAvg (local models)": "fedavg-ft",
-    "FED-PUB's rule": "fedpub-gcn",
-    "pFedGAT": "pfedgat",
-    "FedAvg (local models), masked": "fedavg-ft-masked",
-    "FED-PUB (its rule, masked)": "fedpub",
-    "pFedGAT, masked": "pfedgat-masked",
+#: The figure's rules: label -> (row on the plain GCN, drawn solid; row on the masked
+#: GCN, drawn dashed in the same colour, or None). FED-PUB is the masked row of its rule.
+CURVES: dict[str, tuple[str, str | None]] = {
+    "Local": ("local", None),
+    "FedAvg (local models)": ("fedavg-ft", "fedavg-ft-masked"),
+    "FED-PUB's rule": ("fedpub-gcn", "fedpub"),
+    "pFedGAT": ("pfedgat", "pfedgat-masked"),
 }
 
 
@@ -594,16 +592,19 @@ def curves_figure(cells: dict[str, dict[tuple[str, str, int], dict | None]]):
     fig, axes = plt.subplots(1, len(DATASETS), figsize=(11, 4.4), sharey=True)
     drawn = False
     for ax, dataset in zip(axes, DATASETS, strict=True):
-        for i, (label, name) in enumerate(CURVES.items()):
-            runs = [e["val"] for e in recorded(cells[dataset], ABLATION_SETTING, name)]
-            if not runs:
-                continue
-            vals = torch.tensor([r[:min(map(len, runs))] for r in runs], dtype=torch.double)
-            _draw_band(ax, range(1, vals.size(1) + 1), 100 * vals,
-                       f"{label} ({len(runs)} seeds)", band_alpha=0.12,
-                       linestyle="--" if name.endswith("-masked") or name == "fedpub" else "-",
-                       color=f"C{i % 4 if i < 4 else i - 3}")
-            drawn = True
+        for masked, (style, suffix) in enumerate((("-", ""), ("--", ", masked"))):
+            for colour, (label, rows) in enumerate(CURVES.items()):
+                name = rows[masked]
+                runs = [e["val"] for e in recorded(cells[dataset], ABLATION_SETTING, name)
+                        ] if name else []
+                if not runs:
+                    continue
+                vals = torch.tensor([r[:min(map(len, runs))] for r in runs],
+                                    dtype=torch.double)
+                _draw_band(ax, range(1, vals.size(1) + 1), 100 * vals,
+                           f"{label}{suffix} ({len(runs)} seeds)", band_alpha=0.12,
+                           linestyle=style, color=f"C{colour}")
+                drawn = True
         ax.set_title(f"{dataset}, {ABLATION_SETTING.replace('-', ' ')} clients")
         ax.set_xlabel("round")
         ax.grid(alpha=0.3)
