@@ -69,6 +69,21 @@ def test_batch_gives_the_clients_graphs_and_the_positions_of_the_nodes():
         assert torch.equal(x[row], data.graphs.x[c])
 
 
+@pytest.mark.parametrize("clients", [None, torch.arange(4), torch.tensor([0, 1, 2]),
+                                     torch.tensor([1, 0, 2, 3])])
+def test_a_batch_of_the_whole_federation_shares_the_graphs_others_copy_them(clients):
+    data, _ = toy_graph_federation()
+    g = data.graphs
+    (x, ei, w, _), _ = data.batch("train", torch.zeros(4 if clients is None else len(clients), 1,
+                                                       dtype=torch.long), clients)
+    rows = torch.arange(4) if clients is None else clients
+    assert torch.equal(x, g.x[rows]) and torch.equal(ei, g.edge_index[rows])
+    assert torch.equal(w, g.edge_weight[rows])
+    whole = clients is None or torch.equal(clients, torch.arange(4))
+    # Every client in order: the padded tensors themselves, no copy of x (N, V + 1, F).
+    assert (x.data_ptr() == g.x.data_ptr()) == whole
+    assert (ei.data_ptr() == g.edge_index.data_ptr()) == whole
+
 def test_subset_keeps_the_chosen_clients_graphs():
     data, graphs = toy_graph_federation()
     sub = data.subset(torch.tensor([3, 1]))
