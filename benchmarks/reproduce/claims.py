@@ -74,7 +74,7 @@ from pyg_fedgraph.experiment.reporting import (
 )
 from pyg_fedgraph.strategies import STRATEGIES
 from pyg_fedgraph.train.rules import class_counts
-from pyg_fedgraph.utils import allocation_stats, relation_weights
+from pyg_fedgraph.utils import allocation_stats, keep_freed_memory_at_start, relation_weights
 
 HERE = Path(__file__).resolve().parents[1]
 ROOT = HERE.parent
@@ -2233,4 +2233,5 @@ def main(argv: list[str] | None = None) -> str:
 
 
 if __name__ == "__main__":
+    keep_freed_memory_at_start()
     main()

@@ -44,6 +44,7 @@ from pyg_fedgraph.experiment.reporting import (
 )
 from pyg_fedgraph.simulation.report import format_table
 from pyg_fedgraph.strategies import STRATEGIES
+from pyg_fedgraph.utils import keep_freed_memory_at_start
 
 HERE = Path(__file__).resolve().parents[1]
 ROOT = HERE.parent
@@ -210,4 +211,5 @@ def main(argv: list[str] | None = None) -> str:
 
 
 if __name__ == "__main__":
+    keep_freed_memory_at_start()
     main()

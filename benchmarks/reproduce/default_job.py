@@ -39,6 +39,7 @@ from pyg_fedgraph.experiment.reporting import (
     made_with,
     save_report,
 )
+from pyg_fedgraph.utils import keep_freed_memory_at_start
 
 if TYPE_CHECKING:
     from pyg_fedgraph.simulation.simulator import Simulator
@@ -195,5 +196,6 @@ def main(argv: list[str] | None = None) -> str:
 
 
 if __name__ == "__main__":
+    keep_freed_memory_at_start()
     torch.set_num_threads(1)
     main()

@@ -69,6 +69,7 @@ from pyg_fedgraph.experiment.reporting import (
     save_report,
 )
 from pyg_fedgraph.train import LocalConfig, train_pooled
+from pyg_fedgraph.utils import keep_freed_memory_at_start
 
 BENCH = Path(__file__).resolve().parents[1]
 ROOT = BENCH.parent
@@ -1300,4 +1301,5 @@ def main(argv: list[str] | None = None) -> str:
 
 
 if __name__ == "__main__":
+    keep_freed_memory_at_start()
     sys.exit(main() and 0)

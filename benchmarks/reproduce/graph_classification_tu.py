@@ -77,6 +77,7 @@ HERE = Path(__file__).resolve().parents[1]
 from pyg_fedgraph.experiment import ExperimentConfig  # noqa: E402
 from pyg_fedgraph.experiment.records import config_key  # noqa: E402
 from pyg_fedgraph.experiment.reporting import benchmark_records, keep_readings, save_report  # noqa: E402
+from pyg_fedgraph.utils import keep_freed_memory_at_start  # noqa: E402
 
 ROOT = HERE.parent
 OUT = HERE / "results" / "graph_classification_tu.md"
@@ -488,4 +489,5 @@ def main(argv: list[str] | None = None) -> str | None:
 
 
 if __name__ == "__main__":
+    keep_freed_memory_at_start()
     main()

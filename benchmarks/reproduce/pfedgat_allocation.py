@@ -61,7 +61,7 @@ from pyg_fedgraph.experiment.reporting import (
     save_report,
 )
 from pyg_fedgraph.train.rules import class_counts
-from pyg_fedgraph.utils import allocation_stats
+from pyg_fedgraph.utils import allocation_stats, keep_freed_memory_at_start
 
 HERE = Path(__file__).resolve().parents[1]
 ROOT = HERE.parent
@@ -242,5 +242,6 @@ def main(argv: list[str] | None = None) -> str:
 
 
 if __name__ == "__main__":
+    keep_freed_memory_at_start()
     torch.set_num_threads(1)
     main()

@@ -41,6 +41,7 @@ from pyg_fedgraph.experiment.reporting import (
     runs_table,
     save_report,
 )
+from pyg_fedgraph.utils import keep_freed_memory_at_start
 
 HERE = Path(__file__).resolve().parents[1]
 ROOT = HERE.parent
@@ -679,4 +680,5 @@ def main(argv: list[str] | None = None) -> str:
 
 
 if __name__ == "__main__":
+    keep_freed_memory_at_start()
     main()

@@ -21,7 +21,6 @@ the environment variable ``PYG_FEDGRAPH_KEEP_MEMORY`` is ``0``.
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import warnings
 from collections.abc import Sequence
@@ -73,14 +72,12 @@ def _one_line(err: BaseException) -> str:
 
 
 def _keep_freed_memory() -> None:
-    r"""The application's allocator choice (see
-    :func:`~pyg_fedgraph.utils.retain_freed_memory`), skipped when
-    ``PYG_FEDGRAPH_KEEP_MEMORY=0``. Imported here: ``--help`` never gets this
-    far, and the package's import stays free of it."""
-    from pyg_fedgraph.utils.allocator import KEEP_MEMORY_ENV, retain_freed_memory
+    r"""The application's allocator choice
+    (:func:`~pyg_fedgraph.utils.keep_freed_memory_at_start`). Imported here:
+    ``--help`` never gets this far, and the package's import stays free of it."""
+    from pyg_fedgraph.utils.allocator import keep_freed_memory_at_start
 
-    if os.environ.get(KEEP_MEMORY_ENV, "1").strip() != "0":
-        retain_freed_memory()
+    keep_freed_memory_at_start()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

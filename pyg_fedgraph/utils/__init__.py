@@ -3,7 +3,11 @@ recovery scores), reading pickles of plain data without running code, the
 C allocator setting an application may choose (:func:`retain_freed_memory`),
 and the seconds and memory of a call as the benchmarks measure them
 (:mod:`~pyg_fedgraph.utils.timing`)."""
-from pyg_fedgraph.utils.allocator import KEEP_MEMORY_ENV, retain_freed_memory
+from pyg_fedgraph.utils.allocator import (
+    KEEP_MEMORY_ENV,
+    keep_freed_memory_at_start,
+    retain_freed_memory,
+)
 from pyg_fedgraph.utils.clustering import kmeans
 from pyg_fedgraph.utils.graph import complete_graph
 from pyg_fedgraph.utils.recovery import (
@@ -26,6 +30,7 @@ __all__ = [
     "allocation_stats",
     "load_array_pickle",
     "retain_freed_memory",
+    "keep_freed_memory_at_start",
     "KEEP_MEMORY_ENV",
     "synchronize",
     "timed",

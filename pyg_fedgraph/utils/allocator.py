@@ -21,16 +21,19 @@ keep freed memory (jemalloc, TCMalloc) are what PyTorch's performance tuning
 guide recommends on the CPU for the same reason ("Switch Memory allocator",
 https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html), and
 :func:`retain_freed_memory` gets the same effect from glibc itself. The
-command line (``pyg-fedgraph run`` and ``tune``) calls it at start unless
-``PYG_FEDGRAPH_KEEP_MEMORY=0``; importing the package never does.
+project's applications, the command line (``pyg-fedgraph run`` and ``tune``)
+and the reproduction scripts under ``benchmarks/reproduce/``, call it at start
+(:func:`keep_freed_memory_at_start`) unless ``PYG_FEDGRAPH_KEEP_MEMORY=0``;
+importing the package never does.
 """
 from __future__ import annotations
 
 import ctypes
 import logging
+import os
 import sys
 
-__all__ = ["retain_freed_memory", "KEEP_MEMORY_ENV"]
+__all__ = ["retain_freed_memory", "keep_freed_memory_at_start", "KEEP_MEMORY_ENV"]
 
 log = logging.getLogger(__name__)
 
@@ -109,3 +112,19 @@ def retain_freed_memory(mmap_threshold: int = 1 << 30, trim_threshold: int = 1 <
         log.debug("retain_freed_memory: glibc %s refused mallopt; allocator left as it is",
                   version().decode())
     return ok
+
+
+def keep_freed_memory_at_start() -> bool:
+    r"""What this project's applications (``pyg-fedgraph run`` and ``tune``,
+    the reproduction scripts) call at their start: :func:`retain_freed_memory`
+    with its defaults, unless the environment variable
+    :data:`KEEP_MEMORY_ENV` (``PYG_FEDGRAPH_KEEP_MEMORY``) is ``0``.
+
+    Returns:
+        :obj:`True` if freed memory is now kept, :obj:`False` if the variable
+        turned it off or the C library is not glibc.
+    """
+    if os.environ.get(KEEP_MEMORY_ENV, "1").strip() == "0":
+        log.debug("%s=0: allocator left as it is", KEEP_MEMORY_ENV)
+        return False
+    return retain_freed_memory()

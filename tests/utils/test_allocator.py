@@ -141,3 +141,16 @@ def test_cli_results_do_not_depend_on_the_setting(tmp_path):
         assert sorted(a.files) == sorted(b.files)
         for key in a.files:
             np.testing.assert_array_equal(a[key], b[key])
+
+
+@pytest.mark.parametrize(("value", "kept"), [(None, True), ("1", True), ("0", False),
+                                             (" 0 ", False)])
+def test_applications_keep_freed_memory_unless_the_variable_is_0(monkeypatch, value, kept):
+    calls = []
+    monkeypatch.setattr(allocator, "retain_freed_memory", lambda: calls.append(1) or True)
+    if value is None:
+        monkeypatch.delenv(KEEP_MEMORY_ENV, raising=False)
+    else:
+        monkeypatch.setenv(KEEP_MEMORY_ENV, value)
+    assert allocator.keep_freed_memory_at_start() is kept
+    assert len(calls) == int(kept)
