@@ -265,9 +265,43 @@ def test_subgraph_t1_one_seed_of_the_whole_table(script, monkeypatch):
     assert f"| one seed, all rows | {2 * len(runners)} | " in text
     whole = 5 * n / 3600
     assert (f"One seed of the whole table: cora {2 * n:,} + citeseer {3 * n:,} CPU seconds = "
-            f"{whole:.1f} CPU hours; its 3 seeds about {3 * whole:.1f} CPU hours.") in text
+            f"{whole:.1f} CPU hours with the default allocator; its 3 seeds about "
+            f"{3 * whole:.1f} CPU hours. Recorded") in text      # no kept runs: no kept total
     # Seeds 1 and 2 of every runner left, each at its own seed-0 cost.
     assert f"Left: {4 * n} runs, about {2 * 5 * n / 3600:.1f} CPU hours" in text
+
+
+@pytest.mark.parametrize("script", ["subgraph_t1"], indirect=True)
+def test_subgraph_t1_costs_apart_by_allocator(script, monkeypatch):
+    monkeypatch.setattr(script, "PENDING", [])
+    runners = [n for n in script.STRATEGIES if n not in script.TWINS]
+    after = "2026-11-27T08:00:00+00:00"          # 1 h 35 min 13 s after KEPT_SINCE
+    for dataset in script.DATASETS:
+        for setting in script.SETTINGS:
+            for name in runners:
+                store(script.RUNS, script.config(dataset, setting, name, 0), 0.5, cpu=40.0)
+    cfg = script.config
+    # fedavg on cora metis-5: seed 1 kept (20 s), seed 2 began before KEPT_SINCE (it ends
+    # after it, but its 6,000 wall seconds reach back before it): default (60 s).
+    store(script.RUNS, cfg("cora", "metis-5", "fedavg", 1), 0.5, cpu=20.0, seconds=30.0,
+          date=after)
+    store(script.RUNS, cfg("cora", "metis-5", "fedavg", 2), 0.5, cpu=60.0, seconds=6000.0,
+          date=after)
+    assert script.kept_memory({"date": after, "seconds": 5713.0})
+    assert not script.kept_memory({"date": after, "seconds": 5714.0})
+    text = "\n".join(script.section(run_missing=False))
+    assert "| fedavg | 50 / 20 | 40 | 40 | 40 | 40 | 40 |" in text   # (40 + 60) / 2, 20
+    n = len(runners)
+    assert f"| one seed, all rows | {40 * n + 10:.0f} / {40 * n - 20:.0f} | {40 * n} |" in text
+    whole = (2 * 6 * 40 * n + 10) / 3600
+    kept = (2 * 6 * 40 * n - 20) / 3600
+    assert f"= {whole:.1f} CPU hours with the default allocator" in text
+    assert (f"Keeping freed memory where it was measured (and at the default's cost "
+            f"elsewhere): cora {6 * 40 * n - 20:,} + citeseer {6 * 40 * n:,} CPU seconds = "
+            f"{kept:.1f} CPU hours; 3 seeds about {3 * kept:.1f} CPU hours.") in text
+    # Left: cora metis-5 fedavg is complete; every other run at 40 s.
+    left_n = 2 * 6 * n * 2 - 2
+    assert f"Left: {left_n} runs, about {left_n * 40 / 3600:.1f} CPU hours" in text
 
 
 

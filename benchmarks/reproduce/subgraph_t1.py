@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import datetime as dt
 import logging
 import math
 import os
@@ -450,64 +451,117 @@ def identities(cells: dict[str, dict[tuple[str, str, int], dict | None]]) -> lis
     return [*out, ""] if len(out) > 2 else []
 
 
+#: When the grid's runs began to keep freed memory (glibc's ``MALLOC_MMAP_THRESHOLD_`` and
+#: ``MALLOC_TRIM_THRESHOLD_`` at 1 GiB in the queue workers' environment from 2026-11-27
+#: 06:24:47 UTC; the script itself calls :func:`keep_freed_memory_at_start` since d488297).
+#: Runs before it paid a page fault for every large temporary: up to twice the CPU time
+#: of the same run, with the same results. A record counts as kept when the whole run
+#: (its ``date`` less its ``seconds``) lies after this.
+KEPT_SINCE = dt.datetime(2026, 11, 27, 6, 24, 47, tzinfo=dt.UTC)
+
+
+def kept_memory(entry: dict) -> bool:
+    r"""Whether the run of ``entry`` kept freed memory (:data:`KEPT_SINCE`)."""
+    end = dt.datetime.fromisoformat(entry["date"])
+    if end.tzinfo is None:
+        end = end.replace(tzinfo=dt.UTC)
+    return end - dt.timedelta(seconds=float(entry["seconds"])) >= KEPT_SINCE
+
+
 def costs(cells: dict[str, dict[tuple[str, str, int], dict | None]]) -> list[str]:
     r"""What the runs cost: per dataset a table of each row's CPU seconds per
-    run (mean over the seeds recorded) by setting, and one seed's total per
-    setting; then the grid's recorded CPU hours and an estimate of what is
-    left (each missing run at its row's mean in that setting, else at the
-    setting's mean run). Rows read off another run (:data:`TWINS`) cost
-    nothing of their own."""
+    run by setting, mean over the seeds recorded, apart for runs with glibc's
+    default allocator and runs that kept freed memory (:func:`kept_memory`),
+    and one seed's total per setting; then the whole table's cost for one
+    seed (with freed memory kept where a row has such runs, and at the
+    default's cost elsewhere), the grid's recorded CPU hours and an estimate
+    of what is left (each missing run at its row's mean in that setting,
+    kept runs first, else at the setting's mean run). Rows read off another
+    run (:data:`TWINS`) cost nothing of their own."""
     def cpu(entry: dict) -> float:
         return float(entry.get("cpu_seconds") or entry["seconds"])
+
+    def mean(values: list[float]) -> float | None:
+        return statistics.mean(values) if values else None
+
+    def shown(value: float | None) -> str:
+        return "-" if value is None else f"{value:.0f}"
 
     runners = [n for n in STRATEGIES if n not in TWINS]
     lines = ["CPU seconds per run (one process, one torch thread; mean over the seeds "
              f"recorded; the {', '.join(TWINS)} rows are read off the "
-             f"{', '.join(sorted(set(TWINS.values())))} runs and cost nothing of their own):",
-             ""]
+             f"{', '.join(sorted(set(TWINS.values())))} runs and cost nothing of their own). "
+             "A cell reads *default / kept*: runs with glibc's default allocator, and runs "
+             "that kept freed memory (from "
+             f"{KEPT_SINCE:%Y-%m-%d %H:%M} UTC, see the reading); one figure where all the "
+             "cell's runs are of the first kind:", ""]
     done_s, done_n, left_s, left_n = 0.0, 0, 0.0, 0
-    seed_cost: dict[str, float | None] = {}
+    seed_cost: dict[str, tuple[float, float] | None] = {}
     for dataset in DATASETS:
         lines += [f"| {dataset} | " + " | ".join(SETTINGS) + " |",
                   "|---|" + "---:|" * len(SETTINGS)]
-        seed_total = dict.fromkeys(SETTINGS, 0.0)
-        complete = dict.fromkeys(SETTINGS, True)
-        spent = {(setting, name): [cpu(e) for e in recorded(cells[dataset], setting, name)]
-                 for setting in SETTINGS for name in runners}
+        runs = {(setting, name): recorded(cells[dataset], setting, name)
+                for setting in SETTINGS for name in runners}
+        # (setting, name) -> (default mean, kept mean)
+        means = {k: (mean([cpu(e) for e in v if not kept_memory(e)]),
+                     mean([cpu(e) for e in v if kept_memory(e)])) for k, v in runs.items()}
         for name in runners:
             parts = []
             for setting in SETTINGS:
-                got = spent[setting, name]
-                parts.append(f"{statistics.mean(got):.0f}" if got else "-")
-                if got:
-                    seed_total[setting] += statistics.mean(got)
-                else:
-                    complete[setting] = False
-                done_s += sum(got)
-                done_n += len(got)
+                default, kept = means[setting, name]
+                parts.append(shown(default) if kept is None else
+                             f"{shown(default)} / {shown(kept)}")
             lines.append(f"| {name} | " + " | ".join(parts) + " |")
-        lines += ["| one seed, all rows | " + " | ".join(
-            f"{seed_total[st]:.0f}" if complete[st] else "-" for st in SETTINGS) + " |", ""]
-        seed_cost[dataset] = sum(seed_total.values()) if all(complete.values()) else None
+        totals: dict[str, tuple[float, float] | None] = {}
         for setting in SETTINGS:
-            every = [c for name in runners for c in spent[setting, name]]
+            total: tuple[float, float] | None = (0.0, 0.0)
             for name in runners:
-                got = spent[setting, name]
+                default, kept = means[setting, name]
+                if default is None or total is None:
+                    total = None
+                else:
+                    total = (total[0] + default, total[1] + (default if kept is None else kept))
+            totals[setting] = total
+        lines += ["| one seed, all rows | " + " | ".join(
+            "-" if t is None else f"{t[0]:.0f}" if t[0] == t[1] else f"{t[0]:.0f} / {t[1]:.0f}"
+            for t in totals.values()) + " |", ""]
+        if all(t is not None for t in totals.values()):
+            seed_cost[dataset] = (sum(t[0] for t in totals.values() if t is not None),
+                                  sum(t[1] for t in totals.values() if t is not None))
+        else:
+            seed_cost[dataset] = None
+        for setting in SETTINGS:
+            every = [cpu(e) for name in runners for e in runs[setting, name]]
+            for name in runners:
+                got = runs[setting, name]
+                done_s += sum(cpu(e) for e in got)
+                done_n += len(got)
                 missing = len(SEEDS) - len(got)
-                if missing and (got or every):
-                    left_s += missing * statistics.mean(got or every)
+                default, kept = means[setting, name]
+                each = kept if kept is not None else default if default is not None else mean(
+                    every)
+                if missing and each is not None:
+                    left_s += missing * each
                     left_n += missing
     text = ""
     if all(v is not None for v in seed_cost.values()):
-        whole = sum(v for v in seed_cost.values() if v is not None)
+        pairs = [v for v in seed_cost.values() if v is not None]
+        whole, kept_whole = sum(d for d, _ in pairs) / 3600, sum(k for _, k in pairs) / 3600
         text = ("One seed of the whole table: " + " + ".join(
-            f"{dataset} {v:,.0f}" for dataset, v in seed_cost.items() if v is not None)
-            + f" CPU seconds = {whole / 3600:.1f} CPU hours; its {len(SEEDS)} seeds about "
-            f"{len(SEEDS) * whole / 3600:.1f} CPU hours. ")
+            f"{dataset} {v[0]:,.0f}" for dataset, v in seed_cost.items() if v is not None)
+            + f" CPU seconds = {whole:.1f} CPU hours with the default allocator; its "
+            f"{len(SEEDS)} seeds about {len(SEEDS) * whole:.1f} CPU hours. ")
+        if kept_whole != whole:
+            text += ("Keeping freed memory where it was measured (and at the default's cost "
+                     "elsewhere): " + " + ".join(
+                         f"{dataset} {v[1]:,.0f}" for dataset, v in seed_cost.items()
+                         if v is not None)
+                     + f" CPU seconds = {kept_whole:.1f} CPU hours; {len(SEEDS)} seeds about "
+                     f"{len(SEEDS) * kept_whole:.1f} CPU hours. ")
     text += f"Recorded: {done_n} runs, {done_s / 3600:.2f} CPU hours."
     if left_n:
         text += (f" Left: {left_n} runs, about {left_s / 3600:.1f} CPU hours at the recorded "
-                 "means.")
+                 "means (of the kept runs where a row has some).")
     return [*lines, text, ""]
 
 
