@@ -307,15 +307,15 @@ def across(cells: dict[str, dict[tuple[str, str, int], dict | None]]) -> list[st
                 continue
             best = max(rules, key=lambda n: statistics.mean(rules[n]))
             gap = statistics.mean(rules[best]) - statistics.mean(pub)
-            noise = max(statistics.pstdev(pub), statistics.pstdev(rules[best]))
+            close = gap < 0 and -gap <= max(statistics.pstdev(pub), statistics.pstdev(rules[best]))
             above += gap >= 0
-            within += gap < 0 and -gap <= noise
+            within += close
             means = {n: statistics.mean(v) for n in STRATEGIES
                      if (v := full(dataset, setting, n)) is not None}
             top = max(means, key=lambda n: means[n])
             rows.append(f"| {dataset} | {setting} | {mean_std(pub)} | {best} "
                         f"{mean_std(rules[best])} | {gap:+.2f}"
-                        + (" (within the seeds' spread)" if gap < 0 and -gap <= noise else "")
+                        + (" (within the seeds' spread)" if close else "")
                         + f" | {top} {means[top]:.2f} |")
     if not rows:
         return []
