@@ -42,7 +42,23 @@ def test_the_spread_is_chosen_from_seed_zero_and_judged_against_the_seeds(claims
     for k, lv in enumerate(levels):
         store(claims, lv, "pfedgraph", 0.90)
         store(claims, lv, "pfedgat", 0.90 - [0.04, 0.01, 0.02, 0.03][k])
-    assert claims.t1_spread_choice(claims.fmnist_t1_full_cells(False)) is None  # others missing
+    cells = claims.fmnist_t1_full_cells(False)
+    # The level needs only pFedGraph's and pFedGAT's cells, so their seeds can run already;
+    # the third strategy waits for the others' cells at that level.
+    assert claims.t1_spread_level(cells) == "severe"
+    assert claims.t1_spread_choice(cells) is None
+    text = "\n".join(claims.fmnist_t1_full_section(False))
+    assert "the best other strategy there: not yet known" in text
+    assert "| pfedgat | 88.0 / 89.0 | pending | pending | pending |" in text
+    assert ("| the best other | chosen once the seed-0 cells of local, fedavg, fedavg-ft, cfl, "
+            "ditto, fedaghn are in |") in text
+    assert ("`python benchmarks/reproduce/claims.py --no-write --only fmnist-t1-full --levels "
+            "severe --strategies pfedgraph --seeds 1`") in text
+    assert "--strategies ditto --seeds" not in text
+    claims.PENDING.clear()
+    store(claims, "extreme", "pfedgat", 0.90)  # pFedGAT's extreme cell: now closest there
+    assert claims.t1_spread_level(claims.fmnist_t1_full_cells(False)) == "extreme"
+    store(claims, "extreme", "pfedgat", 0.86)
     for lv in levels:
         for i, n in enumerate(n for n in names if n not in ("pfedgraph", "pfedgat")):
             store(claims, lv, n, 0.97 if (lv, n) == ("severe", "ditto") else 0.90 + i / 100)

@@ -1090,29 +1090,35 @@ def fmnist_t1_full_cells(run_missing: bool, strategies: list[str] | None = None,
 T1_SPREAD_SEEDS = (1, 2)
 
 
-def t1_spread_choice(cells: dict[str, dict | None]) -> tuple[str, str] | None:
-    r"""Section M's seed-spread level and third strategy, from the seed-0
-    cells: the level where pFedGraph's and pFedGAT's per-client-best
-    accuracies differ least (the first of :data:`T1_LEVELS` on a tie), and
-    the other strategy with the best per-client-best there (the first of
-    :data:`T1_FULL_STRATEGIES` on a tie); ``None`` until every cell these
-    need has its record."""
-    def pcb(key: str) -> float | None:
-        entry = cells.get(key)
-        return None if entry is None else entry["summary"]["test_per_client_best"]
-
+def t1_spread_level(cells: dict[str, dict | None]) -> str | None:
+    r"""Section M's seed-spread level, from the seed-0 cells: the level where
+    pFedGraph's and pFedGAT's per-client-best accuracies differ least (the
+    first of :data:`T1_LEVELS` on a tie); ``None`` until those two
+    strategies have their records at every level. Their seeds 1 and 2 can
+    run from then on, before the other strategies' cells are in."""
     gaps = {}
     for lv in T1_LEVELS:
-        a, b = pcb(f"{lv}/pfedgraph"), pcb(f"{lv}/pfedgat")
+        a, b = cells.get(f"{lv}/pfedgraph"), cells.get(f"{lv}/pfedgat")
         if a is None or b is None:
             return None
-        gaps[lv] = abs(a - b)
-    level = min(T1_LEVELS, key=lambda lv: gaps[lv])
+        gaps[lv] = abs(a["summary"]["test_per_client_best"]
+                       - b["summary"]["test_per_client_best"])
+    return min(T1_LEVELS, key=lambda lv: gaps[lv])
+
+
+def t1_spread_choice(cells: dict[str, dict | None]) -> tuple[str, str] | None:
+    r"""Section M's seed-spread level (:func:`t1_spread_level`) and third
+    strategy: the other strategy with the best per-client-best at that level
+    (the first of :data:`T1_FULL_STRATEGIES` on a tie); ``None`` until every
+    cell these need has its record."""
+    level = t1_spread_level(cells)
+    if level is None:
+        return None
     others = [n for n in T1_FULL_STRATEGIES if n not in ("pfedgraph", "pfedgat")]
-    values = {n: pcb(f"{level}/{n}") for n in others}
+    values = {n: cells.get(f"{level}/{n}") for n in others}
     if any(v is None for v in values.values()):
         return None
-    return level, max(others, key=lambda n: values[n] or 0.0)
+    return level, max(others, key=lambda n: values[n]["summary"]["test_per_client_best"])
 
 
 def fmnist_t1_spread(cells: dict[str, dict | None], run_missing: bool,
@@ -1122,16 +1128,17 @@ def fmnist_t1_spread(cells: dict[str, dict | None], run_missing: bool,
     and ``seeds`` names them), and whether pFedGraph's order against each
     other strategy there is beyond seed noise."""
     head = ["### Seed spread", ""]
-    choice = t1_spread_choice(cells)
-    if choice is None:
+    level = t1_spread_level(cells)
+    if level is None:
         return [*head, "Chosen once the seed-0 cells are in: the level where pFedGraph's and "
                 "pFedGAT's per-client-best accuracies differ least, and the best other "
                 "strategy there; then seeds 1 and 2 of the three at that level.", ""]
-    level, other = choice
+    choice = t1_spread_choice(cells)
+    other = None if choice is None else choice[1]
     rows = ["| strategy | seed 0 | seed 1 | seed 2 | per-client-best mean ± std |",
             "|---|---:|---:|---:|---:|"]
     values: dict[str, list[float]] = {}
-    for n in ("pfedgraph", "pfedgat", other):
+    for n in ("pfedgraph", "pfedgat", *([other] if other else [])):
         runner = {"fedavg-ft": "fedavg"}.get(n, n)
         entries = [cells[f"{level}/{n}"]]
         for seed in T1_SPREAD_SEEDS:
@@ -1153,8 +1160,13 @@ def fmnist_t1_spread(cells: dict[str, dict | None], run_missing: bool,
         spread = (f"{100 * statistics.mean(got):.1f} ± {100 * statistics.stdev(got):.1f}"
                   if len(got) == 3 else "pending")
         rows.append(f"| {n} | " + " | ".join(_both(e) for e in entries) + f" | {spread} |")
+    if other is None:
+        missing = [n for n in T1_FULL_STRATEGIES if n not in ("pfedgraph", "pfedgat")
+                   and cells.get(f"{level}/{n}") is None]
+        rows.append(f"| the best other | chosen once the seed-0 cells of {', '.join(missing)} "
+                    "are in | | | |")
     verdicts = []
-    if all(len(v) == 3 for v in values.values()):
+    if other is not None and all(len(v) == 3 for v in values.values()):
         for n in ("pfedgat", other):
             diff = 100 * (statistics.mean(values["pfedgraph"]) - statistics.mean(values[n]))
             noise = 100 * max(statistics.stdev(values["pfedgraph"]), statistics.stdev(values[n]))
@@ -1164,8 +1176,8 @@ def fmnist_t1_spread(cells: dict[str, dict | None], run_missing: bool,
                             + ("beyond" if beyond else "within") + " seed noise (beyond: "
                             "more than twice it).")
     return [*head, f"Level {level}, where pFedGraph's and pFedGAT's seed-0 per-client-best "
-            f"accuracies differ least; the best other strategy there: {other}. Cells: "
-            "best-round / per-client-best (%).", "", *rows, "", *verdicts,
+            f"accuracies differ least; the best other strategy there: {other or 'not yet known'}"
+            ". Cells: best-round / per-client-best (%).", "", *rows, "", *verdicts,
             *([""] if verdicts else [])]
 
 
