@@ -19,7 +19,7 @@ def claims(claims, monkeypatch):
 
 
 def store(claims, level: str, strategy: str, pcb: float, seed: int = 0) -> None:
-    cfg = claims.fmnist_config(level, strategy, "full", seed=seed)
+    cfg = claims.t1_full_configs(level, strategy, seed)[0]
     claims.RUNS._store(cfg, {"config": plain_settings(cfg.to_dict()),
                              "summary": {"test": pcb - 0.01, "test_per_client_best": pcb},
                              "seconds": 1.0, "load": [0.0, 0.0], "date": "today"})
@@ -138,3 +138,40 @@ def test_section_g_sets_fedcedar_beside_its_own_sampling_and_no_propagation(clai
     # The missing no-propagation runs are listed with the command that makes them.
     assert [what for what, _, _ in claims.PENDING["fmnist-t1"]] == [
         f"fedcedar, {lv}, no propagation (P = 0)" for lv in ("extreme", "modest", "homogeneous")]
+
+
+def test_the_cfl_row_is_pfedgraph_codes_cfl_on_local_models_from_one_run(claims, monkeypatch):
+    cell, run = claims.t1_full_configs("extreme", "cfl", seed=1)
+    # The record is the run's settings (pFedGraph's code's thresholds, from round 1) plus the
+    # mark; the run is buildable (the mark is no setting) and is what the row's command runs.
+    assert run.strategy == "cfl" and run.seed == 1
+    assert {k: run.overrides[k] for k in ("eps1", "eps2", "warmup_rounds", "mean_norm")} == {
+        "eps1": 2.0, "eps2": 2.5, "warmup_rounds": 0, "mean_norm": "unweighted"}
+    assert "evaluated_on" not in run.overrides
+    assert cell.overrides == {**run.overrides, "evaluated_on": "local-models"}
+    assert claims.t1_full_configs("extreme", "fedavg-ft")[1].strategy == "fedavg"
+    assert claims.t1_full_configs("extreme", "ditto")[1] is None
+    calls = []
+    monkeypatch.setattr(claims.RUNS, "run", lambda cfg, **kw: calls.append((cfg, kw)) or {})
+    claims.fmnist_t1_full_cells(True, ["cfl"], ["extreme"])
+    assert [(c.strategy, kw.get("local_models_as")) for c, kw in calls] == [
+        ("cfl", claims.t1_full_configs("extreme", "cfl")[0])]
+    assert calls[0][0] == claims.t1_full_configs("extreme", "cfl")[1]
+
+
+def test_the_cfl_lines_count_clusters_and_keep_the_library_defaults_apart(claims):
+    _, run = claims.t1_full_configs("severe", "cfl")
+    plain = claims.fmnist_config("extreme", "cfl", "full")
+    # Clients 0-1 together, 2 alone, 3-4 together: three clusters; a uniform graph: one.
+    split = [[.5, .5, 0, 0, 0], [.5, .5, 0, 0, 0], [0, 0, 1, 0, 0], [0, 0, 0, .5, .5],
+             [0, 0, 0, .5, .5]]
+    for cfg, pcb, graph in [(run, 0.95, split), (plain, 0.93, [[0.2] * 5] * 5)]:
+        claims.RUNS._store(cfg, {"config": plain_settings(cfg.to_dict()), "graph": graph,
+                                 "summary": {"test": pcb - 0.2, "test_per_client_best": pcb},
+                                 "seconds": 1.0, "load": [0.0, 0.0], "date": "today"})
+    text = "\n".join(claims.t1_cfl_lines())
+    assert "CFL's own evaluation: severe 75.0 / 95.0 (3 clusters at the end)." in text
+    assert "no split before round 21): extreme 73.0 / 93.0 (1 cluster at the end)." in text
+    # The library-defaults record is no cell of the row.
+    cells = claims.fmnist_t1_full_cells(False)
+    assert cells["extreme/cfl"] is None and cells["severe/cfl"] is None

@@ -1066,6 +1066,46 @@ def full_level_done() -> int:
 #: and the baselines.
 T1_FULL_STRATEGIES = ("local", "fedavg", "fedavg-ft", "cfl", "ditto", "pfedgat", "fedaghn",
                       "pfedgraph")
+#: CFL as pFedGraph's code runs it (``cfl.py`` with ``cluster/config.py``'s defaults, which
+#: its run scripts keep): eps1 = 2.0, eps2 = 2.5, a split possible from the first round, only
+#: clusters of more than 2 clients split (the library's default ``min_cluster_size=3``), the
+#: criterion on the unweighted mean update. The library's defaults are Sattler et al.'s code's
+#: (eps1 = 0.4, eps2 = 1.6, no split before round 21).
+CFL_PFEDGRAPH_CODE: dict[str, Any] = {"eps1": 2.0, "eps2": 2.5, "warmup_rounds": 0,
+                                      "mean_norm": "unweighted"}
+#: The mark of a record that holds a run's clients evaluated on their own models after their
+#: local training (:class:`~pyg_fedgraph.experiment.records.LocalModelsCallback`): pFedGraph's
+#: code evaluates CFL's clients so (``cfl.py``'s ``local_train`` measures each client right
+#: after its local steps, before the cluster's aggregation), as it does FedAvg-FT's. Such a
+#: configuration is a record's name only: its run is the configuration without the mark.
+LOCAL_MODELS_MARK = {"evaluated_on": "local-models"}
+
+
+def t1_full_configs(level: str, strategy: str,
+                    seed: int = 0) -> tuple[ExperimentConfig, ExperimentConfig | None]:
+    r"""Section M's cell of ``strategy`` at ``level``: the configuration of its
+    record, and that of the run that writes it when another run does (FedAvg's
+    run writes FedAvg-FT's record; CFL's run with :data:`CFL_PFEDGRAPH_CODE`
+    writes its clients' local models, marked :data:`LOCAL_MODELS_MARK`), else
+    ``None``."""
+    if strategy == "fedavg-ft":
+        return (fmnist_config(level, strategy, "full", seed=seed),
+                fmnist_config(level, "fedavg", "full", seed=seed))
+    if strategy == "cfl":
+        run = fmnist_config(level, "cfl", "full", extra=CFL_PFEDGRAPH_CODE, seed=seed)
+        return dataclasses.replace(run, overrides={**run.overrides, **LOCAL_MODELS_MARK}), run
+    return fmnist_config(level, strategy, "full", seed=seed), None
+
+
+def _t1_full_fetch(level: str, strategy: str, seed: int, run_it: bool,
+                   what: str, args: str) -> dict | None:
+    r"""The record of section M's cell (:func:`t1_full_configs`), run first
+    when ``run_it`` (by the run that writes it), else listed as pending."""
+    cell, run = t1_full_configs(level, strategy, seed)
+    if run_it and run is not None and RUNS.load(cell) is None:
+        RUNS.run(run, local_models_as=cell)
+    return fetch(cell, run_it and run is None, "fmnist-t1-full", what, args,
+                 twin=_ft_twin(cell), runner=run)
 
 
 def fmnist_t1_full_cells(run_missing: bool, strategies: list[str] | None = None,
@@ -1079,9 +1119,10 @@ def fmnist_t1_full_cells(run_missing: bool, strategies: list[str] | None = None,
             runner = {"fedavg-ft": "fedavg"}.get(n, n)
             run_it = (run_missing and (strategies is None or runner in strategies)
                       and (levels is None or lv in levels))
-            name = f"{lv} full/{n}"
-            cells[f"{lv}/{n}"] = _fmnist_cells([(name, fmnist_config(lv, n, "full"))], run_it,
-                                               "fmnist-t1-full")[name]
+            cells[f"{lv}/{n}"] = _t1_full_fetch(
+                lv, n, 0, run_it,
+                f"{n}, {lv} full" + (f" (in the {runner} run)" if runner != n else ""),
+                f"--only fmnist-t1-full --levels {lv} --strategies {runner}")
     return cells
 
 
@@ -1142,19 +1183,12 @@ def fmnist_t1_spread(cells: dict[str, dict | None], run_missing: bool,
         runner = {"fedavg-ft": "fedavg"}.get(n, n)
         entries = [cells[f"{level}/{n}"]]
         for seed in T1_SPREAD_SEEDS:
-            cfg = fmnist_config(level, n, "full", seed=seed)
             run_it = (run_missing and seeds is not None and seed in seeds
                       and (strategies is None or runner in strategies))
-            runs_it = (None if runner == n else
-                       fmnist_config(level, runner, "full", seed=seed))
-            if run_it and runs_it is not None:  # FedAvg's run gives FedAvg-FT's record
-                RUNS.run(runs_it, local_models_as=_ft_twin(runs_it))
-            entries.append(fetch(
-                cfg, run_it and runs_it is None, "fmnist-t1-full",
-                f"{n}, {level} full, seed {seed}"
+            entries.append(_t1_full_fetch(
+                level, n, seed, run_it, f"{n}, {level} full, seed {seed}"
                 + (f" (in the {runner} run)" if runner != n else ""),
-                f"--only fmnist-t1-full --levels {level} --strategies {runner} --seeds {seed}",
-                twin=_ft_twin(cfg), runner=runs_it))
+                f"--only fmnist-t1-full --levels {level} --strategies {runner} --seeds {seed}"))
         got = [e["summary"]["test_per_client_best"] for e in entries if e is not None]
         values[n] = got
         spread = (f"{100 * statistics.mean(got):.1f} ± {100 * statistics.stdev(got):.1f}"
@@ -1179,6 +1213,39 @@ def fmnist_t1_spread(cells: dict[str, dict | None], run_missing: bool,
             f"accuracies differ least; the best other strategy there: {other or 'not yet known'}"
             ". Cells: best-round / per-client-best (%).", "", *rows, "", *verdicts,
             *([""] if verdicts else [])]
+
+
+def _clusters(entry: dict) -> int:
+    r"""The number of clusters of a CFL record's final collaboration graph
+    (its distinct rows: members of a cluster share one)."""
+    return len({tuple(round(w, 6) for w in row) for row in entry["graph"]})
+
+
+def t1_cfl_lines() -> list[str]:
+    r"""Section M's account of its CFL row: the rule it follows (pFedGraph's
+    code's), the same runs' cluster models, and CFL with the library's
+    defaults where that was run."""
+    own, defaults = [], []
+    for lv in T1_LEVELS:
+        _, run = t1_full_configs(lv, "cfl")
+        entry = RUNS.load(run) if run is not None else None
+        if entry is not None:
+            own.append(f"{lv} {_both(entry)} ({_clusters(entry)} clusters at the end)")
+        plain = RUNS.load(fmnist_config(lv, "cfl", "full"))
+        if plain is not None:
+            defaults.append(f"{lv} {_both(plain)} ({_clusters(plain)} cluster"
+                            f"{'s' if _clusters(plain) > 1 else ''} at the end)")
+    return [
+        "CFL's row is CFL as pFedGraph's code runs and measures it (`cfl.py`, "
+        "`cluster/config.py`): eps1 = 2.0 and eps2 = 2.5, a split possible from the first "
+        "round, only clusters of more than 2 clients split, and each client evaluated on its "
+        "own model right after its local training, before the cluster's aggregation (as for "
+        "FedAvg-FT). The same runs' cluster models, CFL's own evaluation: "
+        + ("; ".join(own) if own else "pending") + ". With the library's defaults (Sattler "
+        "et al.'s code: eps1 = 0.4, eps2 = 1.6, no split before round 21): "
+        + ("; ".join(defaults) if defaults else "not run")
+        + ". One cluster at the end means the split criterion (mean update norm under eps1, "
+        "largest client update norm over eps2) was never met and CFL trained as FedAvg.", ""]
 
 
 def fmnist_t1_full_goals(cells: dict[str, dict | None]) -> list[str]:
@@ -1245,7 +1312,8 @@ def fmnist_t1_full_section(run_missing: bool, strategies: list[str] | None = Non
     return ["## M. pFedGraph Table 1 at the paper's full protocol, all four levels", "",
             f"Protocol: the paper's {_protocol_text(FULL)}; data, model and evaluation as "
             "section G. " + FMNIST_PROTOCOL_TEXT, "", *rows, "",
-            *fmnist_t1_full_goals(cells), *spread, *pending_lines("fmnist-t1-full")]
+            *t1_cfl_lines(), *fmnist_t1_full_goals(cells), *spread,
+            *pending_lines("fmnist-t1-full")]
 
 
 # ------------------------------------------- O. Panacea Tables II-III on traffic
