@@ -175,3 +175,42 @@ def test_the_cfl_lines_count_clusters_and_keep_the_library_defaults_apart(claims
     # The library-defaults record is no cell of the row.
     cells = claims.fmnist_t1_full_cells(False)
     assert cells["extreme/cfl"] is None and cells["severe/cfl"] is None
+
+
+def test_why_pfedgraph_is_behind_by_level_from_its_records(claims):
+    levels, names = claims.T1_LEVELS, claims.T1_FULL_STRATEGIES
+    # Everyone at 0.90 everywhere but: pFedGAT 0.93 at homogeneous, pFedGraph 0.91 at
+    # modest, FedAvg (aggregated) 0.92 and FedAvg-FT 0.88 at homogeneous.
+    special = {("homogeneous", "pfedgat"): 0.93, ("modest", "pfedgraph"): 0.91,
+               ("homogeneous", "fedavg"): 0.92, ("homogeneous", "fedavg-ft"): 0.88}
+    for lv in levels:
+        for n in names:
+            store(claims, lv, n, special.get((lv, n), 0.90))
+    cells = claims.fmnist_t1_full_cells(False)
+    cells["homogeneous/pfedgraph"]["graph"] = [[0.1] * 10] * 10
+    avgs = {n: 100 * sum(e["summary"]["test_per_client_best"] for e in
+                         (cells[f"{lv}/{n}"] for lv in levels)) / 4 for n in names}
+    text = "\n".join(claims.t1_full_why(cells, avgs))
+    # pFedGraph (0.90 + 0.90 + 0.91 + 0.90) / 4 against pFedGAT (0.90 * 3 + 0.93) / 4: -0.50.
+    assert ("behind pfedgat's (-0.50), level by level: extreme +0.00, severe +0.00, modest "
+            "+1.00, homogeneous -3.00; most at homogeneous.") in text
+    assert "graph is uniform, FedAvg's weights (largest distance of a weight from 1/N = " \
+           "0.100: 0.000)" in text
+    assert "scores 88.0 with each client's model after its local training" in text
+    assert "and 92.0 with the aggregated model (FedAvg); pFedGraph scores 90.0, pfedgat 93.0" \
+        in text
+    assert "(`evaluate=\"aggregated\"`): pending." in text
+    assert any("pfedgraph-aggregated" in cmd for _, cmd, _ in claims.PENDING["fmnist-t1-full"])
+    # A graph away from uniform says so; the ablation's record, once in, is shown.
+    cells["homogeneous/pfedgraph"]["graph"] = [[0.5] + [0.5 / 9] * 9] * 10
+    ablation = claims.fmnist_config("homogeneous", "pfedgraph", "full",
+                                    extra=claims.PFEDGRAPH_AGGREGATED)
+    assert ablation.overrides["evaluate"] == "aggregated"
+    claims.RUNS._store(ablation, {"config": plain_settings(ablation.to_dict()),
+                                  "summary": {"test": 0.925, "test_per_client_best": 0.935},
+                                  "seconds": 1.0, "load": [0.0, 0.0], "date": "today"})
+    text = "\n".join(claims.t1_full_why(cells, avgs))
+    assert "graph is not uniform, unlike FedAvg's weights" in text and "0.400)" in text
+    assert "(`evaluate=\"aggregated\"`): 92.5 / 93.5." in text
+    # pFedGraph the best: nothing to explain.
+    assert claims.t1_full_why(cells, {**avgs, "pfedgraph": 99.0}) == []

@@ -1248,9 +1248,69 @@ def t1_cfl_lines() -> list[str]:
         "largest client update norm over eps2) was never met and CFL trained as FedAvg.", ""]
 
 
-def fmnist_t1_full_goals(cells: dict[str, dict | None]) -> list[str]:
+#: pFedGraph with its clients evaluated on their aggregated models instead of their models
+#: after local training (the same training): section M's measurement of what pFedGraph's
+#: evaluation rule costs where its average loses most (:func:`t1_full_why`); its command's
+#: ``--strategies`` name is ``pfedgraph-aggregated``.
+PFEDGRAPH_AGGREGATED: dict[str, Any] = {"evaluate": "aggregated"}
+
+
+def t1_full_why(cells: dict[str, dict | None], avgs: dict[str, float],
+                run_it: bool = False, levels: list[str] | None = None) -> list[str]:
+    r"""Where pFedGraph's average (per-client-best, %) is behind the best of
+    ``avgs`` (the strategies with all four levels), level by level, and what
+    the records show at the level where it loses most: whether pFedGraph's
+    final collaboration graph is uniform (FedAvg's weights), and what FedAvg's
+    run scores with the clients' models after local training (FedAvg-FT: the
+    model pFedGraph evaluates, ``evaluate="local"``) and with the aggregated
+    model; and pFedGraph's same training evaluated on its aggregated models
+    (:data:`PFEDGRAPH_AGGREGATED`, run first when ``run_it`` and ``levels``
+    allow that level). Nothing while pFedGraph is the best or incomplete."""
+    if "pfedgraph" not in avgs:
+        return []
+    best = max(avgs, key=lambda n: avgs[n])
+    if best == "pfedgraph":
+        return []
+
+    def pcb(lv: str, n: str) -> float | None:
+        entry = cells.get(f"{lv}/{n}")
+        return None if entry is None else 100 * entry["summary"]["test_per_client_best"]
+
+    diffs = {lv: (pcb(lv, "pfedgraph") or 0.0) - (pcb(lv, best) or 0.0) for lv in T1_LEVELS}
+    worst = min(T1_LEVELS, key=lambda lv: diffs[lv])
+    line = (f"- Why pFedGraph's average is behind {best}'s "
+            f"({avgs['pfedgraph'] - avgs[best]:+.2f}), level by level: "
+            + ", ".join(f"{lv} {d:+.2f}" for lv, d in diffs.items()) + f"; most at {worst}.")
+    entry = cells[f"{worst}/pfedgraph"]
+    if entry is not None and entry.get("graph"):
+        g = torch.tensor(entry["graph"], dtype=torch.float64)
+        off = float((g - 1 / g.shape[0]).abs().max())
+        line += (f" There pFedGraph's final collaboration graph is "
+                 f"{'uniform, FedAvg' if off < 1e-3 else 'not uniform, unlike FedAvg'}'s "
+                 f"weights (largest distance of a weight from 1/N = {1 / g.shape[0]:.3f}: "
+                 f"{off:.3f}).")
+    ft, agg = pcb(worst, "fedavg-ft"), pcb(worst, "fedavg")
+    if ft is not None and agg is not None:
+        line += (f" FedAvg's run scores {ft:.1f} with each client's model after its local "
+                 f"training (FedAvg-FT: the model pFedGraph evaluates, `evaluate=\"local\"`, "
+                 f"as its paper's code) and {agg:.1f} with the aggregated model (FedAvg); "
+                 f"pFedGraph scores {pcb(worst, 'pfedgraph'):.1f}, {best} {pcb(worst, best):.1f}.")
+    ablation = fetch(fmnist_config(worst, "pfedgraph", "full", extra=PFEDGRAPH_AGGREGATED),
+                     run_it and (levels is None or worst in levels), "fmnist-t1-full",
+                     f"pfedgraph evaluated on its aggregated models, {worst} full",
+                     f"--only fmnist-t1-full --levels {worst} --strategies pfedgraph-aggregated")
+    line += (" pFedGraph's same training with each client evaluated on its aggregated model "
+             f"(`evaluate=\"aggregated\"`): {_both(ablation)}.")
+    return [line]
+
+
+def fmnist_t1_full_goals(cells: dict[str, dict | None], run_missing: bool = False,
+                         strategies: list[str] | None = None,
+                         levels: list[str] | None = None) -> list[str]:
     r"""Section M's goal lines: its cells against the paper's (per-client-best,
-    the paper's code's rule), and the rank of pFedGraph's average."""
+    the paper's code's rule), the rank of pFedGraph's average and, where it is
+    behind, :func:`t1_full_why` (whose run is made when ``run_missing`` and
+    ``strategies`` is ``None`` or names ``pfedgraph-aggregated``)."""
     gaps = {}
     for n, paper in PFEDGRAPH_T1_FMNIST.items():
         if n not in T1_FULL_STRATEGIES:
@@ -1285,8 +1345,14 @@ def fmnist_t1_full_goals(cells: dict[str, dict | None]) -> list[str]:
                      f"({avgs['pfedgraph'] - avgs[best]:+.2f}).")
     else:
         lines.append(f"- pFedGraph's average the best: not decided ({len(avgs)} of "
-                     f"{len(T1_FULL_STRATEGIES)} strategies have all four levels).")
-    return [*lines, ""]
+                     f"{len(T1_FULL_STRATEGIES)} strategies have all four levels"
+                     + (", " + ", ".join(f"{n} {avgs[n]:.2f}"
+                                         for n in sorted(avgs, key=lambda n: -avgs[n]))
+                        if avgs else "") + ").")
+    why = t1_full_why(cells, avgs, run_missing and (strategies is None
+                                                   or "pfedgraph-aggregated" in strategies),
+                      levels)
+    return [*lines, *why, ""]
 
 
 def fmnist_t1_full_section(run_missing: bool, strategies: list[str] | None = None,
@@ -1312,7 +1378,9 @@ def fmnist_t1_full_section(run_missing: bool, strategies: list[str] | None = Non
     return ["## M. pFedGraph Table 1 at the paper's full protocol, all four levels", "",
             f"Protocol: the paper's {_protocol_text(FULL)}; data, model and evaluation as "
             "section G. " + FMNIST_PROTOCOL_TEXT, "", *rows, "",
-            *t1_cfl_lines(), *fmnist_t1_full_goals(cells), *spread,
+            *t1_cfl_lines(),
+            *fmnist_t1_full_goals(cells, run_missing and seeds is None, strategies, levels),
+            *spread,
             *pending_lines("fmnist-t1-full")]
 
 
