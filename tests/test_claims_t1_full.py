@@ -154,6 +154,8 @@ def test_the_cfl_row_is_pfedgraph_codes_cfl_on_local_models_from_one_run(claims,
     calls = []
     monkeypatch.setattr(claims.RUNS, "run", lambda cfg, **kw: calls.append((cfg, kw)) or {})
     claims.fmnist_t1_full_cells(True, ["cfl"], ["extreme"])
+    # The run keeps its clusters and the split criterion's norms every round.
+    assert list(calls[0][1]["traces"]) == ["grouping"]
     assert [(c.strategy, kw.get("local_models_as")) for c, kw in calls] == [
         ("cfl", claims.t1_full_configs("extreme", "cfl")[0])]
     assert calls[0][0] == claims.t1_full_configs("extreme", "cfl")[1]
@@ -165,12 +167,17 @@ def test_the_cfl_lines_count_clusters_and_keep_the_library_defaults_apart(claims
     # Clients 0-1 together, 2 alone, 3-4 together: three clusters; a uniform graph: one.
     split = [[.5, .5, 0, 0, 0], [.5, .5, 0, 0, 0], [0, 0, 1, 0, 0], [0, 0, 0, .5, .5],
              [0, 0, 0, .5, .5]]
+    # The trace: one cluster after round 1, two after round 2, three after round 4.
+    trace = {"rounds": [1, 2, 3, 4, 5], "labels": [[0] * 5, [0, 0, 1, 1, 1], [0, 0, 1, 1, 1],
+                                                   [0, 0, 1, 2, 2], [0, 0, 1, 2, 2]]}
     for cfg, pcb, graph in [(run, 0.95, split), (plain, 0.93, [[0.2] * 5] * 5)]:
         claims.RUNS._store(cfg, {"config": plain_settings(cfg.to_dict()), "graph": graph,
                                  "summary": {"test": pcb - 0.2, "test_per_client_best": pcb},
-                                 "seconds": 1.0, "load": [0.0, 0.0], "date": "today"})
+                                 "seconds": 1.0, "load": [0.0, 0.0], "date": "today",
+                                 **({"traces": {"grouping": trace}} if cfg is run else {})})
     text = "\n".join(claims.t1_cfl_lines())
-    assert "CFL's own evaluation: severe 75.0 / 95.0 (3 clusters at the end)." in text
+    assert ("CFL's own evaluation: severe 75.0 / 95.0 (3 clusters at the end; splits after "
+            "rounds 2, 4).") in text
     assert "no split before round 21): extreme 73.0 / 93.0 (1 cluster at the end)." in text
     # The library-defaults record is no cell of the row.
     cells = claims.fmnist_t1_full_cells(False)

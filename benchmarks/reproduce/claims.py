@@ -1103,7 +1103,11 @@ def _t1_full_fetch(level: str, strategy: str, seed: int, run_it: bool,
     when ``run_it`` (by the run that writes it), else listed as pending."""
     cell, run = t1_full_configs(level, strategy, seed)
     if run_it and run is not None and RUNS.load(cell) is None:
-        RUNS.run(run, local_models_as=cell)
+        traces = None
+        if strategy == "cfl":  # its clusters and the split criterion's norms, every round
+            from graph_classification_tu import GroupingTrace
+            traces = {"grouping": GroupingTrace(1)}
+        RUNS.run(run, local_models_as=cell, traces=traces)
     return fetch(cell, run_it and run is None, "fmnist-t1-full", what, args,
                  twin=_ft_twin(cell), runner=run)
 
@@ -1221,6 +1225,21 @@ def _clusters(entry: dict) -> int:
     return len({tuple(round(w, 6) for w in row) for row in entry["graph"]})
 
 
+def _split_rounds(entry: dict) -> list[int] | None:
+    r"""The rounds after which a CFL record's clusters grew in number (its
+    ``grouping`` trace), or ``None`` for a record without the trace."""
+    trace = entry.get("traces", {}).get("grouping")
+    if not trace:
+        return None
+    out, before = [], 1
+    for rnd, labels in zip(trace["rounds"], trace["labels"], strict=True):
+        k = len({c for c in labels if c >= 0})
+        if k > before:
+            out.append(int(rnd))
+        before = max(before, k)
+    return out
+
+
 def t1_cfl_lines() -> list[str]:
     r"""Section M's account of its CFL row: the rule it follows (pFedGraph's
     code's), the same runs' cluster models, and CFL with the library's
@@ -1230,7 +1249,11 @@ def t1_cfl_lines() -> list[str]:
         _, run = t1_full_configs(lv, "cfl")
         entry = RUNS.load(run) if run is not None else None
         if entry is not None:
-            own.append(f"{lv} {_both(entry)} ({_clusters(entry)} clusters at the end)")
+            splits = _split_rounds(entry)
+            when = ("" if splits is None else "; no split" if not splits
+                    else "; splits after round" + ("s " if len(splits) > 1 else " ")
+                    + ", ".join(map(str, splits)))
+            own.append(f"{lv} {_both(entry)} ({_clusters(entry)} clusters at the end{when})")
         plain = RUNS.load(fmnist_config(lv, "cfl", "full"))
         if plain is not None:
             defaults.append(f"{lv} {_both(plain)} ({_clusters(plain)} cluster"
