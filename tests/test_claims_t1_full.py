@@ -142,13 +142,14 @@ def test_section_g_sets_fedcedar_beside_its_own_sampling_and_no_propagation(clai
 
 def test_the_cfl_row_is_pfedgraph_codes_cfl_on_local_models_from_one_run(claims, monkeypatch):
     cell, run = claims.t1_full_configs("extreme", "cfl", seed=1)
-    # The record is the run's settings (pFedGraph's code's thresholds, from round 1) plus the
-    # mark; the run is buildable (the mark is no setting) and is what the row's command runs.
+    # The run: pFedGraph's code's thresholds from round 1, evaluated on the cluster models;
+    # the cell: the same CFL evaluated on the clients' trained models, which the run also
+    # measures (the row's command runs the run).
     assert run.strategy == "cfl" and run.seed == 1
     assert {k: run.overrides[k] for k in ("eps1", "eps2", "warmup_rounds", "mean_norm")} == {
         "eps1": 2.0, "eps2": 2.5, "warmup_rounds": 0, "mean_norm": "unweighted"}
-    assert "evaluated_on" not in run.overrides
-    assert cell.overrides == {**run.overrides, "evaluated_on": "local-models"}
+    assert "evaluate" not in run.overrides
+    assert cell.overrides == {**run.overrides, "evaluate": "trained"}
     assert claims.t1_full_configs("extreme", "fedavg-ft")[1].strategy == "fedavg"
     assert claims.t1_full_configs("extreme", "ditto")[1] is None
     calls = []

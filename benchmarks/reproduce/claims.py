@@ -1073,27 +1073,23 @@ T1_FULL_STRATEGIES = ("local", "fedavg", "fedavg-ft", "cfl", "ditto", "pfedgat",
 #: (eps1 = 0.4, eps2 = 1.6, no split before round 21).
 CFL_PFEDGRAPH_CODE: dict[str, Any] = {"eps1": 2.0, "eps2": 2.5, "warmup_rounds": 0,
                                       "mean_norm": "unweighted"}
-#: The mark of a record that holds a run's clients evaluated on their own models after their
-#: local training (:class:`~pyg_fedgraph.experiment.records.LocalModelsCallback`): pFedGraph's
-#: code evaluates CFL's clients so (``cfl.py``'s ``local_train`` measures each client right
-#: after its local steps, before the cluster's aggregation), as it does FedAvg-FT's. Such a
-#: configuration is a record's name only: its run is the configuration without the mark.
-LOCAL_MODELS_MARK = {"evaluated_on": "local-models"}
-
-
 def t1_full_configs(level: str, strategy: str,
                     seed: int = 0) -> tuple[ExperimentConfig, ExperimentConfig | None]:
     r"""Section M's cell of ``strategy`` at ``level``: the configuration of its
-    record, and that of the run that writes it when another run does (FedAvg's
-    run writes FedAvg-FT's record; CFL's run with :data:`CFL_PFEDGRAPH_CODE`
-    writes its clients' local models, marked :data:`LOCAL_MODELS_MARK`), else
-    ``None``."""
+    record, and that of the run that writes it when another run does, else
+    ``None``. FedAvg's run writes FedAvg-FT's record; CFL's cell is CFL as
+    pFedGraph's code runs and measures it (:data:`CFL_PFEDGRAPH_CODE`, each
+    client evaluated on its model after its local training:
+    ``evaluate="trained"``), whose record the run of the same CFL evaluated on
+    its cluster models writes too (:class:`~pyg_fedgraph.experiment.records.
+    LocalModelsCallback`: the same training, one run for both)."""
     if strategy == "fedavg-ft":
         return (fmnist_config(level, strategy, "full", seed=seed),
                 fmnist_config(level, "fedavg", "full", seed=seed))
     if strategy == "cfl":
         run = fmnist_config(level, "cfl", "full", extra=CFL_PFEDGRAPH_CODE, seed=seed)
-        return dataclasses.replace(run, overrides={**run.overrides, **LOCAL_MODELS_MARK}), run
+        return fmnist_config(level, "cfl", "full", extra={**CFL_PFEDGRAPH_CODE,
+                                                          "evaluate": "trained"}, seed=seed), run
     return fmnist_config(level, strategy, "full", seed=seed), None
 
 
@@ -1263,7 +1259,8 @@ def t1_cfl_lines() -> list[str]:
         "`cluster/config.py`): eps1 = 2.0 and eps2 = 2.5, a split possible from the first "
         "round, only clusters of more than 2 clients split, and each client evaluated on its "
         "own model right after its local training, before the cluster's aggregation (as for "
-        "FedAvg-FT). The same runs' cluster models, CFL's own evaluation: "
+        "FedAvg-FT; `evaluate=\"trained\"`). The same runs' cluster models, CFL's own "
+        "evaluation: "
         + ("; ".join(own) if own else "pending") + ". With the library's defaults (Sattler "
         "et al.'s code: eps1 = 0.4, eps2 = 1.6, no split before round 21): "
         + ("; ".join(defaults) if defaults else "not run")

@@ -15,13 +15,17 @@ from pyg_fedgraph.nn.functional import cluster_mean, pairwise_cosine
 from pyg_fedgraph.strategies.base import FederationContext, Strategy, TrainPlan
 from pyg_fedgraph.strategies.registry import register_strategy
 
-__all__ = ["CFL", "MeanNormName"]
+__all__ = ["CFL", "CFLEvaluateName", "MeanNormName"]
 
 log = logging.getLogger(__name__)
 
 #: How CFL's criterion averages the members' updates: by sample counts (the
 #: paper) or uniformly (CFL's and GCFL's code).
 MeanNormName = Literal["weighted", "unweighted"]
+#: The model a CFL client is evaluated with: its cluster's model (the paper) or
+#: its own model after its latest local training (pFedGraph's code for its CFL
+#: baseline).
+CFLEvaluateName = Literal["cluster", "trained"]
 
 @register_strategy("cfl")
 class CFL(Strategy):
@@ -73,6 +77,13 @@ class CFL(Strategy):
     with ``linkage="min-cut"`` and ``mean_norm="unweighted"``; its defaults
     are :class:`~pyg_fedgraph.strategies.GCFL`'s (``gcfl``).
 
+    **Evaluation.** Each client is evaluated with its cluster's model
+    (``evaluate="cluster"``, the paper's), or with its own model after its
+    latest local training (``evaluate="trained"``: what pFedGraph's code
+    measures for its CFL baseline, whose Table 1 reports CFL so; held-out
+    clients still get the mean of the cluster models). Training is the same
+    either way.
+
     **Participation.** A cluster is split only in a round in which all its
     members uploaded (the paper samples every client each round, the
     default here). Held-out (novel) clients belong to no cluster
@@ -101,6 +112,9 @@ class CFL(Strategy):
         mean_norm (str, optional): the mean update of the criterion,
             ``"weighted"`` by :math:`|D_i|` or ``"unweighted"``
             (default: ``"weighted"``).
+        evaluate (str, optional): the model a client is evaluated with,
+            ``"cluster"`` or ``"trained"`` (see above) (default:
+            ``"cluster"``).
 
     Shapes:
         - **state:** ``cluster_of`` :math:`(N,)` (cluster id per client,
@@ -114,8 +128,10 @@ class CFL(Strategy):
                  min_cluster_size: Annotated[int, Range(ge=2)] = 3,
                  warmup_rounds: Annotated[int, Range(ge=0)] = 20,
                  linkage: LinkageName = "complete",
-                 mean_norm: MeanNormName = "weighted") -> None:
+                 mean_norm: MeanNormName = "weighted",
+                 evaluate: CFLEvaluateName = "cluster") -> None:
         super().__init__()
+        self.evaluate = evaluate
         self.eps1 = eps1
         self.eps2 = eps2
         self.min_cluster_size = min_cluster_size
@@ -216,10 +232,21 @@ class CFL(Strategy):
         r"""Called after the clusters of a round were split."""
 
     def personalized_params(self, clients: Tensor) -> Tensor | None:
-        self._require_setup()
+        r"""The models ``clients`` are evaluated with :math:`(S, D)`: their
+        cluster models, held-out clients the mean of the trained clients'
+        cluster models; with ``evaluate="trained"`` ``None`` (each client's
+        own model after its latest local training) unless ``clients``
+        include held-out ones, whose rows stay the mean cluster model while
+        the others take their latest accepted model."""
+        ctx = self._require_setup()
         clients = clients.to(torch.long)
-        out = self.cluster_params[clients].clone()
         novel = self.cluster_of[clients] < 0
+        if self.evaluate == "trained" and not bool(novel.any()):
+            return None
+        if self.evaluate == "trained":
+            out = ctx.table.params[clients].to(self.cluster_params.dtype).clone()
+        else:
+            out = self.cluster_params[clients].clone()
         if bool(novel.any()):
             trained = self.cluster_of >= 0
             out[novel] = self.cluster_params[trained].mean(dim=0)

@@ -67,12 +67,13 @@ def test_registered_hparams_and_defaults():
     assert STRATEGIES["cfl"] is CFL
     s = build_strategy("cfl", eps1=0.1, eps2=0.2, linkage="single")
     assert s.hparams() == {"eps1": 0.1, "eps2": 0.2, "min_cluster_size": 3,
-                           "warmup_rounds": 20, "linkage": "single", "mean_norm": "weighted"}
+                           "warmup_rounds": 20, "linkage": "single", "mean_norm": "weighted",
+                           "evaluate": "cluster"}
     assert "eps1=0.1" in str(s)
     # Authors' code: EPS_1 = 0.4, EPS_2 = 1.6, len(cluster) > 2, round > 20.
     assert CFL().hparams() == {"eps1": 0.4, "eps2": 1.6, "min_cluster_size": 3,
                                "warmup_rounds": 20, "linkage": "complete",
-                               "mean_norm": "weighted"}
+                               "mean_norm": "weighted", "evaluate": "cluster"}
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -81,6 +82,7 @@ def test_registered_hparams_and_defaults():
     ({"min_cluster_size": 1}, "min_cluster_size must be >= 2, got 1"),
     ({"warmup_rounds": -1}, "warmup_rounds must be >= 0, got -1"),
     ({"linkage": "ward"}, "linkage: expected one of 'complete', 'single', 'min-cut', got 'ward'"),
+    ({"evaluate": "local"}, "evaluate: expected one of 'cluster', 'trained', got 'local'"),
 ])
 def test_bad_options(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -240,6 +242,55 @@ def test_held_out_clients():
     assert torch.allclose(s.collaboration_graph()[3], s.collaboration_graph()[:3].mean(0))
     with pytest.raises(ValueError, match="held out"):
         _upload(s, 2, [3], torch.zeros(1, 2))
+
+
+def test_evaluate_trained_is_the_clients_own_models_after_the_same_training():
+    from pyg_fedgraph.train.jobs import ClientStart, evaluate_clients
+
+    # _label_dataset's clients with their own inputs: members of a cluster train apart.
+    gen = torch.Generator().manual_seed(1)
+    splits = {}
+    for name, count in zip(("train", "val", "test"), (16, 8, 8), strict=True):
+        xs = [torch.randn(count, 2, generator=gen) for _ in range(4)]
+        ys = [(x[:, 0] > 0).long() if c < 2 else (x[:, 0] <= 0).long()
+              for c, x in enumerate(xs)]
+        splits[name] = ClientSplit.from_lists(xs, ys)
+    data = FederatedDataset("labels", "classification", splits, num_classes=2)
+    sims = [_simulator(CFL(eps1=0.2, eps2=0.3, warmup_rounds=0, evaluate=e), data)
+            for e in ("cluster", "trained")]
+    for sim in sims:
+        sim.run()
+    cluster, trained = sims
+    # The same training: the same clusters and cluster models.
+    assert int(trained.strategy.num_clusters) == 2
+    assert torch.equal(cluster.strategy.cluster_of, trained.strategy.cluster_of)
+    assert torch.equal(cluster.strategy.cluster_params, trained.strategy.cluster_params)
+    assert trained.strategy.personalized_params(torch.arange(4)) is None
+    # Evaluated on each client's own model after its last local training (what
+    # LocalModelsCallback measures during a run evaluated on the cluster models).
+    everyone = torch.arange(4)
+    own = evaluate_clients(cluster.trainer, ClientStart(everyone, everyone, cluster.local_params,
+                                                        cluster.local_buffers),
+                           seed=cluster.seed, rnd=cluster.round)
+    val, test = trained.evaluate()
+    for name in test:
+        assert torch.equal(test[name], own["test"][name])
+        assert torch.equal(val[name], own["val"][name])
+    # ... which are not the cluster models.
+    assert not torch.allclose(cluster.local_params, cluster.strategy.cluster_params, atol=1e-3)
+    assert not all(torch.equal(test[k], cluster.evaluate()[1][k]) for k in test)
+
+
+def test_evaluate_trained_keeps_the_mean_cluster_model_for_held_out_clients():
+    s = _strategy(4, torch.zeros(2), held_out=(3,), warmup_rounds=0, eps1=0.5, eps2=1.5,
+                  min_cluster_size=2, evaluate="trained")
+    _upload(s, 1, [0, 1, 2], torch.tensor([[4.0, 0.0], [-2.0, 0.0], [-2.0, 0.2]]))
+    latest = torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+    s.ctx.table.params[:3] = latest  # what the engine writes after the aggregation
+    assert s.personalized_params(torch.tensor([0, 2])) is None
+    params = s.personalized_params(torch.arange(4))
+    assert torch.equal(params[:3], latest)
+    assert torch.allclose(params[3], s.cluster_params[:3].mean(0))
 
 
 def test_state_dict_round_trip():
