@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from pyg_fedgraph.experiment import RecordCache
+from pyg_fedgraph.experiment.records import client_grouping
 from pyg_fedgraph.experiment.reporting import keep_readings
 from pyg_fedgraph.experiment.runner import plain_settings
 
@@ -45,14 +46,14 @@ def test_grouping_prefers_clusters_and_else_clusters_the_graph(bench):
     class Clustered:
         cluster_of = torch.tensor(TRUTH)
 
-    assert bench.grouping(Clustered(), 4) == TRUTH
+    assert client_grouping(Clustered(), 4) == TRUTH
 
     class Graph:
         def collaboration_graph(self):
             same = torch.tensor(TRUTH).unsqueeze(0) == torch.tensor(TRUTH).unsqueeze(1)
             return same.double() / 3 + 0.01  # four blocks: spectral clustering finds them
 
-    labels = bench.grouping(Graph(), 4)
+    labels = client_grouping(Graph(), 4)
     assert len(set(labels)) == 4
     assert all(labels[i] == labels[3 * (i // 3)] for i in range(12))
 
@@ -60,7 +61,7 @@ def test_grouping_prefers_clusters_and_else_clusters_the_graph(bench):
         def collaboration_graph(self):
             return None
 
-    assert bench.grouping(Nothing(), 4) is None
+    assert client_grouping(Nothing(), 4) is None
 
 
 def test_report_by_hand(bench):

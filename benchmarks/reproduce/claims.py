@@ -1101,7 +1101,7 @@ def _t1_full_fetch(level: str, strategy: str, seed: int, run_it: bool,
     if run_it and run is not None and RUNS.load(cell) is None:
         traces = None
         if strategy == "cfl":  # its clusters and the split criterion's norms, every round
-            from graph_classification_tu import GroupingTrace
+            from pyg_fedgraph.experiment.records import GroupingTrace
             traces = {"grouping": GroupingTrace(1)}
         RUNS.run(run, local_models_as=cell, traces=traces)
     return fetch(cell, run_it and run is None, "fmnist-t1-full", what, args,

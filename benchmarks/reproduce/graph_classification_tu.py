@@ -75,7 +75,7 @@ import torch
 
 HERE = Path(__file__).resolve().parents[1]
 from pyg_fedgraph.experiment import ExperimentConfig  # noqa: E402
-from pyg_fedgraph.experiment.records import config_key  # noqa: E402
+from pyg_fedgraph.experiment.records import GroupingTrace, config_key  # noqa: E402
 from pyg_fedgraph.experiment.reporting import benchmark_records, keep_readings, save_report  # noqa: E402
 from pyg_fedgraph.utils import keep_freed_memory_at_start  # noqa: E402
 
@@ -130,58 +130,6 @@ def one_config(strategy: str, seed: int, rounds: int | None = None) -> Experimen
 
 #: Each section's configuration of a run.
 CONFIGS = {"G1": cross_config, "G2": one_config}
-
-
-def grouping(strategy: Any, k: int) -> list[int] | None:
-    r"""The strategy's grouping of the clients: its clusters where it keeps
-    some, else a spectral clustering of its collaboration graph into ``k``
-    groups; ``None`` without either."""
-    clusters = getattr(strategy, "cluster_of", None)
-    if isinstance(clusters, torch.Tensor) and clusters.dim() == 1 and clusters.numel():
-        return [int(c) for c in clusters.tolist()]
-    graph = strategy.collaboration_graph()
-    if graph is None:
-        return None
-    from sklearn.cluster import SpectralClustering
-    w = graph.detach().double().cpu()
-    w = ((w + w.t()) / 2).clamp(min=0).numpy()
-    labels = SpectralClustering(n_clusters=k, affinity="precomputed",
-                                random_state=0).fit_predict(w)
-    return [int(v) for v in labels]
-
-
-class GroupingTrace:
-    r"""Round callback: the strategy's grouping of the clients after every
-    evaluated round (kept by the run's checkpoints and in its record), and
-    for CFL-like strategies the norms their split criterion compared with
-    the thresholds (per cluster: the mean update's and the largest client
-    update's; ``None`` for a cluster without uploads)."""
-
-    def __init__(self, k: int) -> None:
-        self.k = k
-        self.rounds: list[int] = []
-        self.labels: list[list[int]] = []
-        self.norms: list[list[list[float | None]]] = []
-
-    def __call__(self, sim: Any, record: Any) -> None:
-        labels = grouping(sim.strategy, self.k)
-        if labels is not None:
-            self.rounds.append(int(record.round))
-            self.labels.append(labels)
-            mean = getattr(sim.strategy, "last_mean_norm", None)
-            peak = getattr(sim.strategy, "last_max_norm", None)
-            if isinstance(mean, torch.Tensor) and isinstance(peak, torch.Tensor):
-                self.norms.append([[None if v != v else round(float(v), 5) for v in t.tolist()]
-                                   for t in (mean, peak)])
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"rounds": list(self.rounds), "labels": [list(x) for x in self.labels],
-                "norms": self.norms}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.rounds = list(state["rounds"])
-        self.labels = [list(x) for x in state["labels"]]
-        self.norms = list(state.get("norms", []))
 
 
 def truth() -> list[int]:

@@ -66,8 +66,8 @@ if TYPE_CHECKING:
     from pyg_fedgraph.engine.history import History, RoundRecord
     from pyg_fedgraph.simulation.simulator import Simulator
 
-__all__ = ["RecordCache", "LocalModelsCallback", "config_key", "record_table", "RECORD_FIELDS",
-           "TABLES"]
+__all__ = ["RecordCache", "LocalModelsCallback", "GroupingTrace", "client_grouping", "config_key",
+           "record_table", "RECORD_FIELDS", "TABLES"]
 
 log = logging.getLogger(__name__)
 
@@ -329,6 +329,75 @@ class LocalModelsCallback:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.history.load_state_dict(state)
+
+
+def client_grouping(strategy: Any, k: int) -> list[int] | None:
+    r"""A strategy's grouping of the clients :math:`(N,)`: its clusters where
+    it keeps some (a 1-D ``cluster_of``: CFL, GCFL, IFCA, FedCEDAR; ``-1`` for
+    a client in none), else a spectral clustering of its collaboration graph
+    (made symmetric, negative weights cut to 0) into ``k`` groups; ``None``
+    without either."""
+    import torch
+
+    clusters = getattr(strategy, "cluster_of", None)
+    if isinstance(clusters, torch.Tensor) and clusters.dim() == 1 and clusters.numel():
+        return [int(c) for c in clusters.tolist()]
+    graph = strategy.collaboration_graph()
+    if graph is None:
+        return None
+    from sklearn.cluster import SpectralClustering
+
+    w = graph.detach().double().cpu()
+    w = ((w + w.t()) / 2).clamp(min=0).numpy()
+    labels = SpectralClustering(n_clusters=k, affinity="precomputed",
+                                random_state=0).fit_predict(w)
+    return [int(v) for v in labels]
+
+
+class GroupingTrace:
+    r"""Round callback: the strategy's grouping of the clients
+    (:func:`client_grouping`, ``k`` groups for a graph) after every evaluated
+    round, and for CFL-like strategies the norms their split criterion
+    compared with the thresholds (per cluster: the mean update's and the
+    largest client update's; ``None`` for a cluster without uploads). Kept by
+    the run's checkpoints (a :class:`~pyg_fedgraph.experiment.runner.
+    StatefulCallback`) and, through :meth:`RecordCache.run`'s ``traces``, in
+    the run's record.
+
+    Example:
+        >>> from pyg_fedgraph.experiment.records import GroupingTrace
+        >>> trace = GroupingTrace(3)
+        >>> trace.state_dict()
+        {'rounds': [], 'labels': [], 'norms': []}
+    """
+
+    def __init__(self, k: int) -> None:
+        self.k = k
+        self.rounds: list[int] = []
+        self.labels: list[list[int]] = []
+        self.norms: list[list[list[float | None]]] = []
+
+    def __call__(self, sim: Simulator, record: RoundRecord) -> None:
+        import torch
+
+        labels = client_grouping(sim.strategy, self.k)
+        if labels is not None:
+            self.rounds.append(int(record.round))
+            self.labels.append(labels)
+            mean = getattr(sim.strategy, "last_mean_norm", None)
+            peak = getattr(sim.strategy, "last_max_norm", None)
+            if isinstance(mean, torch.Tensor) and isinstance(peak, torch.Tensor):
+                self.norms.append([[None if v != v else round(float(v), 5) for v in t.tolist()]
+                                   for t in (mean, peak)])
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"rounds": list(self.rounds), "labels": [list(x) for x in self.labels],
+                "norms": self.norms}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.rounds = list(state["rounds"])
+        self.labels = [list(x) for x in state["labels"]]
+        self.norms = list(state.get("norms", []))
 
 
 def _clients_at_best(history: History, metric: str | None = None,
