@@ -131,7 +131,10 @@ def test_the_section_reads_records_and_lists_what_is_missing_with_its_command(cl
     assert (f"| pems-bay local, rate choice, client lr 0.001, 200 rounds | not started | "
             f"`{cmd.format('pems-bay', 'local')}` |") in text
     missing = text.split("Not yet run")[1]
-    assert "metr-la pfedhn, rate" not in missing and "metr-la pfedhn, Table" not in missing
+    assert "metr-la pfedhn, rate" not in missing
+    # Its 800-round runs are in (the 20-round subset's are another matter).
+    assert "metr-la pfedhn, Table II, client" not in missing
+    assert "metr-la pfedhn, Table III, client" not in missing
     assert "- Goal (Panacea's ordering of Table II): pending" in text
 
 
@@ -181,6 +184,22 @@ def test_the_subset_measured_here_reads_its_records_and_judges_the_goal(claims, 
     claims.PENDING.clear()
     text = "\n".join(claims.traffic_section(run_missing=False))
     assert "- Goal on this subset: met: our order panacea 1.0, fedavg-ft 20.0," in text
+    # Table III: separate runs with 4 of the 20 sensors held out, for the paper's eight; the
+    # novel sensors' MSE beside the paper's, and the order of those measured.
+    held = claims.traffic_reduced_config(dataset, "ditto", novel=True)
+    assert (held.novel_clients, held.rounds, held.overrides["lr"]) == (0.2, rounds, lr)
+    assert held.overrides["sample_fraction"] == 5 / 16
+    assert "| local | - |" in text and text.count(" | pending |") >= 8
+    assert (f"metr-la ditto, Table III, reduced budget: {rounds} rounds, client lr {lr}, seed 0 "
+            f"| not started | `{cmd.replace('sfl', 'ditto')}` |") in text
+    write(records, held, {"best_round": 20}, metrics=mph([0.1]), novel=mph([0.070, 0.090]))
+    write(records, claims.traffic_reduced_config(dataset, "pfedme", novel=True),
+          {"best_round": 20}, metrics=mph([0.1]), novel=mph([0.050]))
+    claims.PENDING.clear()
+    text = "\n".join(claims.traffic_section(run_missing=False))
+    assert "| 40 | 1 | 68.0 ± 24.3 | 80.0 ± 10.0 |" in text
+    assert ("- Table III on this subset, our order (novel sensors' MSE x1e-3): pfedme 50.0, "
+            "ditto 80.0; the paper's: panacea 1.0, fedavg-ft 19.7,") in text
 
 
 def test_a_measured_pair_against_the_goal_fails_it_before_all_eight_are_run(claims):
