@@ -334,10 +334,15 @@ class LocalModelsCallback:
 def client_grouping(strategy: Any, k: int) -> list[int] | None:
     r"""A strategy's grouping of the clients :math:`(N,)`: its clusters where
     it keeps some (a 1-D ``cluster_of``: CFL, GCFL, IFCA, FedCEDAR; ``-1`` for
-    a client in none), else a spectral clustering of its collaboration graph
-    (made symmetric, negative weights cut to 0) into ``k`` groups; ``None``
-    without either."""
+    a client in none), else the ``k`` groups its collaboration graph shows
+    (:func:`~pyg_fedgraph.utils.recovery.read_groups`, spectral rule);
+    ``None`` without either. (Before this function moved here from
+    ``benchmarks/reproduce/graph_classification_tu.py``, its graph reading
+    kept the diagonal and cut negative weights to 0 instead; the records of
+    that script were made so.)"""
     import torch
+
+    from pyg_fedgraph.utils.recovery import read_groups
 
     clusters = getattr(strategy, "cluster_of", None)
     if isinstance(clusters, torch.Tensor) and clusters.dim() == 1 and clusters.numel():
@@ -345,13 +350,7 @@ def client_grouping(strategy: Any, k: int) -> list[int] | None:
     graph = strategy.collaboration_graph()
     if graph is None:
         return None
-    from sklearn.cluster import SpectralClustering
-
-    w = graph.detach().double().cpu()
-    w = ((w + w.t()) / 2).clamp(min=0).numpy()
-    labels = SpectralClustering(n_clusters=k, affinity="precomputed",
-                                random_state=0).fit_predict(w)
-    return [int(v) for v in labels]
+    return [int(v) for v in read_groups(graph.detach(), k).tolist()]
 
 
 class GroupingTrace:
@@ -787,9 +786,11 @@ class RecordCache:
         r"""The record of ``cfg``: read back when it exists (unless
         ``refresh``), else run (or continued from its checkpoint) and stored.
 
-        With ``local_models_as`` (a FedAvg-FT configuration with
-        ``finetune_from="local"`` identical to ``cfg`` but for the strategy),
-        the same run also evaluates the clients' local models each round
+        With ``local_models_as`` (a configuration whose training is that of
+        ``cfg`` and which evaluates the clients' models after their local
+        training: FedAvg-FT with ``finetune_from="local"`` for a FedAvg
+        ``cfg``, ``CFL(evaluate="trained")`` for a CFL one), the same run also
+        evaluates the clients' local models each round
         (:class:`LocalModelsCallback`) and stores that history as the record
         of ``local_models_as``. ``traces`` are further round callbacks with
         state (:class:`~pyg_fedgraph.experiment.runner.StatefulCallback`,
@@ -838,7 +839,7 @@ class RecordCache:
             self._store(local_models_as, self._entry(
                 local_models_as, summary, second, None, result.seconds, result.cpu_seconds,
                 result.load_start, device, derived_from=config_key(cfg),
-                note="evaluated inside the FedAvg run (identical training), see "
+                note=f"evaluated inside the {cfg.strategy} run (identical training), see "
                      "LocalModelsCallback"))
         checkpoint.unlink(missing_ok=True)
         s = entry["summary"]
