@@ -207,8 +207,15 @@ def test_why_pfedgraph_is_behind_by_level_from_its_records(claims):
     assert "scores 88.0 with each client's model after its local training" in text
     assert "and 92.0 with the aggregated model (FedAvg); pFedGraph scores 90.0, pfedgat 93.0" \
         in text
-    assert "(`evaluate=\"aggregated\"`): pending." in text
-    assert any("pfedgraph-aggregated" in cmd for _, cmd, _ in claims.PENDING["fmnist-t1-full"])
+    # The ablation: at the level where pFedGraph is furthest below pFedGAT (homogeneous, -3.00).
+    line = "\n".join(claims.t1_aggregated_line(cells))
+    assert ("- pFedGraph's evaluation rule at homogeneous, where it is furthest below pFedGAT "
+            "(-3.00): its same training with each client evaluated on its aggregated model "
+            "(`evaluate=\"aggregated\"`) scores pending, against 89.0 / 90.0 on the models after "
+            "local training.") == line
+    assert [cmd for _, cmd, _ in claims.PENDING["fmnist-t1-full"]] == [
+        "python benchmarks/reproduce/claims.py --no-write --only fmnist-t1-full --levels "
+        "homogeneous --strategies pfedgraph-aggregated"]
     # A graph away from uniform says so; the ablation's record, once in, is shown.
     cells["homogeneous/pfedgraph"]["graph"] = [[0.5] + [0.5 / 9] * 9] * 10
     ablation = claims.fmnist_config("homogeneous", "pfedgraph", "full",
@@ -219,6 +226,8 @@ def test_why_pfedgraph_is_behind_by_level_from_its_records(claims):
                                   "seconds": 1.0, "load": [0.0, 0.0], "date": "today"})
     text = "\n".join(claims.t1_full_why(cells, avgs))
     assert "graph is not uniform, unlike FedAvg's weights" in text and "0.400)" in text
-    assert "(`evaluate=\"aggregated\"`): 92.5 / 93.5." in text
+    assert "scores 92.5 / 93.5, against 89.0 / 90.0" in "\n".join(claims.t1_aggregated_line(cells))
+    # Incomplete pFedGAT: no ablation line.
+    assert claims.t1_aggregated_line({**cells, "extreme/pfedgat": None}) == []
     # pFedGraph the best: nothing to explain.
     assert claims.t1_full_why(cells, {**avgs, "pfedgraph": 99.0}) == []

@@ -62,6 +62,7 @@ import torch
 
 from pyg_fedgraph.experiment import ExperimentConfig, build_simulator
 from pyg_fedgraph.experiment.files import load_config
+from pyg_fedgraph.experiment.records import GroupingTrace
 from pyg_fedgraph.experiment.reporting import (
     RUNS_HEADER,
     RUNS_RULE,
@@ -1073,6 +1074,8 @@ T1_FULL_STRATEGIES = ("local", "fedavg", "fedavg-ft", "cfl", "ditto", "pfedgat",
 #: (eps1 = 0.4, eps2 = 1.6, no split before round 21).
 CFL_PFEDGRAPH_CODE: dict[str, Any] = {"eps1": 2.0, "eps2": 2.5, "warmup_rounds": 0,
                                       "mean_norm": "unweighted"}
+
+
 def t1_full_configs(level: str, strategy: str,
                     seed: int = 0) -> tuple[ExperimentConfig, ExperimentConfig | None]:
     r"""Section M's cell of ``strategy`` at ``level``: the configuration of its
@@ -1093,18 +1096,24 @@ def t1_full_configs(level: str, strategy: str,
     return fmnist_config(level, strategy, "full", seed=seed), None
 
 
-def _t1_full_fetch(level: str, strategy: str, seed: int, run_it: bool,
-                   what: str, args: str) -> dict | None:
+def _t1_full_fetch(level: str, strategy: str, seed: int, run_missing: bool,
+                   strategies: list[str] | None) -> dict | None:
     r"""The record of section M's cell (:func:`t1_full_configs`), run first
-    when ``run_it`` (by the run that writes it), else listed as pending."""
+    (by the run that writes it) when ``run_missing`` and ``strategies`` is
+    ``None`` or names that run's strategy, else listed as pending with the
+    command that runs it."""
     cell, run = t1_full_configs(level, strategy, seed)
+    runner = (run or cell).strategy
+    run_it = run_missing and (strategies is None or runner in strategies)
     if run_it and run is not None and RUNS.load(cell) is None:
-        traces = None
-        if strategy == "cfl":  # its clusters and the split criterion's norms, every round
-            from pyg_fedgraph.experiment.records import GroupingTrace
-            traces = {"grouping": GroupingTrace(1)}
+        # CFL's runs keep their clusters and the split criterion's norms every round.
+        traces = {"grouping": GroupingTrace(1)} if strategy == "cfl" else None
         RUNS.run(run, local_models_as=cell, traces=traces)
-    return fetch(cell, run_it and run is None, "fmnist-t1-full", what, args,
+    return fetch(cell, run_it and run is None, "fmnist-t1-full",
+                 f"{strategy}, {level} full" + (f", seed {seed}" if seed else "")
+                 + (f" (in the {runner} run)" if runner != strategy else ""),
+                 f"--only fmnist-t1-full --levels {level} --strategies {runner}"
+                 + (f" --seeds {seed}" if seed else ""),
                  twin=_ft_twin(cell), runner=run)
 
 
@@ -1116,13 +1125,8 @@ def fmnist_t1_full_cells(run_missing: bool, strategies: list[str] | None = None,
     cells: dict[str, dict | None] = {}
     for lv in T1_LEVELS:
         for n in T1_FULL_STRATEGIES:
-            runner = {"fedavg-ft": "fedavg"}.get(n, n)
-            run_it = (run_missing and (strategies is None or runner in strategies)
-                      and (levels is None or lv in levels))
             cells[f"{lv}/{n}"] = _t1_full_fetch(
-                lv, n, 0, run_it,
-                f"{n}, {lv} full" + (f" (in the {runner} run)" if runner != n else ""),
-                f"--only fmnist-t1-full --levels {lv} --strategies {runner}")
+                lv, n, 0, run_missing and (levels is None or lv in levels), strategies)
     return cells
 
 
@@ -1180,15 +1184,11 @@ def fmnist_t1_spread(cells: dict[str, dict | None], run_missing: bool,
             "|---|---:|---:|---:|---:|"]
     values: dict[str, list[float]] = {}
     for n in ("pfedgraph", "pfedgat", *([other] if other else [])):
-        runner = {"fedavg-ft": "fedavg"}.get(n, n)
         entries = [cells[f"{level}/{n}"]]
         for seed in T1_SPREAD_SEEDS:
-            run_it = (run_missing and seeds is not None and seed in seeds
-                      and (strategies is None or runner in strategies))
             entries.append(_t1_full_fetch(
-                level, n, seed, run_it, f"{n}, {level} full, seed {seed}"
-                + (f" (in the {runner} run)" if runner != n else ""),
-                f"--only fmnist-t1-full --levels {level} --strategies {runner} --seeds {seed}"))
+                level, n, seed, run_missing and seeds is not None and seed in seeds,
+                strategies))
         got = [e["summary"]["test_per_client_best"] for e in entries if e is not None]
         values[n] = got
         spread = (f"{100 * statistics.mean(got):.1f} ± {100 * statistics.stdev(got):.1f}"
@@ -1249,11 +1249,13 @@ def t1_cfl_lines() -> list[str]:
             when = ("" if splits is None else "; no split" if not splits
                     else "; splits after round" + ("s " if len(splits) > 1 else " ")
                     + ", ".join(map(str, splits)))
-            own.append(f"{lv} {_both(entry)} ({_clusters(entry)} clusters at the end{when})")
+            k = _clusters(entry)
+            own.append(f"{lv} {_both(entry)} ({k} cluster{'s' if k > 1 else ''} at the "
+                       f"end{when})")
         plain = RUNS.load(fmnist_config(lv, "cfl", "full"))
         if plain is not None:
-            defaults.append(f"{lv} {_both(plain)} ({_clusters(plain)} cluster"
-                            f"{'s' if _clusters(plain) > 1 else ''} at the end)")
+            k = _clusters(plain)
+            defaults.append(f"{lv} {_both(plain)} ({k} cluster{'s' if k > 1 else ''} at the end)")
     return [
         "CFL's row is CFL as pFedGraph's code runs and measures it (`cfl.py`, "
         "`cluster/config.py`): eps1 = 2.0 and eps2 = 2.5, a split possible from the first "
@@ -1270,22 +1272,19 @@ def t1_cfl_lines() -> list[str]:
 
 #: pFedGraph with its clients evaluated on their aggregated models instead of their models
 #: after local training (the same training): section M's measurement of what pFedGraph's
-#: evaluation rule costs where its average loses most (:func:`t1_full_why`); its command's
-#: ``--strategies`` name is ``pfedgraph-aggregated``.
+#: evaluation rule costs where it is furthest below pFedGAT (:func:`t1_aggregated_line`);
+#: its command's ``--strategies`` name is ``pfedgraph-aggregated``.
 PFEDGRAPH_AGGREGATED: dict[str, Any] = {"evaluate": "aggregated"}
 
 
-def t1_full_why(cells: dict[str, dict | None], avgs: dict[str, float],
-                run_it: bool = False, levels: list[str] | None = None) -> list[str]:
+def t1_full_why(cells: dict[str, dict | None], avgs: dict[str, float]) -> list[str]:
     r"""Where pFedGraph's average (per-client-best, %) is behind the best of
     ``avgs`` (the strategies with all four levels), level by level, and what
     the records show at the level where it loses most: whether pFedGraph's
     final collaboration graph is uniform (FedAvg's weights), and what FedAvg's
     run scores with the clients' models after local training (FedAvg-FT: the
     model pFedGraph evaluates, ``evaluate="local"``) and with the aggregated
-    model; and pFedGraph's same training evaluated on its aggregated models
-    (:data:`PFEDGRAPH_AGGREGATED`, run first when ``run_it`` and ``levels``
-    allow that level). Nothing while pFedGraph is the best or incomplete."""
+    model. Nothing while pFedGraph is the best or incomplete."""
     if "pfedgraph" not in avgs:
         return []
     best = max(avgs, key=lambda n: avgs[n])
@@ -1315,13 +1314,33 @@ def t1_full_why(cells: dict[str, dict | None], avgs: dict[str, float],
                  f"training (FedAvg-FT: the model pFedGraph evaluates, `evaluate=\"local\"`, "
                  f"as its paper's code) and {agg:.1f} with the aggregated model (FedAvg); "
                  f"pFedGraph scores {pcb(worst, 'pfedgraph'):.1f}, {best} {pcb(worst, best):.1f}.")
-    ablation = fetch(fmnist_config(worst, "pfedgraph", "full", extra=PFEDGRAPH_AGGREGATED),
-                     run_it and (levels is None or worst in levels), "fmnist-t1-full",
-                     f"pfedgraph evaluated on its aggregated models, {worst} full",
-                     f"--only fmnist-t1-full --levels {worst} --strategies pfedgraph-aggregated")
-    line += (" pFedGraph's same training with each client evaluated on its aggregated model "
-             f"(`evaluate=\"aggregated\"`): {_both(ablation)}.")
     return [line]
+
+
+def t1_aggregated_line(cells: dict[str, dict | None], run_it: bool = False,
+                       levels: list[str] | None = None) -> list[str]:
+    r"""pFedGraph's same training evaluated on its aggregated models
+    (:data:`PFEDGRAPH_AGGREGATED`) at the level where its seed-0
+    per-client-best is furthest below pFedGAT's (the other learned graph,
+    which evaluates aggregated models), beside pFedGraph's own cell there;
+    run first when ``run_it`` and ``levels`` allow that level. Nothing until
+    both strategies have all four levels."""
+    gaps = {}
+    for lv in T1_LEVELS:
+        a, b = cells.get(f"{lv}/pfedgraph"), cells.get(f"{lv}/pfedgat")
+        if a is None or b is None:
+            return []
+        gaps[lv] = 100 * (a["summary"]["test_per_client_best"]
+                          - b["summary"]["test_per_client_best"])
+    level = min(T1_LEVELS, key=lambda lv: gaps[lv])
+    ablation = fetch(fmnist_config(level, "pfedgraph", "full", extra=PFEDGRAPH_AGGREGATED),
+                     run_it and (levels is None or level in levels), "fmnist-t1-full",
+                     f"pfedgraph evaluated on its aggregated models, {level} full",
+                     f"--only fmnist-t1-full --levels {level} --strategies pfedgraph-aggregated")
+    return [f"- pFedGraph's evaluation rule at {level}, where it is furthest below pFedGAT "
+            f"({gaps[level]:+.2f}): its same training with each client evaluated on its "
+            f"aggregated model (`evaluate=\"aggregated\"`) scores {_both(ablation)}, against "
+            f"{_both(cells[f'{level}/pfedgraph'])} on the models after local training."]
 
 
 def fmnist_t1_full_goals(cells: dict[str, dict | None], run_missing: bool = False,
@@ -1369,10 +1388,9 @@ def fmnist_t1_full_goals(cells: dict[str, dict | None], run_missing: bool = Fals
                      + (", " + ", ".join(f"{n} {avgs[n]:.2f}"
                                          for n in sorted(avgs, key=lambda n: -avgs[n]))
                         if avgs else "") + ").")
-    why = t1_full_why(cells, avgs, run_missing and (strategies is None
-                                                   or "pfedgraph-aggregated" in strategies),
-                      levels)
-    return [*lines, *why, ""]
+    aggregated = t1_aggregated_line(cells, run_missing and (
+        strategies is None or "pfedgraph-aggregated" in strategies), levels)
+    return [*lines, *t1_full_why(cells, avgs), *aggregated, ""]
 
 
 def fmnist_t1_full_section(run_missing: bool, strategies: list[str] | None = None,
@@ -1435,6 +1453,12 @@ TRAFFIC_SEEDS = (0, 1, 2)
 TRAFFIC_TABLE3 = tuple(PANACEA_T2)
 
 
+def traffic_held_out(dataset: str) -> int:
+    r"""The sensors Table III's runs hold out on ``dataset``: 20% of them, as
+    the runs' ``novel_clients=0.2`` makes it (at least one)."""
+    return max(1, round(0.2 * TRAFFIC_DATA[dataset][1]))
+
+
 def traffic_config(dataset: str, strategy: str, lr: float, *, rounds: int | None = None,
                    seed: int = 0, novel: bool = False) -> ExperimentConfig:
     r"""One run of section O: ``strategy`` on the recorded fragment of
@@ -1443,7 +1467,7 @@ def traffic_config(dataset: str, strategy: str, lr: float, *, rounds: int | None
     all client local updates"), 5 of the training clients sampled per round;
     ``novel`` holds out 20% of the sensors (Table III)."""
     folder, n = TRAFFIC_DATA[dataset]
-    held_out = max(1, round(0.2 * n)) if novel else 0
+    held_out = traffic_held_out(dataset) if novel else 0
     over = {"data.root": f"{TRAFFIC_ROOT}/{folder}", "model.hidden_channels": 100,
             **{k: v for k, v in TRAFFIC_PROTOCOL.items() if k != "rounds"},
             "lr": lr, "momentum": 0.0, "sample_fraction": 5 / (n - held_out)}
@@ -1695,7 +1719,7 @@ def traffic_goal(dataset: str, ours: dict[str, float | None]) -> str:
                for i, a in enumerate(names) for b in names[i + 1:]
                if (a in key or b in key) and {a, b} != {"per-fedavg", "pfedme"}
                and (paper[a] - paper[b]) * (have[a] - have[b]) < 0]
-    ranking = ", ".join(f"{n} {1e3 * have[n]:.1f}" for n in sorted(have, key=have.__getitem__))
+    ranking = traffic_order(have)
     opposite = "" if not flipped else "; in the paper's opposite order: " + "; ".join(flipped)
     if missing and not flipped:
         return (f"pending ({', '.join(missing)} not yet run)"
@@ -1710,7 +1734,7 @@ def traffic_dataset_lines(dataset: str, run_missing: bool, strategies: list[str]
                           ) -> list[str]:
     r"""Section O's tables for one dataset: the rate choice, then Tables II and III."""
     n = TRAFFIC_DATA[dataset][1]
-    held = max(1, round(0.2 * n))
+    held = traffic_held_out(dataset)
     rate_rows = [f"| strategy | validation MSE x1e-3 at client lr {grid_text()} | chosen |",
                  "|---|---:|---:|"]
     rows = ["| strategy | client lr | Table II paper | ours | Table III paper | ours, novel "
@@ -1810,8 +1834,8 @@ def traffic_reduced_config(dataset: str, strategy: str, novel: bool = False) -> 
 
 def traffic_order(means: dict[str, float | None]) -> str:
     r"""The strategies of ``means`` with a value, lowest MSE (x1e-3) first."""
-    have = sorted((v, n) for n, v in means.items() if v is not None)
-    return ", ".join(f"{n} {1e3 * v:.1f}" for v, n in have)
+    have = {n: v for n, v in means.items() if v is not None}
+    return ", ".join(f"{n} {1e3 * have[n]:.1f}" for n in sorted(have, key=have.__getitem__))
 
 
 def traffic_reduced_lines(dataset: str, run_missing: bool, strategies: list[str] | None
@@ -1853,7 +1877,7 @@ def traffic_reduced_lines(dataset: str, run_missing: bool, strategies: list[str]
                     f"{mae} | {rmse} | {best} | {cpu} | "
                     + ("-" if paper3 is None else f"{paper3[0]:.1f} ± {paper3[1]:.1f}")
                     + f" | {novel} |")
-    n = TRAFFIC_DATA[dataset][1]
+    n, held = TRAFFIC_DATA[dataset][1], traffic_held_out(dataset)
     paper3_means = {k: v[0] / 1e3 for k, v in PANACEA_TRAFFIC_T3[dataset].items()}
     return [f"### Measured here: {TRAFFIC_NAMES[dataset]}, {rounds} rounds, one client "
             f"learning rate ({lr}), seed 0", "",
@@ -1865,10 +1889,11 @@ def traffic_reduced_lines(dataset: str, run_missing: bool, strategies: list[str]
             "instead of a rate chosen per strategy; one seed; with an "
             f"evaluation every {TRAFFIC_PROTOCOL['eval_every']} rounds, the test is at the "
             "last round. Table III's runs are separate runs with "
-            f"{max(1, round(0.2 * n))} of the {n} sensors held out (never trained, evaluated "
+            f"{held} of the {n} sensors held out (never trained, evaluated "
             "with the models the strategy gives a sensor it has not seen), for the "
             "paper's eight. Read the order, not the absolute figures: nothing here is "
-            "converged (each sensor trains in about a quarter of the rounds).", "", *rows, "",
+            f"converged (with 5 sensors a round, a sensor trains in one round of about {n / 5:.0f}"
+            f", in Table III's runs one of about {(n - held) / 5:.0f}).", "", *rows, "",
             f"- Goal on this subset: {traffic_goal(dataset, means)}",
             "- Table III on this subset, our order (novel sensors' MSE x1e-3): "
             + (traffic_order(novel_means) or "pending")
