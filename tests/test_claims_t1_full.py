@@ -231,3 +231,23 @@ def test_why_pfedgraph_is_behind_by_level_from_its_records(claims):
     assert claims.t1_aggregated_line({**cells, "extreme/pfedgat": None}) == []
     # pFedGraph the best: nothing to explain.
     assert claims.t1_full_why(cells, {**avgs, "pfedgraph": 99.0}) == []
+
+
+def test_who_learns_from_whom_reads_the_class_partner_off_the_graphs(claims):
+    assert claims.t1_partner_line() == []
+    # 4 clients, partners 0-2 and 1-3: self 0.4, partner 0.5, the two others 0.05 each.
+    graph = [[0.4, 0.05, 0.5, 0.05], [0.05, 0.4, 0.05, 0.5], [0.5, 0.05, 0.4, 0.05],
+             [0.05, 0.5, 0.05, 0.4]]
+    cfg = claims.t1_full_configs("severe", "pfedgraph")[0]
+    claims.RUNS._store(cfg, {"config": plain_settings(cfg.to_dict()), "graph": graph,
+                             "summary": {"test": 0.9, "test_per_client_best": 0.9},
+                             "seconds": 1.0, "load": [0.0, 0.0], "date": "today"})
+    # CFL's cell has no graph of its own: its cluster-evaluated run's graph is read.
+    run = claims.t1_full_configs("severe", "cfl")[1]
+    pairs = [[0.5, 0, 0.5, 0], [0, 0.5, 0, 0.5], [0.5, 0, 0.5, 0], [0, 0.5, 0, 0.5]]
+    claims.RUNS._store(run, {"config": plain_settings(run.to_dict()), "graph": pairs,
+                             "summary": {"test": 0.9, "test_per_client_best": 0.9},
+                             "seconds": 1.0, "load": [0.0, 0.0], "date": "today"})
+    line = claims.t1_partner_line()[0]
+    assert line.endswith("each other client: cfl 0.500 / 0.500 / 0.000; pfedgraph 0.400 / "
+                         "0.500 / 0.050.")

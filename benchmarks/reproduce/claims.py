@@ -1277,6 +1277,32 @@ def t1_cfl_lines() -> list[str]:
 PFEDGRAPH_AGGREGATED: dict[str, Any] = {"evaluate": "aggregated"}
 
 
+def t1_partner_line(level: str = "severe") -> list[str]:
+    r"""Who learns from whom at a pathological level with fixed class pairs
+    (clients :math:`i` and :math:`i + N/2` hold the same two classes): for
+    each section-M strategy whose record (or, for a cell another run writes,
+    that run's record) has a final collaboration graph, the mean weight a
+    client gives itself, its class partner, and each other client. Nothing
+    while none has one."""
+    parts = []
+    for n in T1_FULL_STRATEGIES:
+        cell, run = t1_full_configs(level, n)
+        entry = RUNS.load(run or cell)
+        if entry is None or not entry.get("graph"):
+            continue
+        g = torch.tensor(entry["graph"], dtype=torch.float64)
+        size = g.shape[0]
+        partner = torch.stack([g[i, (i + size // 2) % size] for i in range(size)])
+        own = g.diagonal()
+        others = (g.sum(1) - partner - own) / (size - 2)
+        parts.append(f"{n} {own.mean():.3f} / {partner.mean():.3f} / {others.mean():.3f}")
+    if not parts:
+        return []
+    return [f"Who learns from whom at {level} (clients i and i + N/2 hold the same two classes): "
+            "the final collaboration graph's mean weight a client gives itself / its class "
+            "partner / each other client: " + "; ".join(parts) + ".", ""]
+
+
 def t1_full_why(cells: dict[str, dict | None], avgs: dict[str, float]) -> list[str]:
     r"""Where pFedGraph's average (per-client-best, %) is behind the best of
     ``avgs`` (the strategies with all four levels), level by level, and what
@@ -1416,7 +1442,7 @@ def fmnist_t1_full_section(run_missing: bool, strategies: list[str] | None = Non
     return ["## M. pFedGraph Table 1 at the paper's full protocol, all four levels", "",
             f"Protocol: the paper's {_protocol_text(FULL)}; data, model and evaluation as "
             "section G. " + FMNIST_PROTOCOL_TEXT, "", *rows, "",
-            *t1_cfl_lines(),
+            *t1_cfl_lines(), *t1_partner_line(),
             *fmnist_t1_full_goals(cells, run_missing and seeds is None, strategies, levels),
             *spread,
             *pending_lines("fmnist-t1-full")]
