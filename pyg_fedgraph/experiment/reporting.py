@@ -308,7 +308,7 @@ def runs_table(used: Mapping[str, Mapping[str, Any]]) -> list[str]:
     r"""Markdown table of the records ``used`` (by key, as
     :attr:`RecordCache.used <pyg_fedgraph.experiment.RecordCache.used>` holds
     them): what ran, wall and CPU time, load average at its start and end,
-    date; ordered by key."""
+    date; ordered by key. A run names its seed when it is not 0."""
     rows = [RUNS_HEADER, RUNS_RULE]
     for _key, e in sorted(used.items()):
         c = e["config"]
@@ -316,7 +316,8 @@ def runs_table(used: Mapping[str, Mapping[str, Any]]) -> list[str]:
                                          f"N={c['clients']}" if c.get("clients") else "",
                                          f"attack={c['attack']}" if c.get("attack") else "",
                                          " ".join(f"{k}={v}" for k, v in c["overrides"].items()
-                                                  if k in ("alpha_rule", "hn_rule")))
+                                                  if k in ("alpha_rule", "hn_rule", "evaluate")),
+                                         f"seed={c['seed']}" if c.get("seed") else "")
                         if v)
         cpu = e.get("cpu_seconds")
         derived = " (inside the run " + e["derived_from"] + ")" if "derived_from" in e else ""

@@ -44,6 +44,11 @@ def test_runs_table_and_made_with_by_hand():
              "torch": "2.13.0+cpu", "device": "cpu", "cpu_capability": "AVX512"}
     rows = runs_table({"k": entry})
     assert rows[2] == "| digits fedavg iid N=5 hn_rule=code | 3 | 12 | - | 1.0 / 2.2 | d |"
+    # A seed other than 0 is named (seed 0, or none recorded, is not).
+    seeded = {**entry, "config": {**entry["config"], "seed": 2, "strategy": "cfl",
+                                  "overrides": {"evaluate": "trained"}}}
+    assert runs_table({"k": seeded})[2].startswith("| digits cfl iid N=5 evaluate=trained seed=2 |")
+    assert runs_table({"k": {**entry, "config": {**entry["config"], "seed": 0}}})[2] == rows[2]
     assert made_with([entry, None]) == "torch 2.13.0+cpu on cpu (AVX512)"
     other = {**entry, "cpu_capability": "AVX2"}
     assert made_with([entry, other, entry]) == ("torch 2.13.0+cpu on cpu (AVX2) (1 runs), "
