@@ -1373,9 +1373,10 @@ def fmnist_t1_full_goals(cells: dict[str, dict | None], run_missing: bool = Fals
                          strategies: list[str] | None = None,
                          levels: list[str] | None = None) -> list[str]:
     r"""Section M's goal lines: its cells against the paper's (per-client-best,
-    the paper's code's rule), the rank of pFedGraph's average and, where it is
-    behind, :func:`t1_full_why` (whose run is made when ``run_missing`` and
-    ``strategies`` is ``None`` or names ``pfedgraph-aggregated``)."""
+    the paper's code's rule), the rank of pFedGraph's average, where it is
+    behind :func:`t1_full_why`, and :func:`t1_aggregated_line` (whose run is
+    made when ``run_missing`` and ``strategies`` is ``None`` or names
+    ``pfedgraph-aggregated``)."""
     gaps = {}
     for n, paper in PFEDGRAPH_T1_FMNIST.items():
         if n not in T1_FULL_STRATEGIES:
@@ -1890,10 +1891,11 @@ def traffic_reduced_lines(dataset: str, run_missing: bool, strategies: list[str]
         cpu = "pending" if entry is None else f"{entry.get('cpu_seconds', math.nan):.0f}"
         novel = "-"
         if name in TRAFFIC_TABLE3:
-            held = fetch(traffic_reduced_config(dataset, name, novel=True), run_it, "traffic",
-                         f"{dataset} {name}, Table III, reduced budget: {rounds} rounds, "
-                         f"client lr {lr}, seed 0", _traffic_args(dataset, name, reduced=True))
-            held_runs = None if held is None else [held]
+            novel_entry = fetch(traffic_reduced_config(dataset, name, novel=True), run_it,
+                                "traffic", f"{dataset} {name}, Table III, reduced budget: "
+                                f"{rounds} rounds, client lr {lr}, seed 0",
+                                _traffic_args(dataset, name, reduced=True))
+            held_runs = None if novel_entry is None else [novel_entry]
             novel_means[name] = traffic_mean(held_runs, "novel_client_metrics")
             novel = traffic_cell(held_runs, "novel_client_metrics")
         paper3 = PANACEA_TRAFFIC_T3[dataset].get(name)
