@@ -251,3 +251,38 @@ def test_who_learns_from_whom_reads_the_class_partner_off_the_graphs(claims):
     line = claims.t1_partner_line()[0]
     assert line.endswith("each other client: cfl 0.500 / 0.500 / 0.000; pfedgraph 0.400 / "
                          "0.500 / 0.050.")
+
+
+def test_a_cell_out_by_more_than_3_points_gets_its_best_round_and_rule_gain(claims):
+    paper = claims.PFEDGRAPH_T1_FMNIST
+
+    def put(level, strategy, best_round, pcb):
+        cfg = claims.t1_full_configs(level, strategy, 0)[0]
+        claims.RUNS._store(cfg, {"config": plain_settings(cfg.to_dict()),
+                                 "summary": {"test": best_round, "test_per_client_best": pcb},
+                                 "seconds": 1.0, "load": [0.0, 0.0], "date": "today"})
+
+    fedavg, cfl = paper["fedavg"][2] / 100, paper["cfl"][0] / 100
+    # FedAvg at modest: per-client-best 4 points over the paper, best round 1 point over,
+    # so the rule adds 3; the other strategies there gain 0.5 (local) and 1.0 (pfedgraph).
+    put("modest", "fedavg", fedavg + 0.01, fedavg + 0.04)
+    local, pfedgraph = paper["local"][2] / 100, paper["pfedgraph"][2] / 100
+    put("modest", "local", local - 0.005, local)
+    put("modest", "pfedgraph", pfedgraph - 0.01, pfedgraph)
+    # CFL at extreme: 5 points under, its best round 6 under (the rule adds 1); alone there.
+    put("extreme", "cfl", cfl - 0.06, cfl - 0.05)
+    # Within 3: no line.
+    put("severe", "local", paper["local"][1] / 100 - 0.035, paper["local"][1] / 100 - 0.029)
+    text = "\n".join(claims.fmnist_t1_full_goals(claims.fmnist_t1_full_cells(False)))
+    assert "**not met**: 3 of the 5 measured of 24 (largest difference: cfl extreme -5.00)" in text
+    lines = [ln for ln in text.splitlines() if ln.startswith("- Out by more than 3 points")]
+    assert lines == [
+        f"- Out by more than 3 points: cfl extreme, per-client-best {100 * cfl - 5:.1f} against "
+        f"the paper's {100 * cfl:.2f} (-5.00); its best-round figure, {100 * cfl - 6:.1f}, is "
+        "also more than 3 off (-6.00). The per-client-best rule adds +1.0 points to it over "
+        "the best round.",
+        f"- Out by more than 3 points: fedavg modest, per-client-best {100 * fedavg + 4:.1f} "
+        f"against the paper's {100 * fedavg:.2f} (+4.00); its best-round figure, "
+        f"{100 * fedavg + 1:.1f}, is within 3 (+1.00). The per-client-best rule adds +3.0 "
+        "points to it over the best round, against at most +1.0 for the other 2 strategies "
+        "at modest."]
