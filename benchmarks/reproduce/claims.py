@@ -1352,21 +1352,24 @@ def t1_out_lines(cells: dict[str, dict | None], gaps: dict[str, float]) -> list[
     other strategy at that level. The rule favours a model that changes from
     round to round, as FedAvg's one aggregated model does under skewed
     labels."""
+    def rule_gain(entry: dict) -> float:  # per-client-best minus best-round, in points
+        return 100 * (entry["summary"]["test_per_client_best"] - entry["summary"]["test"])
+
     lines = []
     for cell in sorted((c for c in gaps if abs(gaps[c]) > 3), key=lambda c: -abs(gaps[c])):
         name, level = cell.split(" ")
-        s = cells[f"{level}/{name}"]["summary"]
+        entry = cells[f"{level}/{name}"]
+        s = entry["summary"]
         paper = PFEDGRAPH_T1_FMNIST[name][T1_LEVELS.index(level)]
-        best_round = 100 * s["test"] - paper
-        gain = 100 * (s["test_per_client_best"] - s["test"])
-        others = [100 * (e["summary"]["test_per_client_best"] - e["summary"]["test"])
-                  for n in T1_FULL_STRATEGIES if n != name
+        best_round_gap = 100 * s["test"] - paper
+        gain = rule_gain(entry)
+        others = [rule_gain(e) for n in T1_FULL_STRATEGIES if n != name
                   and (e := cells.get(f"{level}/{n}")) is not None]
         line = (f"- Out by more than 3 points: {name} {level}, per-client-best "
                 f"{100 * s['test_per_client_best']:.1f} against the paper's {paper:.2f} "
                 f"({gaps[cell]:+.2f}); its best-round figure, {100 * s['test']:.1f}, is "
-                + ("within 3" if abs(best_round) <= 3 else "also more than 3 off")
-                + f" ({best_round:+.2f}). "
+                + ("within 3" if abs(best_round_gap) <= 3 else "also more than 3 off")
+                + f" ({best_round_gap:+.2f}). "
                 f"The per-client-best rule adds {gain:+.1f} points to it over the best round")
         if others:
             line += (f", against at most {max(others):+.1f} for the other {len(others)} "
@@ -1407,9 +1410,9 @@ def fmnist_t1_full_goals(cells: dict[str, dict | None], run_missing: bool = Fals
     r"""Section M's goal lines: its cells against the paper's (per-client-best,
     the paper's code's rule) with what the records show about those out by
     more than 3 points (:func:`t1_out_lines`), the rank of pFedGraph's
-    average, where it is behind :func:`t1_full_why`, and :func:`t1_aggregated_line` (whose run is
-    made when ``run_missing`` and ``strategies`` is ``None`` or names
-    ``pfedgraph-aggregated``)."""
+    average, where it is behind :func:`t1_full_why`, and
+    :func:`t1_aggregated_line` (whose run is made when ``run_missing`` and
+    ``strategies`` is ``None`` or names ``pfedgraph-aggregated``)."""
     gaps = {}
     for n, paper in PFEDGRAPH_T1_FMNIST.items():
         if n not in T1_FULL_STRATEGIES:
