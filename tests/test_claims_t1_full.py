@@ -222,11 +222,24 @@ def test_why_pfedgraph_is_behind_by_level_from_its_records(claims):
                                     extra=claims.PFEDGRAPH_AGGREGATED)
     assert ablation.overrides["evaluate"] == "aggregated"
     claims.RUNS._store(ablation, {"config": plain_settings(ablation.to_dict()),
-                                  "summary": {"test": 0.925, "test_per_client_best": 0.935},
+                                  "summary": {"test": 0.925, "test_per_client_best": 0.94},
                                   "seconds": 1.0, "load": [0.0, 0.0], "date": "today"})
     text = "\n".join(claims.t1_full_why(cells, avgs))
     assert "graph is not uniform, unlike FedAvg's weights" in text and "0.400)" in text
-    assert "scores 92.5 / 93.5, against 89.0 / 90.0" in "\n".join(claims.t1_aggregated_line(cells))
+    assert "scores 92.5 / 94.0, against 89.0 / 90.0" in "\n".join(claims.t1_aggregated_line(cells))
+    # With the averages: pFedGraph's cells 90, 90, 91 and 94 (the ablation's, in place of 90)
+    # average 91.25, ahead of pFedGAT's 90.75; without them, no such line.
+    lines = claims.t1_aggregated_line(cells, avgs=avgs)
+    assert lines[1] == ("- With that cell in place of its own at homogeneous (the other three "
+                        "levels unchanged), pFedGraph's average would be 91.25, rank 1 of 8 "
+                        "(pfedgat 90.75).")
+    assert len(claims.t1_aggregated_line(cells)) == 1
+    # An ablation below its own cell moves the average down: 0.86 gives 89.25, rank 8 of 8.
+    claims.RUNS._store(ablation, {"config": plain_settings(ablation.to_dict()),
+                                  "summary": {"test": 0.85, "test_per_client_best": 0.86},
+                                  "seconds": 1.0, "load": [0.0, 0.0], "date": "today"})
+    assert claims.t1_aggregated_line(cells, avgs=avgs)[1].endswith(
+        "pFedGraph's average would be 89.25, rank 8 of 8 (pfedgat 90.75).")
     # Incomplete pFedGAT: no ablation line.
     assert claims.t1_aggregated_line({**cells, "extreme/pfedgat": None}) == []
     # pFedGraph the best: nothing to explain.

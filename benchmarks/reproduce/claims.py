@@ -1379,13 +1379,17 @@ def t1_out_lines(cells: dict[str, dict | None], gaps: dict[str, float]) -> list[
 
 
 def t1_aggregated_line(cells: dict[str, dict | None], run_it: bool = False,
-                       levels: list[str] | None = None) -> list[str]:
+                       levels: list[str] | None = None,
+                       avgs: dict[str, float] | None = None) -> list[str]:
     r"""pFedGraph's same training evaluated on its aggregated models
     (:data:`PFEDGRAPH_AGGREGATED`) at the level where its seed-0
     per-client-best is furthest below pFedGAT's (the other learned graph,
     which evaluates aggregated models), beside pFedGraph's own cell there;
-    run first when ``run_it`` and ``levels`` allow that level. Nothing until
-    both strategies have all four levels."""
+    run first when ``run_it`` and ``levels`` allow that level. Once that run
+    is in and ``avgs`` holds every strategy's average (per-client-best, %),
+    a second line says what pFedGraph's average and rank would be with the
+    ablation's cell in place of its own there. Nothing until both strategies
+    have all four levels."""
     gaps = {}
     for lv in T1_LEVELS:
         a, b = cells.get(f"{lv}/pfedgraph"), cells.get(f"{lv}/pfedgat")
@@ -1398,10 +1402,21 @@ def t1_aggregated_line(cells: dict[str, dict | None], run_it: bool = False,
                      run_it and (levels is None or level in levels), "fmnist-t1-full",
                      f"pfedgraph evaluated on its aggregated models, {level} full",
                      f"--only fmnist-t1-full --levels {level} --strategies pfedgraph-aggregated")
-    return [f"- pFedGraph's evaluation rule at {level}, where it is furthest below pFedGAT "
-            f"({gaps[level]:+.2f}): its same training with each client evaluated on its "
-            f"aggregated model (`evaluate=\"aggregated\"`) scores {_both(ablation)}, against "
-            f"{_both(cells[f'{level}/pfedgraph'])} on the models after local training."]
+    lines = [f"- pFedGraph's evaluation rule at {level}, where it is furthest below pFedGAT "
+             f"({gaps[level]:+.2f}): its same training with each client evaluated on its "
+             f"aggregated model (`evaluate=\"aggregated\"`) scores {_both(ablation)}, against "
+             f"{_both(cells[f'{level}/pfedgraph'])} on the models after local training."]
+    if ablation is not None and avgs is not None and len(avgs) == len(T1_FULL_STRATEGIES):
+        own = cells[f"{level}/pfedgraph"]["summary"]["test_per_client_best"]
+        swapped = {**avgs, "pfedgraph": avgs["pfedgraph"] + 100 * (
+            ablation["summary"]["test_per_client_best"] - own) / len(T1_LEVELS)}
+        ranked = sorted(swapped, key=lambda n: -swapped[n])
+        best = ranked[0] if ranked[0] != "pfedgraph" else ranked[1]
+        lines.append(f"- With that cell in place of its own at {level} (the other three levels "
+                     f"unchanged), pFedGraph's average would be {swapped['pfedgraph']:.2f}, "
+                     f"rank {ranked.index('pfedgraph') + 1} of {len(swapped)} "
+                     f"({best} {swapped[best]:.2f}).")
+    return lines
 
 
 def fmnist_t1_full_goals(cells: dict[str, dict | None], run_missing: bool = False,
@@ -1453,7 +1468,7 @@ def fmnist_t1_full_goals(cells: dict[str, dict | None], run_missing: bool = Fals
                                          for n in sorted(avgs, key=lambda n: -avgs[n]))
                         if avgs else "") + ").")
     aggregated = t1_aggregated_line(cells, run_missing and (
-        strategies is None or "pfedgraph-aggregated" in strategies), levels)
+        strategies is None or "pfedgraph-aggregated" in strategies), levels, avgs)
     return [*lines, *t1_full_why(cells, avgs), *aggregated, ""]
 
 
