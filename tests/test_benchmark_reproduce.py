@@ -102,7 +102,7 @@ def test_compare_strategies_by_hand(script, tmp_path, run_main):
             "finished 2026-01-01 to 2026-01-03, 7 CPU seconds in all.") in text
     cmd = "python benchmarks/reproduce/compare_strategies.py"
     assert f"Command: `{cmd} --seeds 2 --strategies local,fedavg,panacea`" in text
-    assert "## Not yet run (1 runs)" in text
+    assert "## Not yet run (1 run)" in text
     assert f"| fedavg | 1 | `{cmd} --no-write --seeds 2 --strategies fedavg` |" in text
     assert "### Reading\nWritten by hand." in out.read_text()  # kept on rebuild
     assert not (tmp_path / "cache").exists()  # nothing ran

@@ -216,6 +216,7 @@ def test_why_pfedgraph_is_behind_by_level_from_its_records(claims):
     assert [cmd for _, cmd, _ in claims.PENDING["fmnist-t1-full"]] == [
         "python benchmarks/reproduce/claims.py --no-write --only fmnist-t1-full --levels "
         "homogeneous --strategies pfedgraph-aggregated"]
+    assert "Not yet run (1 run; " in claims.pending_lines("fmnist-t1-full")[0]
     # A graph away from uniform says so; the ablation's record, once in, is shown.
     cells["homogeneous/pfedgraph"]["graph"] = [[0.5] + [0.5 / 9] * 9] * 10
     ablation = claims.fmnist_config("homogeneous", "pfedgraph", "full",

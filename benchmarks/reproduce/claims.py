@@ -138,7 +138,8 @@ def pending_lines(section: str) -> list[str]:
     todo = PENDING.get(section)
     if not todo:
         return []
-    lines = [f"Not yet run ({len(todo)} runs; their cells read `pending`): "
+    runs = f"{len(todo)} run" + ("s" if len(todo) != 1 else "")
+    lines = [f"Not yet run ({runs}; their cells read `pending`): "
              "each command runs one into `benchmarks/results/claims_runs/` (or resumes it "
              "from its checkpoint in `runs/claims_cache/`), then "
              "`python benchmarks/reproduce/claims.py --cached-only` rewrites this file.", "",

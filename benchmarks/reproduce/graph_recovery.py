@@ -198,7 +198,7 @@ def report(rounds: int | None, run_missing: bool, flags: str = "") -> str:
                      f"| cora overlapping | {strategy} | pending |" + " |" * 7)
     lines += ["", "## Goal", "", goal_line(final), ""]
     if pending:
-        lines += [f"## Not yet run ({len(pending)} runs)", "",
+        lines += [f"## Not yet run ({len(pending)} run{'s' if len(pending) != 1 else ''})", "",
                   f"`{COMMAND}{flags}` runs them (Cora's from the Planetoid files in "
                   f"`{DATA_ROOT}`, relative to the repository root); `{COMMAND}{flags} "
                   "--cached-only` then rewrites this file.", "",

@@ -209,7 +209,7 @@ def report(seeds: int, rounds: int, run_missing: bool, flags: str = "") -> str:
                          + " | ".join(cols) + " |")
         lines.append("")
     if pending:
-        lines += [f"## Not yet run ({len(pending)} runs)", "",
+        lines += [f"## Not yet run ({len(pending)} run{'s' if len(pending) != 1 else ''})", "",
                   f"`{COMMAND}{flags}` runs them; `{COMMAND}{flags} --cached-only` then "
                   "rewrites this file.", "", *(f"- {what}" for what in pending), ""]
     lines += ["## Runs", "", f"Records made with {made_with(RUNS.used.values())}.", "",
