@@ -314,7 +314,7 @@ def test_fedaghn_section_from_study_records_by_hand(claims, runs, monkeypatch):
     assert "| code | 20 | 0.1000 | 0.4000 | 0.2000 | 2.00 |" in text
     assert ("`code`: test 80.0 (best-round) / 75.0 (per-client-best), final mean q 0.100 "
             "(2 of 60 at the threshold 0)") in text
-    assert "Records made with torch 9.1+cpu on cpu (1 runs), torch 9.2+cpu on cpu (1 runs)." \
+    assert "Records made with torch 9.1+cpu on cpu (1 run), torch 9.2+cpu on cpu (1 run)." \
         in text
     # A record under the key whose settings differ is not this run's.
     write_study(runs, claims.fedaghn_config(rounds, 20, "code"), "relation-weights",

@@ -67,6 +67,7 @@ from pyg_fedgraph.experiment.reporting import (
     RUNS_HEADER,
     RUNS_RULE,
     benchmark_records,
+    counted,
     keep_readings,
     machine_lines,
     made_with,
@@ -138,8 +139,7 @@ def pending_lines(section: str) -> list[str]:
     todo = PENDING.get(section)
     if not todo:
         return []
-    runs = f"{len(todo)} run" + ("s" if len(todo) != 1 else "")
-    lines = [f"Not yet run ({runs}; their cells read `pending`): "
+    lines = [f"Not yet run ({counted(len(todo), 'run')}; their cells read `pending`): "
              "each command runs one into `benchmarks/results/claims_runs/` (or resumes it "
              "from its checkpoint in `runs/claims_cache/`), then "
              "`python benchmarks/reproduce/claims.py --cached-only` rewrites this file.", "",

@@ -37,6 +37,7 @@ from pyg_fedgraph.experiment import (
 )
 from pyg_fedgraph.experiment.reporting import (
     benchmark_records,
+    counted,
     keep_readings,
     machine_lines,
     made_with,
@@ -184,7 +185,7 @@ def report(args: argparse.Namespace, run_missing: bool) -> str:
              format_table(rows, ["strategy", "test mean", "test std", "s/round", "CPU s/round",
                                  "seeds", "note"]), ""]
     if pending:
-        lines += [f"## Not yet run ({len(pending)} run{'s' if len(pending) != 1 else ''})", "",
+        lines += [f"## Not yet run ({counted(len(pending), 'run')})", "",
                   "Each command runs one strategy's missing seeds into the records; then "
                   f"`{' '.join([COMMAND, *given, '--cached-only'])}` rewrites this file.", "",
                   "| strategy | seed | command |", "|---|---:|---|",

@@ -51,6 +51,7 @@ import torch
 from pyg_fedgraph.experiment import ExperimentConfig, build_simulator, resolved_model
 from pyg_fedgraph.experiment.reporting import (
     benchmark_records,
+    counted,
     keep_readings,
     machine_lines,
     made_with,
@@ -198,7 +199,7 @@ def report(rounds: int | None, run_missing: bool, flags: str = "") -> str:
                      f"| cora overlapping | {strategy} | pending |" + " |" * 7)
     lines += ["", "## Goal", "", goal_line(final), ""]
     if pending:
-        lines += [f"## Not yet run ({len(pending)} run{'s' if len(pending) != 1 else ''})", "",
+        lines += [f"## Not yet run ({counted(len(pending), 'run')})", "",
                   f"`{COMMAND}{flags}` runs them (Cora's from the Planetoid files in "
                   f"`{DATA_ROOT}`, relative to the repository root); `{COMMAND}{flags} "
                   "--cached-only` then rewrites this file.", "",

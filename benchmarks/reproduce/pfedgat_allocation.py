@@ -54,6 +54,7 @@ from pyg_fedgraph.experiment import (
 )
 from pyg_fedgraph.experiment.reporting import (
     benchmark_records,
+    counted,
     keep_readings,
     machine_lines,
     made_with,
@@ -209,7 +210,7 @@ def report(seeds: int, rounds: int, run_missing: bool, flags: str = "") -> str:
                          + " | ".join(cols) + " |")
         lines.append("")
     if pending:
-        lines += [f"## Not yet run ({len(pending)} run{'s' if len(pending) != 1 else ''})", "",
+        lines += [f"## Not yet run ({counted(len(pending), 'run')})", "",
                   f"`{COMMAND}{flags}` runs them; `{COMMAND}{flags} --cached-only` then "
                   "rewrites this file.", "", *(f"- {what}" for what in pending), ""]
     lines += ["## Runs", "", f"Records made with {made_with(RUNS.used.values())}.", "",

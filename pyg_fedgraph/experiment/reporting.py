@@ -26,7 +26,7 @@ from pyg_fedgraph.experiment.records import RecordCache
 
 __all__ = ["READING", "keep_readings", "save_report", "save_with_readings", "read_record",
            "write_record", "write_measured", "measured_report", "benchmark_records",
-           "RECORDS_NAME", "machine_lines", "made_with",
+           "RECORDS_NAME", "machine_lines", "made_with", "counted",
            "runs_table", "RUNS_HEADER", "RUNS_RULE",
            "client_accuracies", "pooled_clients"]
 
@@ -282,6 +282,12 @@ def machine_lines(load_start: float) -> list[str]:
     ]
 
 
+def counted(n: int, noun: str) -> str:
+    r"""``n`` and the noun, plural (an added ``s``) unless ``n`` is 1:
+    ``counted(1, "run") == "1 run"``, ``counted(3, "run") == "3 runs"``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def made_with(entries: Iterable[Mapping[str, Any] | None]) -> str:
     r"""Which torch version(s), device(s) and, on the CPU, vector instruction
     set(s) made these records, e.g. ``"torch 2.13.0+cpu on cpu (AVX512)"``
@@ -295,7 +301,7 @@ def made_with(entries: Iterable[Mapping[str, Any] | None]) -> str:
             found[what] = found.get(what, 0) + 1
     if len(found) <= 1:
         return next(iter(found), "no records")
-    return ", ".join(f"{what} ({n} runs)" for what, n in sorted(found.items()))
+    return ", ".join(f"{what} ({counted(n, 'run')})" for what, n in sorted(found.items()))
 
 
 #: The header of :func:`runs_table`.

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from pyg_fedgraph.experiment.reporting import (
+    counted,
     keep_readings,
     made_with,
     pooled_clients,
@@ -51,8 +52,9 @@ def test_runs_table_and_made_with_by_hand():
     assert runs_table({"k": {**entry, "config": {**entry["config"], "seed": 0}}})[2] == rows[2]
     assert made_with([entry, None]) == "torch 2.13.0+cpu on cpu (AVX512)"
     other = {**entry, "cpu_capability": "AVX2"}
-    assert made_with([entry, other, entry]) == ("torch 2.13.0+cpu on cpu (AVX2) (1 runs), "
+    assert made_with([entry, other, entry]) == ("torch 2.13.0+cpu on cpu (AVX2) (1 run), "
                                                 "torch 2.13.0+cpu on cpu (AVX512) (2 runs)")
+    assert [counted(n, "run") for n in (0, 1, 2)] == ["0 runs", "1 run", "2 runs"]
     assert made_with([]) == "no records"
 
 
