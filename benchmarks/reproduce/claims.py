@@ -1379,6 +1379,13 @@ def t1_out_lines(cells: dict[str, dict | None], gaps: dict[str, float]) -> list[
     return lines
 
 
+def pfedgraph_rank(avgs: dict[str, float]) -> tuple[int, str]:
+    r"""pFedGraph's rank among the averages ``avgs`` (1: the highest) and
+    the best of the other strategies."""
+    ranked = sorted(avgs, key=lambda n: -avgs[n])
+    return ranked.index("pfedgraph") + 1, next(n for n in ranked if n != "pfedgraph")
+
+
 def t1_aggregated_line(cells: dict[str, dict | None], run_it: bool = False,
                        levels: list[str] | None = None,
                        avgs: dict[str, float] | None = None) -> list[str]:
@@ -1411,11 +1418,10 @@ def t1_aggregated_line(cells: dict[str, dict | None], run_it: bool = False,
         own = cells[f"{level}/pfedgraph"]["summary"]["test_per_client_best"]
         swapped = {**avgs, "pfedgraph": avgs["pfedgraph"] + 100 * (
             ablation["summary"]["test_per_client_best"] - own) / len(T1_LEVELS)}
-        ranked = sorted(swapped, key=lambda n: -swapped[n])
-        best = ranked[0] if ranked[0] != "pfedgraph" else ranked[1]
+        rank, best = pfedgraph_rank(swapped)
         lines.append(f"- With that cell in place of its own at {level} (the other three levels "
                      f"unchanged), pFedGraph's average would be {swapped['pfedgraph']:.2f}, "
-                     f"rank {ranked.index('pfedgraph') + 1} of {len(swapped)} "
+                     f"rank {rank} of {len(swapped)} "
                      f"({best} {swapped[best]:.2f}).")
     return lines
 
@@ -1455,9 +1461,7 @@ def fmnist_t1_full_goals(cells: dict[str, dict | None], run_missing: bool = Fals
             avgs[n] = 100 * statistics.mean(e["summary"]["test_per_client_best"]
                                             for e in got if e is not None)
     if len(avgs) == len(T1_FULL_STRATEGIES):
-        ranked = sorted(avgs, key=lambda n: -avgs[n])
-        rank = ranked.index("pfedgraph") + 1
-        best = ranked[0] if ranked[0] != "pfedgraph" else ranked[1]
+        rank, best = pfedgraph_rank(avgs)
         lines.append(f"- pFedGraph's average the best of the {len(avgs)} (per-client-best): "
                      f"**{'met' if rank == 1 else 'not met'}**: rank {rank}, "
                      f"{avgs['pfedgraph']:.2f} against {best} {avgs[best]:.2f} "
