@@ -138,6 +138,46 @@ def test_the_section_reads_records_and_lists_what_is_missing_with_its_command(cl
     assert "- Goal (Panacea's ordering of Table II): pending" in text
 
 
+def test_the_rate_choice_alone_runs_no_800_round_run_and_previews_the_goal(
+        claims, records, monkeypatch):
+    # pFedHN's grid recorded (0.03 best), FedAvg's missing its 0.1 run.
+    for name in ("pfedhn", "fedavg"):
+        for lr in claims.PANACEA_LR_GRID:
+            if (name, lr) != ("fedavg", 0.1):
+                write(records, claims.traffic_config("metr-la", name, lr, rounds=200),
+                      {"val_best": 0.5 if lr != 0.03 else 0.2},
+                      metrics=mph([0.060, 0.080] if name == "pfedhn" else [0.5]))
+    ran: list = []
+
+    def run(cfg, **kw):  # RecordCache.run without training: the record, or a new one
+        if (entry := claims.RUNS.load(cfg)) is None:
+            ran.append(cfg)
+            entry = {"summary": {"val_best": 1.0}, "test_client_metrics": mph([1.0]),
+                     "novel_client_metrics": mph([1.0])}
+        return entry
+
+    monkeypatch.setattr(claims.RUNS, "run", run)
+    claims.traffic_section(run_missing=True, strategies=["pfedhn", "fedavg"],
+                           datasets=["metr-la"], rate_only=True)
+    assert [(c.strategy, c.rounds, c.overrides["lr"]) for c in ran] == [("fedavg", 200, 0.1)]
+    ran.clear()  # without rate_only, pFedHN's 800-round runs (Tables II and III) follow
+    claims.traffic_section(run_missing=True, strategies=["pfedhn"], datasets=["metr-la"])
+    assert [(c.rounds, c.novel_clients) for c in ran] == [(800, 0.0), (800, 0.2)]
+    # The preview: pFedHN's 200-round run at its chosen rate, test MSE 70 x1e-3.
+    claims.PENDING.clear()
+    text = "\n".join(claims.traffic_section(run_missing=False))
+    preview = text.split("- The same goal at the rate choice's 200 rounds")[1].splitlines()[0]
+    assert preview.endswith("): pending (fedavg, fedavg-ft, per-fedavg, pfedme, ditto, sfl, "
+                            "panacea not yet run)")
+    write(records, claims.traffic_config("metr-la", "fedavg", 0.1, rounds=200),
+          {"val_best": 0.9}, metrics=mph([0.5]))
+    claims.PENDING.clear()
+    text = "\n".join(claims.traffic_section(run_missing=False))
+    preview = text.split("- The same goal at the rate choice's 200 rounds")[1].splitlines()[0]
+    # FedAvg (lr 0.03: 500) above pFedHN (70), as in the paper: so far in its order.
+    assert preview.endswith("so far in the paper's order: pfedhn 70.0, fedavg 500.0.")
+
+
 @pytest.mark.parametrize("dataset, folder", [("metr-la", "METR-LA"), ("pems-bay", "PEMS-BAY")])
 def test_the_sigmas_are_the_fragments(claims, dataset, folder, fragment_folder):
     from pyg_fedgraph.datasets import load_dataset
@@ -258,7 +298,8 @@ def test_the_queue_holds_one_line_per_dataset_and_strategy_of_the_plan(claims):
     lines = [line.split() for line in jobs.read_text().splitlines()
              if "--only traffic" in line and not line.startswith("#")]
     planned = [(line[line.index("--datasets") + 1], line[line.index("--strategies") + 1])
-               for line in lines if "--traffic-reduced" not in line]
+               for line in lines if "--traffic-reduced" not in line
+               and "--traffic-rate-choice" not in line]
     assert sorted(planned) == sorted((d, s) for d in claims.TRAFFIC_DATA
                                      for s in claims.TRAFFIC_STRATEGIES)
 
