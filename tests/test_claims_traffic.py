@@ -73,6 +73,9 @@ def test_the_rate_is_the_lowest_validation_mse_and_a_diverged_rate_never_wins(cl
               {"val_best": v})
     lr, found = claims.traffic_rate("metr-la", "ditto", run_missing=False)
     assert lr == 0.01 and len(found) == 5
+    assert claims.rate_text(lr) == "0.01" and claims.rate_text(None) == "pending"
+    assert claims.rate_text(0.1) == "0.1 (top of the grid)"
+    assert claims.rate_text(0.001) == "0.001 (bottom of the grid)"
     write(records, claims.traffic_config("metr-la", "sfl", 0.1, rounds=200), {"val_best": 0.1})
     assert claims.traffic_rate("metr-la", "sfl", run_missing=False)[0] is None  # 4 missing
 

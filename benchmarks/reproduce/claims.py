@@ -1743,6 +1743,16 @@ def traffic_rate(dataset: str, name: str, run_missing: bool
     return min(finite, key=lambda lr: finite[lr]), found
 
 
+def rate_text(lr: float | None) -> str:
+    r"""A chosen client learning rate as section O's rate table gives it: at
+    either end of the paper's grid it says so, since a rate beyond the grid
+    might have done better (the grid is the paper's, so none is tried)."""
+    if lr is None:
+        return "pending"
+    edge = {min(PANACEA_LR_GRID): "bottom", max(PANACEA_LR_GRID): "top"}.get(lr)
+    return f"{lr}" + ("" if edge is None else f" ({edge} of the grid)")
+
+
 def _client_values(entries: list[dict], key: str, metric: str) -> list[float]:
     r"""The per-client values of ``metric`` in ``key`` (``test_client_metrics`` or
     ``novel_client_metrics``) of all ``entries``, NaN left out."""
@@ -1836,7 +1846,7 @@ def traffic_dataset_lines(dataset: str, run_missing: bool, strategies: list[str]
         run_it = run_it and not rate_only
         rate_rows.append(f"| {name} | " + ", ".join(
             "pending" if e is None else f"{1e3 * e['summary']['val_best']:.1f}"
-            for e in grid_runs.values()) + f" | {'pending' if lr is None else lr} |")
+            for e in grid_runs.values()) + f" | {rate_text(lr)} |")
         seeds = TRAFFIC_SEEDS if name in TRAFFIC_SEEDED else TRAFFIC_SEEDS[:1]
         tables = (False, True) if name in TRAFFIC_TABLE3 else (False,)
         runs: dict[bool, list[dict] | None] = {False: None, True: None}
