@@ -181,6 +181,31 @@ def test_the_rate_choice_alone_runs_no_800_round_run_and_previews_the_goal(
     assert preview.endswith("so far in the paper's order: pfedhn 70.0, fedavg 500.0.")
 
 
+def test_runs_compile_and_still_read_the_records_made_without_it(claims, records):
+    import dataclasses
+
+    cfg = claims.traffic_config("metr-la", "sfl", 0.01, rounds=200)
+    assert cfg.overrides["compile"] is True
+    plain = dataclasses.replace(cfg, overrides={k: v for k, v in cfg.overrides.items()
+                                                if k != "compile"})
+    write(records, plain, {"val_best": 0.3})  # a record of the days before compile
+    write(records, claims.traffic_config("metr-la", "sfl", 0.03, rounds=200),
+          {"val_best": 0.2})
+    lr, found = claims.traffic_rate("metr-la", "sfl", run_missing=False)
+    assert lr is None and found[0.01] is not None and found[0.03] is not None
+    text = "\n".join(claims.traffic_section(run_missing=False))
+    assert "| sfl | pending, pending, 300.0, 200.0, pending | pending |" in text
+    assert "Execution: 1 of the section's 2 records ran with `torch.compile`" in text
+    assert claims.traffic_compiled_text([]).startswith("0 of the section's 0 records")
+
+
+def test_no_compile_takes_it_out_of_the_runs(claims, run_main, monkeypatch, tmp_path):
+    monkeypatch.setattr(claims, "TRAFFIC_EXECUTION", {"compile": True})
+    run_main(claims, ["--cached-only", "--only", "traffic", "--no-compile",
+                      "--out", str(tmp_path / "claims.md")])
+    assert "compile" not in claims.traffic_config("pems-bay", "local", 0.1).overrides
+
+
 @pytest.mark.parametrize("dataset, folder", [("metr-la", "METR-LA"), ("pems-bay", "PEMS-BAY")])
 def test_the_sigmas_are_the_fragments(claims, dataset, folder, fragment_folder):
     from pyg_fedgraph.datasets import load_dataset

@@ -1526,6 +1526,12 @@ TRAFFIC_PROTOCOL: dict[str, Any] = {"rounds": 800, "steps": 50, "batch_size": 64
 TRAFFIC_REDUCED: dict[str, Any] = {"rounds": 20, "lr": 0.1}
 #: Rounds of the runs that choose each strategy's client learning rate (on seed 0).
 TRAFFIC_RATE_ROUNDS = 200
+#: How section O's runs execute (not part of their keys: ``EXECUTION_OVERRIDES`` of
+#: ``pyg_fedgraph.experiment.records``): :func:`torch.compile` of the batched local
+#: gradient, which takes the GRU encoder-decoder's training round from 5.6 to 2.3 CPU
+#: seconds on one thread here (FedAvg; ``--no-compile`` runs without it, e.g. where
+#: no C++ compiler is installed). The records made before 2026-11-27 ran without it.
+TRAFFIC_EXECUTION: dict[str, Any] = {"compile": True}
 #: Strategies of section O: Table II's eight, then Local and the graph-based three.
 TRAFFIC_STRATEGIES = ("fedavg", "fedavg-ft", "per-fedavg", "pfedme", "ditto", "sfl", "pfedhn",
                       "panacea", "local", "pfedgraph", "fedaghn", "pfedgat")
@@ -1554,7 +1560,8 @@ def traffic_config(dataset: str, strategy: str, lr: float, *, rounds: int | None
     held_out = traffic_held_out(dataset) if novel else 0
     over = {"data.root": f"{TRAFFIC_ROOT}/{folder}", "model.hidden_channels": 100,
             **{k: v for k, v in TRAFFIC_PROTOCOL.items() if k != "rounds"},
-            "lr": lr, "momentum": 0.0, "sample_fraction": 5 / (n - held_out)}
+            "lr": lr, "momentum": 0.0, "sample_fraction": 5 / (n - held_out),
+            **TRAFFIC_EXECUTION}
     return ExperimentConfig(dataset=dataset, strategy=strategy, model="gru-seq2seq",
                             rounds=rounds or TRAFFIC_PROTOCOL["rounds"], seed=seed,
                             novel_clients=0.2 if novel else 0.0, overrides=over)
@@ -2028,6 +2035,7 @@ def traffic_section(run_missing: bool, strategies: list[str] | None = None,
             dataset, run_missing and not reduced and (datasets is None or dataset in datasets),
             strategies, rate_only)
     protocol = TRAFFIC_PROTOCOL
+    used = [e for e in RUNS.used.values() if e.get("config", {}).get("dataset") in TRAFFIC_DATA]
     return ["## O. Panacea Tables II and III on recorded traffic speeds (METR-LA, PEMS-BAY)",
             "",
             "Data: DCRNN's processed windows of real recorded speeds (`../shared/data/"
@@ -2061,7 +2069,21 @@ def traffic_section(run_missing: bool, strategies: list[str] | None = None,
             "(`pyg_fedgraph.train.traffic_metrics`). Test at the round of best mean "
             "validation MSE (the paper does not say which round it reports). The cost of "
             "each strategy's round and of the whole plan: \"Hours measured\" below.", "",
+            f"Execution: {traffic_compiled_text(used)}", "",
             *traffic_hours_lines(), *lines, *pending_lines("traffic")]
+
+
+def traffic_compiled_text(entries: list[dict]) -> str:
+    r"""How many of section O's records ran with :func:`torch.compile` of the
+    local gradient (their ``config``'s ``compile``), as a sentence."""
+    compiled = sum(bool(e.get("config", {}).get("overrides", {}).get("compile"))
+                   for e in entries)
+    return (f"{compiled} of the section's {counted(len(entries), 'record')} ran with "
+            "`torch.compile` of the batched local gradient (`TRAFFIC_EXECUTION`; the "
+            "records made before 2026-11-27 without it). It is how a run executes, not "
+            "which run it is (the same arithmetic up to floating-point rounding: FedAvg's "
+            "client models agree to 3e-8 after 3 rounds), so it is no part of a run's key "
+            "and a run may go on compiled from a checkpoint made without it.")
 
 
 # ------------------------------------------------- N. FED-PUB (subgraph FL)
@@ -2438,6 +2460,9 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--traffic-reduced", action="store_true",
                         help="section O (traffic): run only the missing runs of the subset "
                              "measured here (TRAFFIC_REDUCED), not the protocol's plan")
+    parser.add_argument("--no-compile", action="store_true",
+                        help="section O (traffic): run without torch.compile of the local "
+                             "gradient (TRAFFIC_EXECUTION), e.g. where no C++ compiler is")
     parser.add_argument("--traffic-rate-choice", action="store_true",
                         help="section O (traffic): run only the missing runs of the plan's "
                              "rate choice (5 rates x 200 rounds, seed 0), not its 800-round "
@@ -2447,6 +2472,8 @@ def main(argv: list[str] | None = None) -> str:
     torch.set_num_threads(args.threads)
     logging.getLogger("pyg_fedgraph").setLevel(logging.ERROR)
     q = args.quick
+    if args.no_compile:
+        TRAFFIC_EXECUTION.pop("compile", None)
     if args.measure_traffic_cost:
         measure_traffic_cost(args.datasets.split(",") if args.datasets else list(TRAFFIC_DATA),
                              args.strategies.split(",") if args.strategies

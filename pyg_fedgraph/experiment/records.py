@@ -67,7 +67,7 @@ if TYPE_CHECKING:
     from pyg_fedgraph.simulation.simulator import Simulator
 
 __all__ = ["RecordCache", "LocalModelsCallback", "GroupingTrace", "client_grouping", "config_key",
-           "record_table", "RECORD_FIELDS", "TABLES"]
+           "run_identity", "record_table", "EXECUTION_OVERRIDES", "RECORD_FIELDS", "TABLES"]
 
 log = logging.getLogger(__name__)
 
@@ -81,10 +81,37 @@ RECORD_FIELDS = ("config", "summary", "val", "test", "test_clients", "test_clien
                  "cpu_capability", "date")
 
 
+#: ``--set`` keys that say how a run executes, not what it computes (the same
+#: arithmetic, up to floating-point rounding): :func:`config_key` and
+#: :func:`run_identity` leave them out, so that a run's record and its
+#: checkpoint are found however it was, or is now, executed; a record's
+#: ``config`` keeps them, saying how it was made. ``compile``
+#: (:func:`torch.compile` of the batched local gradient) runs the traffic
+#: model's rounds about twice as fast on one CPU thread, so a long series of
+#: runs may switch it on midway.
+EXECUTION_OVERRIDES = frozenset({"compile"})
+
+
+def _without_execution(settings: dict[str, Any]) -> dict[str, Any]:
+    over = settings.get("overrides")
+    if not isinstance(over, dict) or not EXECUTION_OVERRIDES & over.keys():
+        return settings
+    return {**settings, "overrides": {k: v for k, v in over.items()
+                                      if k not in EXECUTION_OVERRIDES}}
+
+
+def run_identity(settings: Mapping[str, Any]) -> dict[str, Any]:
+    r"""The settings that make a run what it is: ``settings`` (a
+    configuration's :meth:`~ExperimentConfig.to_dict` or a record's
+    ``config``) as plain JSON types, without :data:`EXECUTION_OVERRIDES`.
+    Two runs with equal identities are the same experiment."""
+    return _without_execution(plain_settings(settings))
+
+
 def config_key(cfg: ExperimentConfig) -> str:
     r"""A short stable name of a configuration (dataset, strategy, partition,
-    clients, and a hash of all its settings)."""
-    text = json.dumps(cfg.to_dict(), sort_keys=True, default=str)
+    clients, and a hash of all its settings but :data:`EXECUTION_OVERRIDES`)."""
+    text = json.dumps(_without_execution(cfg.to_dict()), sort_keys=True, default=str)
     digest = hashlib.sha1(text.encode()).hexdigest()[:10]
     return f"{cfg.dataset}-{cfg.strategy}-{cfg.partition}-{cfg.clients}-{digest}"
 
@@ -487,7 +514,8 @@ class RecordCache:
         under its key holds other settings)."""
         key = config_key(cfg)
         entry = self._read(key)
-        if entry is None or entry.get("config") != plain_settings(cfg.to_dict()):
+        if entry is None or run_identity(entry.get("config", {})) != run_identity(
+                cfg.to_dict()):
             return None
         self.used[key] = entry
         return entry
@@ -501,8 +529,7 @@ class RecordCache:
         if not path.is_file():
             return None
         state = load_checkpoint(path)
-        if plain_settings(state.get("run", {}).get("config", {})) != plain_settings(
-                cfg.to_dict()):
+        if run_identity(state.get("run", {}).get("config", {})) != run_identity(cfg.to_dict()):
             return None
         return int(state["round"])
 
@@ -726,8 +753,8 @@ class RecordCache:
         settings)."""
         key = self.study_key(cfg, study)
         entry = self._read(key)
-        if entry is None or entry.get("study") != study or entry.get("config") != plain_settings(
-                cfg.to_dict()):
+        if entry is None or entry.get("study") != study or run_identity(
+                entry.get("config", {})) != run_identity(cfg.to_dict()):
             return None
         self.used[key] = entry
         return entry
@@ -816,7 +843,8 @@ class RecordCache:
         runner = Runner(sim, name=f"{cfg.strategy} {cfg.partition or ''}".strip(),
                         checkpoint=checkpoint, checkpoint_seconds=self.checkpoint_seconds,
                         settings=cfg.to_dict(), progress=self.progress, callbacks=callbacks)
-        if not refresh and runner.resume(strict=False):
+        if not refresh and runner.resume(
+                strict=False, match=lambda saved, mine: run_identity(saved) == run_identity(mine)):
             log.warning("resuming %s at round %d of %d (%.0f s before)", cfg.strategy,
                         sim.round, sim.rounds, runner.seconds_before)
         result = runner.run()

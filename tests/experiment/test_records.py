@@ -15,7 +15,7 @@ import torch
 
 from pyg_fedgraph.cli import main
 from pyg_fedgraph.experiment import ExperimentConfig, RecordCache
-from pyg_fedgraph.experiment.records import config_key
+from pyg_fedgraph.experiment.records import config_key, run_identity
 from pyg_fedgraph.simulation import simulator as simulator_module
 from pyg_fedgraph.simulation.checkpoint import load_checkpoint
 
@@ -85,6 +85,33 @@ def test_an_interrupted_run_resumes_to_the_uninterrupted_records(tmp_path, crash
     # On the CPU the numbers can move with the instruction set torch's kernels use.
     assert entry["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     assert cache.run(cfg) is not None  # read back at once
+
+
+def test_compile_is_how_a_run_executes_not_which_run_it_is(tmp_path, crash_in_round_3,
+                                                          monkeypatch):
+    cfg, _ = configs()
+    compiled = dataclasses.replace(cfg, overrides={**cfg.overrides, "compile": True})
+    other = dataclasses.replace(cfg, overrides={**cfg.overrides, "steps": 4})
+    assert config_key(compiled) == config_key(cfg) != config_key(other)
+    assert run_identity(compiled.to_dict()) == run_identity(cfg.to_dict())
+    assert run_identity(compiled.to_dict())["overrides"] == json.loads(json.dumps(OVERRIDES))
+    # A run stopped in round 3 without compile goes on compiled from its checkpoint (here
+    # torch.compile is the function itself: the test is about finding the run, not speed).
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: fn)
+    cache = RecordCache(tmp_path / "records", tmp_path / "ckpt")
+    with pytest.raises(Crash):
+        cache.run(cfg)
+    assert cache.checkpoint_round(compiled) == 2 and cache.checkpoint_round(other) is None
+    crash_in_round_3()
+    resumed = []
+    monkeypatch.setattr(simulator_module.Simulator, "load_state_dict",
+                        lambda self, state, f=simulator_module.Simulator.load_state_dict:
+                        resumed.append(state["round"]) or f(self, state))
+    entry = cache.run(compiled)
+    assert resumed == [2]
+    assert entry["config"]["overrides"]["compile"] is True  # the record says how it ran
+    same(entry, RecordCache(tmp_path / "fresh", tmp_path / "fresh-ckpt").run(cfg))
+    assert cache.load(cfg) == entry and cache.load(other) is None  # one run, two ways
 
 
 def test_records_and_checkpoints_written_before_the_runner_keep_their_keys(tmp_path):
