@@ -1528,9 +1528,11 @@ TRAFFIC_REDUCED: dict[str, Any] = {"rounds": 20, "lr": 0.1}
 TRAFFIC_RATE_ROUNDS = 200
 #: How section O's runs execute (not part of their keys: ``EXECUTION_OVERRIDES`` of
 #: ``pyg_fedgraph.experiment.records``): :func:`torch.compile` of the batched local
-#: gradient, which takes the GRU encoder-decoder's training round from 5.6 to 2.3 CPU
-#: seconds on one thread here (FedAvg; ``--no-compile`` runs without it, e.g. where
-#: no C++ compiler is installed). The records made before 2026-11-27 ran without it.
+#: gradient and of the evaluation's forward pass, which takes the GRU encoder-decoder's
+#: training round on METR-LA from 5.6 to 2.3 CPU seconds on one thread here (FedAvg) and
+#: an evaluation of its 20 sensors from 18.2 to 9.2 (``--no-compile`` runs without it,
+#: e.g. where no C++ compiler is installed). The records made before 2026-11-27 ran
+#: without it.
 TRAFFIC_EXECUTION: dict[str, Any] = {"compile": True}
 #: Strategies of section O: Table II's eight, then Local and the graph-based three.
 TRAFFIC_STRATEGIES = ("fedavg", "fedavg-ft", "per-fedavg", "pfedme", "ditto", "sfl", "pfedhn",
@@ -2079,7 +2081,8 @@ def traffic_compiled_text(entries: list[dict]) -> str:
     compiled = sum(bool(e.get("config", {}).get("overrides", {}).get("compile"))
                    for e in entries)
     return (f"{compiled} of the section's {counted(len(entries), 'record')} ran with "
-            "`torch.compile` of the batched local gradient (`TRAFFIC_EXECUTION`; the "
+            "`torch.compile` of the batched local gradient and evaluation "
+            "(`TRAFFIC_EXECUTION`; the "
             "records made before 2026-11-27 without it). It is how a run executes, not "
             "which run it is (the same arithmetic up to floating-point rounding: FedAvg's "
             "client models agree to 3e-8 after 3 rounds), so it is no part of a run's key "

@@ -263,7 +263,8 @@ class ClientTrainer:
     update rule's state stay float32, and with ``"fp16"`` the loss is scaled
     (a per-client scale halved whenever a client's gradient overflows, whose
     step is then skipped, as :class:`torch.amp.GradScaler` does).
-    ``compile=True`` passes the ``"vmap"`` execution's batched gradient
+    ``compile=True`` passes the ``"vmap"`` execution's batched gradient, and
+    the batched forward pass of :meth:`evaluate`,
     through :func:`torch.compile` (built once per trainer; the first step
     compiles, tens of seconds): operations fuse, so a step launches far fewer
     kernels, which is what bounds small recurrent models on a GPU
@@ -300,7 +301,8 @@ class ClientTrainer:
             (default: ``"auto"``).
         precision (str, optional): ``"fp32"``, ``"bf16"`` or ``"fp16"``
             (default: ``"fp32"``).
-        compile (bool or str, optional): compile the batched gradient with
+        compile (bool or str, optional): compile the batched gradient (and
+            the evaluation's batched forward pass) with
             :func:`torch.compile`: :obj:`True` (mode ``"default"``) or a mode
             of :data:`~pyg_fedgraph.train.execution.CompileMode`; needs the
             ``"vmap"`` execution (default: :obj:`False`).
@@ -889,7 +891,7 @@ class ClientTrainer:
         sums = {k: params.new_zeros(clients.numel()) for k in fns}
         n_max = int(counts.max()) if counts.numel() else 0
         counts_dev = counts.to(self.device)
-        fwd = vmap(self._forward) if self.execution == "vmap" else self._forward_each
+        fwd = self._evaluation_forward()
         # Splits with evaluation weights (ClientSplit.weight) report weighted means.
         weighted = False
         denom = params.new_zeros(clients.numel())
@@ -916,6 +918,26 @@ class ClientTrainer:
         return {k: torch.where((counts_dev > 0) & (denom > 0), v / denom.clamp(min=1e-30),
                                torch.nan)
                 for k, v in sums.items()}
+
+    def _evaluation_forward(self) -> Callable[..., Tensor]:
+        r"""The batched forward pass of :meth:`evaluate`: all clients of a
+        chunk at once under ``"vmap"``, compiled when the trainer compiles
+        (built once, like the gradients)."""
+        if self.execution != "vmap":
+            return self._forward_each
+        if self.compile_mode is None:
+            return vmap(self._forward)
+        fwd = self._compiled.get(("forward",))
+        if fwd is None:
+            compiled = torch.compile(vmap(self._forward), mode=self.compile_mode)
+            if self.compile_mode in CUDA_GRAPH_MODES:
+                def fwd(*args: Any) -> Tensor:  # out of the graph's memory, as _compiled does
+                    torch.compiler.cudagraph_mark_step_begin()
+                    return compiled(*args).clone()
+            else:
+                fwd = compiled
+            self._compiled[("forward",)] = fwd
+        return fwd
 
     def _forward_each(self, params: Tensor, bufs: dict[str, Tensor], xb: Inputs) -> Tensor:
         return torch.stack([self._forward(params[i], {k: v[i] for k, v in bufs.items()},
