@@ -319,6 +319,11 @@ def test_the_hours_come_from_the_measured_costs_by_hand(claims, tmp_path):
     assert ("| pems-bay | 1 estimated from metr-la (evaluation x 3.00) | 6.2 | 4.9 | 4.9 "
             "| 16.1 |") in text
     assert "estimated rows included." in text
+    assert "rounds; without `torch.compile` (the runs since 2026-11-27 compile" in text
+    record = json.loads(path.read_text())
+    path.write_text(json.dumps({**record, "execution": {"compile": True}}))
+    assert "rounds; with `torch.compile` of the local gradient and the evaluation" in "\n".join(
+        claims.traffic_hours_lines(path))
 
 
 def test_the_queue_holds_one_line_per_dataset_and_strategy_of_the_plan(claims):

@@ -1670,10 +1670,15 @@ def traffic_hours_lines(path: Path | None = None) -> list[str]:
     return [*head, f"CPU time of one process on one torch thread ({record['machine']}; "
             f"{record['date']}; `{TRAFFIC_COST_COMMAND}`): a training round (5 clients, "
             f"{TRAFFIC_PROTOCOL['steps']} steps of batch {TRAFFIC_PROTOCOL['batch_size']}, the "
-            "server step) after a warm-up round, mean of the rounds timed, and one "
+            "server step) after warm-up rounds, mean of the rounds timed, and one "
             "evaluation of every client (validation and test, "
             "FedAvg-FT's fine-tuning included), every "
-            f"{TRAFFIC_PROTOCOL['eval_every']} rounds.", "", *rows, "",
+            f"{TRAFFIC_PROTOCOL['eval_every']} rounds; "
+            + ("with `torch.compile` of the local gradient and the evaluation, as the runs "
+               "execute since 2026-11-27 (the compilation itself left out: tens of seconds "
+               "once per run)." if record.get("execution", {}).get("compile") else
+               "without `torch.compile` (the runs since 2026-11-27 compile: "
+               "\"Execution\" above)."), "", *rows, "",
             "The plan (issue 37's budget rule) in CPU hours of one core:", "",
             *traffic_plan_hours(cost)]
 
@@ -1684,17 +1689,23 @@ TRAFFIC_COST_COMMAND = "python benchmarks/reproduce/claims.py --measure-traffic-
 
 def _time_traffic_strategy(data: Any, dataset: str, strategy: str, rounds: int
                            ) -> tuple[float, float]:
-    r"""CPU seconds of one training round (mean of ``rounds`` after a warm-up
-    round) and of one evaluation of ``strategy`` on ``data``."""
+    r"""CPU seconds of one training round (mean of ``rounds`` after two
+    warm-up rounds: the first compiles, and the second too where a
+    regularizer joins from round 2, as pFedGraph's does) and of one
+    evaluation of ``strategy`` on ``data`` (the second, when compiling: the
+    first compiles)."""
     cfg = traffic_config(dataset, strategy, 0.01)
     cfg = dataclasses.replace(cfg, rounds=10_000,
                               overrides={**cfg.overrides, "eval_every": 10_000})
     sim = build_simulator(cfg, dataset=data)
     sim.step()
+    sim.step()
     t0 = time.process_time()
     for _ in range(rounds):
         sim.step()
     train = (time.process_time() - t0) / rounds
+    if TRAFFIC_EXECUTION.get("compile"):
+        sim.evaluate()
     t0 = time.process_time()
     sim.evaluate()
     return train, time.process_time() - t0
@@ -1711,6 +1722,9 @@ def measure_traffic_cost(datasets: list[str], strategies: list[str], rounds: int
     os.chdir(ROOT)  # TRAFFIC_ROOT is relative to the repository
     load_start = os.getloadavg()[0]
     record = json.loads(TRAFFIC_COST.read_text()) if TRAFFIC_COST.exists() else {"cost": {}}
+    if record.get("execution", {}) != TRAFFIC_EXECUTION:  # costs of one execution only
+        record = {"cost": {}}
+    record["execution"] = dict(TRAFFIC_EXECUTION)
     for d in datasets:
         data = load_dataset(d, root=traffic_config(d, "fedavg", 0.01).overrides["data.root"])
         for s in strategies:
@@ -2086,7 +2100,8 @@ def traffic_compiled_text(entries: list[dict]) -> str:
             "records made before 2026-11-27 without it). It is how a run executes, not "
             "which run it is (the same arithmetic up to floating-point rounding: FedAvg's "
             "client models agree to 3e-8 after 3 rounds), so it is no part of a run's key "
-            "and a run may go on compiled from a checkpoint made without it.")
+            "and a run may go on compiled from a checkpoint made without it (it then counts "
+            "as compiled here).")
 
 
 # ------------------------------------------------- N. FED-PUB (subgraph FL)
