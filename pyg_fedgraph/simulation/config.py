@@ -42,8 +42,8 @@ class SimulatorConfig:
         execution (str): ``"auto"``, ``"vmap"`` or ``"loop"`` (default: ``"auto"``).
         state_device (str, optional): where the client table lives
             (default: the compute device).
-        compile (bool or str): :func:`torch.compile` the batched gradient
-            (default: :obj:`False`).
+        compile (bool or str): :func:`torch.compile` the batched gradient and
+            the evaluation's batched forward pass (default: :obj:`False`).
         private (str, optional): comma-separated parameter-name prefixes of
             the part of every client's model that stays on the client
             (:mod:`pyg_fedgraph.train.private`; default: the model's

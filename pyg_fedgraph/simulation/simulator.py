@@ -141,6 +141,7 @@ class Simulator:
         precision (str, optional): ``"fp32"``, ``"bf16"`` or ``"fp16"``
             autocast for local training and evaluation (default: ``"fp32"``).
         compile (bool or str, optional): compile the batched local gradient
+            and the evaluation's batched forward pass
             with :func:`torch.compile` (``--set compile=true``, or a mode:
             ``--set compile=reduce-overhead`` records CUDA graphs on a GPU;
             needs the ``"vmap"`` execution; see
