@@ -86,9 +86,9 @@ RECORD_FIELDS = ("config", "summary", "val", "test", "test_clients", "test_clien
 #: :func:`run_identity` leave them out, so that a run's record and its
 #: checkpoint are found however it was, or is now, executed; a record's
 #: ``config`` keeps them, saying how it was made. ``compile``
-#: (:func:`torch.compile` of the batched local gradient) runs the traffic
-#: model's rounds about twice as fast on one CPU thread, so a long series of
-#: runs may switch it on midway.
+#: (:func:`torch.compile` of the batched local gradient and evaluation) runs
+#: the traffic model's rounds about twice as fast on one CPU thread, so a long
+#: series of runs may switch it on midway.
 EXECUTION_OVERRIDES = frozenset({"compile"})
 
 
