@@ -199,6 +199,25 @@ def test_runs_compile_and_still_read_the_records_made_without_it(claims, records
     assert claims.traffic_compiled_text([]).startswith("0 of the section's 0 records")
 
 
+def test_a_compiled_run_starts_from_empty_compiler_caches(claims, records, monkeypatch):
+    import dataclasses
+
+    import torch
+
+    resets: list[int] = []
+    monkeypatch.setattr(torch._dynamo, "reset", lambda: resets.append(1))
+    monkeypatch.setattr(claims.RUNS, "run", lambda cfg, **kw: {"summary": {}})
+    cfg = claims.traffic_config("metr-la", "sfl", 0.01, rounds=200)
+    claims.fetch(cfg, True, "traffic", "what", "args")
+    assert resets == [1]
+    eager = dataclasses.replace(cfg, overrides={k: v for k, v in cfg.overrides.items()
+                                                if k != "compile"})
+    claims.fetch(eager, True, "traffic", "what", "args")
+    write(records, cfg, {"val_best": 0.3})  # recorded: read back, nothing compiles
+    claims.fetch(cfg, True, "traffic", "what", "args")
+    assert resets == [1]
+
+
 def test_no_compile_takes_it_out_of_the_runs(claims, run_main, monkeypatch, tmp_path):
     monkeypatch.setattr(claims, "TRAFFIC_EXECUTION", {"compile": True})
     run_main(claims, ["--cached-only", "--only", "traffic", "--no-compile",

@@ -124,6 +124,8 @@ def fetch(cfg: ExperimentConfig, run_it: bool, section: str, what: str, args: st
     resumes it from its checkpoint (``runner``'s, for a run another one
     produces)."""
     if run_it:
+        if RUNS.load(cfg) is None:
+            fresh_compiler(cfg)
         entry = RUNS.run(cfg, local_models_as=twin)
         # As read back from its file: a section reads the same with or without the run.
         return RUNS.load(cfg) or entry
@@ -132,6 +134,21 @@ def fetch(cfg: ExperimentConfig, run_it: bool, section: str, what: str, args: st
         PENDING.setdefault(section, []).append((what, f"{COMMAND} {args}",
                                                 RUNS.checkpoint_round(runner or cfg)))
     return entry
+
+
+def fresh_compiler(cfg: ExperimentConfig) -> None:
+    r"""Empties :func:`torch.compile`'s caches before a compiled run of
+    ``cfg`` (``--set compile``). Dynamo keeps at most
+    ``torch._dynamo.config.cache_size_limit`` (8) compiled variants of a
+    function, and all the trainers' vmapped functions share one cache (torch's
+    vmap wrapper): a run of the traffic model leaves about four (its gradient;
+    its evaluation's forward pass at the full and the two last batch sizes),
+    so the third run of one process would otherwise run eagerly, twice as
+    slow (measured: section O's cost measurement, the twelfth strategy's
+    round 5.9 instead of 2.5 CPU s). The cost: compiling again, a few seconds
+    once torch's on-disk cache holds the kernels."""
+    if cfg.overrides.get("compile"):
+        torch._dynamo.reset()
 
 
 def pending_lines(section: str) -> list[str]:
@@ -1697,6 +1714,7 @@ def _time_traffic_strategy(data: Any, dataset: str, strategy: str, rounds: int
     cfg = traffic_config(dataset, strategy, 0.01)
     cfg = dataclasses.replace(cfg, rounds=10_000,
                               overrides={**cfg.overrides, "eval_every": 10_000})
+    fresh_compiler(cfg)  # the strategies timed before leave no compiled variants
     sim = build_simulator(cfg, dataset=data)
     sim.step()
     sim.step()
