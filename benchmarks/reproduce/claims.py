@@ -141,12 +141,15 @@ def fresh_compiler(cfg: ExperimentConfig) -> None:
     ``cfg`` (``--set compile``). Dynamo keeps at most
     ``torch._dynamo.config.cache_size_limit`` (8) compiled variants of a
     function, and all the trainers' vmapped functions share one cache (torch's
-    vmap wrapper): a run of the traffic model leaves about four (its gradient;
-    its evaluation's forward pass at the full and the two last batch sizes),
-    so the third run of one process would otherwise run eagerly, twice as
-    slow (measured: section O's cost measurement, the twelfth strategy's
-    round 5.9 instead of 2.5 CPU s). The cost: compiling again, a few seconds
-    once torch's on-disk cache holds the kernels."""
+    vmap wrapper). Runs of one strategy reuse their variants (four FedAvg runs
+    in one process: 2.9 CPU s a round each, nothing recompiled), but
+    strategies differ in their gradients (a regularizer, pFedMe's inner
+    problem), so a process that goes through several (the cost measurement,
+    a job of ``--strategies a,b``) fills the cache and the later ones run
+    eagerly, about twice as slow (measured: the cost measurement's SFL round
+    5.5 CPU s after nine other strategies, 2.1 in a process of its own). The
+    cost: compiling again, a few seconds once torch's on-disk cache holds
+    the kernels."""
     if cfg.overrides.get("compile"):
         torch._dynamo.reset()
 
