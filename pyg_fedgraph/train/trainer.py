@@ -224,20 +224,20 @@ def batch_schedule(counts: Tensor, batch_size: int, *, epochs: int | None = None
     return index, active
 
 
-def _compiled(fn: Callable[..., tuple[Tensor, Tensor]], mode: CompileMode
-              ) -> Callable[..., tuple[Tensor, Tensor]]:
+def _compiled(fn: Callable[..., Any], mode: CompileMode) -> Callable[..., Any]:
     r"""``fn`` through :func:`torch.compile` in ``mode``. In the modes that
     record CUDA graphs the outputs live in the graph's memory, which the next
     replay overwrites: each call starts a new step
-    (:func:`torch.compiler.cudagraph_mark_step_begin`) and returns copies."""
+    (:func:`torch.compiler.cudagraph_mark_step_begin`) and returns copies of
+    its tensors (a tensor or a tuple of them)."""
     compiled = torch.compile(fn, mode=mode)
     if mode not in CUDA_GRAPH_MODES:
         return compiled
 
-    def call(*args: Any) -> tuple[Tensor, Tensor]:
+    def call(*args: Any) -> Any:
         torch.compiler.cudagraph_mark_step_begin()
-        grad, value = compiled(*args)
-        return grad.clone(), value.clone()
+        out = compiled(*args)
+        return out.clone() if isinstance(out, Tensor) else tuple(t.clone() for t in out)
     return call
 
 
@@ -929,14 +929,8 @@ class ClientTrainer:
             return vmap(self._forward)
         fwd = self._compiled.get(("forward",))
         if fwd is None:
-            compiled = torch.compile(vmap(self._forward), mode=self.compile_mode)
-            if self.compile_mode in CUDA_GRAPH_MODES:
-                def fwd(*args: Any) -> Tensor:  # out of the graph's memory, as _compiled does
-                    torch.compiler.cudagraph_mark_step_begin()
-                    return compiled(*args).clone()
-            else:
-                fwd = compiled
-            self._compiled[("forward",)] = fwd
+            fwd = self._compiled[("forward",)] = _compiled(vmap(self._forward),
+                                                           self.compile_mode)
         return fwd
 
     def _forward_each(self, params: Tensor, bufs: dict[str, Tensor], xb: Inputs) -> Tensor:
