@@ -125,6 +125,45 @@ def test_batch_schedule_client_alone_equals_client_among_others(mode):
             assert torch.equal(shared[0, i], perm[0, torch.arange(4) % n])
 
 
+@pytest.mark.parametrize("shape", [(40, 500), (3, 7, 2000), (6, 23)])
+def test_argsort_head_equals_the_head_of_a_full_argsort(shape):
+    # Integer-valued draws tie often, so both paths run: rows whose k + 1 smallest values
+    # are distinct (topk) and rows with a tie among them (sorted whole, ties as argsort
+    # puts them); uniform draws take the first path almost always.
+    from pyg_fedgraph.train.trainer import _argsort_head
+    gen = torch.Generator().manual_seed(3)
+    n = shape[-1]
+    tied = torch.randint(0, 4 * n, shape, generator=gen).float()
+    for values in (tied, torch.rand(shape, generator=gen)):
+        for k in (0, 1, 5, 64, n // 3, n):
+            k = min(k, n)
+            head = _argsort_head(values, k)
+            assert head.shape == (*shape[:-1], k)
+            assert torch.equal(head, values.argsort(dim=-1)[..., :k])
+    # Both paths were taken on the tied draws at k = 5.
+    low = tied.reshape(-1, n).sort(dim=-1).values[:, :6]
+    has_tie = (low.diff(dim=-1) == 0).any(dim=-1)
+    if n >= 24:
+        assert has_tie.any() and not has_tie.all()
+
+
+def test_batch_schedule_steps_mode_visits_the_heads_of_full_permutations():
+    # Steps mode sorts only the head of each client's draws: its batches must equal the
+    # first B places (wrapped for n_i < B) of the full permutation the draws define.
+    counts = torch.tensor([3000, 2500, 3000, 40, 0, 2500])
+    b, steps = 64, 7
+    seeds = [11 + i for i in range(counts.numel())]
+    index, active = batch_schedule(counts, b, steps=steps, generator=seeds)
+    assert index.shape == (steps, 6, b)
+    for i, n in enumerate(counts.tolist()):
+        if n == 0:
+            assert not active[:, i].any()
+            continue
+        perm = torch.rand(steps, n, generator=torch.Generator().manual_seed(seeds[i]))
+        perm = perm.argsort(dim=-1)
+        assert torch.equal(index[:, i], perm[:, torch.arange(b) % n])
+
+
 @pytest.mark.parametrize("mode", [{"epochs": 2}, {"steps": 3}], ids=["epochs", "steps"])
 def test_batch_schedule_seeds_draw_what_seeded_generators_draw(mode):
     counts = torch.tensor([7, 12, 7, 0, 12, 3, 7])
