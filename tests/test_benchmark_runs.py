@@ -131,6 +131,16 @@ def test_perf_compare_steady_pairs_blocks_in_order(monkeypatch, tmp_path):
     sys.modules.pop("perf_compare", None)
 
 
+def test_steady_rounds_reads_its_settings(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH / "perf"))
+    steady = importlib.import_module("steady_rounds")
+    assert [steady.parse_value(v) for v in ("50", "0.25", "True", "false", "../x/METR-LA")] \
+        == [50, 0.25, True, False, "../x/METR-LA"]
+    with pytest.raises(SystemExit):  # argparse's error: --set needs KEY=VALUE
+        steady.main(["fedavg", "--set", "steps"])
+    sys.modules.pop("steady_rounds", None)
+
+
 def test_pooled_clients_by_hand(runs):
     # Two run records; the second has a client that was not evaluated (NaN),
     # which is dropped: the pooled clients are 100, 0, 50 and 100 points.
