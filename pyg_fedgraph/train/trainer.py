@@ -185,8 +185,10 @@ def batch_schedule(counts: Tensor, batch_size: int, *, epochs: int | None = None
     depend only on :math:`n_i`, so a client gets the same batches whether it
     trains alone (a Flower node) or batched with others (the simulator). This
     is one small draw per client (a loop over clients, cheap next to
-    training; clients with equal :math:`n_i` are then sorted together); a
-    single generator is drawn from client after client.
+    training; clients with equal :math:`n_i` are then sorted together, in
+    steps mode only as far as the first :math:`B` places of each
+    permutation, the only ones a step visits); a single generator is drawn
+    from client after client.
 
     Args:
         counts (torch.Tensor): samples per client :math:`(S,)`.
