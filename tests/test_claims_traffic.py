@@ -345,6 +345,32 @@ def test_the_hours_come_from_the_measured_costs_by_hand(claims, tmp_path):
         claims.traffic_hours_lines(path))
 
 
+def test_the_hours_left_price_the_missing_runs_from_their_checkpoints(claims, records,
+                                                                     monkeypatch):
+    # pFedHN's rate choice and its Table II run are made; its Table III run has a
+    # checkpoint at round 400; only pFedHN's METR-LA cost is measured.
+    for lr in claims.PANACEA_LR_GRID:
+        write(records, claims.traffic_config("metr-la", "pfedhn", lr, rounds=200),
+              {"val_best": 0.5 if lr != 0.03 else 0.2})
+    write(records, claims.traffic_config("metr-la", "pfedhn", 0.03),
+          metrics=mph([0.040, 0.060]))
+    claims.TRAFFIC_COST.write_text(json.dumps({"cost": {"metr-la": {"pfedhn": [4.0, 15.0, 2]}},
+                                               "date": "today", "machine": "here"}))
+    novel = claims.traffic_config("metr-la", "pfedhn", 0.03, novel=True)
+    monkeypatch.setattr(claims.RUNS, "checkpoint_round",
+                        lambda cfg: 400 if cfg == novel else None)
+    text = "\n".join(claims.traffic_section(run_missing=False))
+    # Per dataset, 12 strategies: 5 rate runs each, 3 seeds for 3 of them and 1 for the
+    # other 9, and Table III for 8: 86 runs; METR-LA's pFedHN lacks 1 of its 7.
+    # Its Table III run: 400 rounds of 4 s and 20 evaluations of 15 s = 1,900 s = 0.53 h.
+    assert ("Left to run (the list at the end of this section): 166 runs, 0.5 CPU hours of "
+            "one core by the costs above (1 counted from the round of its checkpoint here); "
+            "165 without a measured cost, not counted.") in text
+    # Read again, the runs are not counted twice.
+    assert "166 runs" in "\n".join(claims.traffic_section(run_missing=False))
+    assert claims.traffic_left_line({}, []) == "Left to run: nothing."
+
+
 def test_the_queue_holds_one_line_per_dataset_and_strategy_of_the_plan(claims):
     jobs = BENCH / "tools" / "reproduction_jobs.txt"
     lines = [line.split() for line in jobs.read_text().splitlines()

@@ -1608,6 +1608,18 @@ TRAFFIC_NAMES = {"metr-la": "METR-LA", "pems-bay": "PEMS-BAY"}
 
 #: The measured cost of section O's runs (``--measure-traffic-cost`` writes it).
 TRAFFIC_COST = RESULTS / "traffic_rounds.json"
+#: The plan's runs not yet made, as :func:`traffic_dataset_lines` finds them:
+#: (dataset, strategy, rounds, rounds its checkpoint holds), for the hours left.
+TRAFFIC_LEFT: list[tuple[str, str, int, int]] = []
+
+
+def _traffic_left(cfg: ExperimentConfig, entry: dict | None) -> dict | None:
+    r"""``entry`` (the record of ``cfg``, or ``None``), noting a missing one
+    in :data:`TRAFFIC_LEFT`."""
+    if entry is None:
+        TRAFFIC_LEFT.append((cfg.dataset, cfg.strategy, cfg.rounds or TRAFFIC_PROTOCOL["rounds"],
+                             RUNS.checkpoint_round(cfg) or 0))
+    return entry
 
 
 def traffic_run_hours(train: float, evaluate: float, rounds: int) -> float:
@@ -1668,11 +1680,35 @@ def traffic_plan_hours(cost: dict[str, dict[str, list[float]]]) -> list[str]:
             + (", estimated rows included." if estimated else "."), ""]
 
 
-def traffic_hours_lines(path: Path | None = None) -> list[str]:
+def traffic_left_line(cost: dict[str, dict[str, list[float]]],
+                      left: list[tuple[str, str, int, int]]) -> str:
+    r"""What the plan's runs not yet made (``left``, as :data:`TRAFFIC_LEFT`)
+    cost by the measured ``cost``: each run's rounds after its checkpoint's
+    and their evaluations (:func:`traffic_run_hours`)."""
+    if not left:
+        return "Left to run: nothing."
+    hours, unpriced = 0.0, 0
+    for dataset, strategy, rounds, done in left:
+        if strategy not in cost.get(dataset, {}):
+            unpriced += 1
+            continue
+        train, evaluate = cost[dataset][strategy][:2]
+        hours += traffic_run_hours(train, evaluate, rounds - done)
+    resumed = sum(1 for *_, done in left if done)
+    return (f"Left to run (the list at the end of this section): {counted(len(left), 'run')}, "
+            f"{hours:.1f} CPU hours of one core by the costs above"
+            + (f" ({resumed} counted from the round of its checkpoint here)" if resumed else "")
+            + (f"; {unpriced} without a measured cost, not counted" if unpriced else "") + ".")
+
+
+def traffic_hours_lines(path: Path | None = None,
+                        left: list[tuple[str, str, int, int]] | None = None) -> list[str]:
     r"""Section O's "Hours" part from the record :data:`TRAFFIC_COST`: the
-    measured CPU seconds per round and per evaluation, and the plan's hours;
-    a pending line with its command while the record is absent."""
+    measured CPU seconds per round and per evaluation, the plan's hours and
+    what the runs ``left`` (default :data:`TRAFFIC_LEFT`) cost; a pending
+    line with its command while the record is absent."""
     path = TRAFFIC_COST if path is None else path
+    left = TRAFFIC_LEFT if left is None else left
     head = ["### Hours measured", ""]
     if not path.exists():
         return [*head, f"pending: `{TRAFFIC_COST_COMMAND}` measures them.", ""]
@@ -1700,7 +1736,7 @@ def traffic_hours_lines(path: Path | None = None) -> list[str]:
                "without `torch.compile` (the runs since 2026-11-27 compile: "
                "\"Execution\" above)."), "", *rows, "",
             "The plan (issue 37's budget rule) in CPU hours of one core:", "",
-            *traffic_plan_hours(cost)]
+            *traffic_plan_hours(cost), traffic_left_line(cost, left), ""]
 
 
 #: What measures section O's cost (:func:`measure_traffic_cost`).
@@ -1775,11 +1811,13 @@ def traffic_rate(dataset: str, name: str, run_missing: bool
     r"""``name``'s client learning rate on ``dataset``: the rate of the paper's grid with
     the lowest validation MSE after :data:`TRAFFIC_RATE_ROUNDS` rounds (seed 0), or
     ``None`` while a run of the grid is missing; and the grid's records."""
-    found = {lr: fetch(traffic_config(dataset, name, lr, rounds=TRAFFIC_RATE_ROUNDS),
-                       run_missing, "traffic",
-                       f"{dataset} {name}, rate choice, client lr {lr}, "
-                       f"{TRAFFIC_RATE_ROUNDS} rounds", _traffic_args(dataset, name))
-             for lr in PANACEA_LR_GRID}
+    configs = {lr: traffic_config(dataset, name, lr, rounds=TRAFFIC_RATE_ROUNDS)
+               for lr in PANACEA_LR_GRID}
+    found = {lr: _traffic_left(cfg, fetch(cfg, run_missing, "traffic",
+                                          f"{dataset} {name}, rate choice, client lr {lr}, "
+                                          f"{TRAFFIC_RATE_ROUNDS} rounds",
+                                          _traffic_args(dataset, name)))
+             for lr, cfg in configs.items()}
     val = {lr: e["summary"]["val_best"] for lr, e in found.items() if e is not None}
     finite = {lr: v for lr, v in val.items() if math.isfinite(v)}
     if len(val) < len(PANACEA_LR_GRID) or not finite:
@@ -1895,16 +1933,20 @@ def traffic_dataset_lines(dataset: str, run_missing: bool, strategies: list[str]
         tables = (False, True) if name in TRAFFIC_TABLE3 else (False,)
         runs: dict[bool, list[dict] | None] = {False: None, True: None}
         if lr is None:
+            TRAFFIC_LEFT.extend((dataset, name, TRAFFIC_PROTOCOL["rounds"], 0)
+                                for _ in range(len(seeds) + (True in tables)))
             PENDING.setdefault("traffic", []).append(
                 (f"{dataset} {name}, Tables II" + (" and III" if True in tables else "")
                  + f", 800 rounds ({len(seeds)} seed{'s' if len(seeds) > 1 else ''}), "
                  "after its rate choice", f"{COMMAND} {_traffic_args(dataset, name)}", None))
         else:
             for novel in tables:
-                got = [fetch(traffic_config(dataset, name, lr, seed=s, novel=novel), run_it,
-                             "traffic", f"{dataset} {name}, Table {'III' if novel else 'II'}, "
-                             f"client lr {lr}, seed {s}", _traffic_args(dataset, name))
-                       for s in (seeds if not novel else TRAFFIC_SEEDS[:1])]
+                got = [_traffic_left(cfg, fetch(
+                           cfg, run_it, "traffic", f"{dataset} {name}, Table "
+                           f"{'III' if novel else 'II'}, client lr {lr}, seed {cfg.seed}",
+                           _traffic_args(dataset, name)))
+                       for cfg in (traffic_config(dataset, name, lr, seed=s, novel=novel)
+                                   for s in (seeds if not novel else TRAFFIC_SEEDS[:1]))]
                 done = [e for e in got if e is not None]
                 runs[novel] = done if len(done) == len(got) else None
         means[name] = traffic_mean(runs[False])
@@ -2063,6 +2105,7 @@ def traffic_section(run_missing: bool, strategies: list[str] | None = None,
     runs of the protocol's plan, with ``rate_only`` only those of its rate
     choice, or with ``reduced`` only those of :data:`TRAFFIC_REDUCED`."""
     lines = []
+    TRAFFIC_LEFT.clear()  # traffic_dataset_lines lists them again
     for dataset in TRAFFIC_DATA:
         lines += traffic_reduced_lines(
             dataset, run_missing and reduced and (datasets is None or dataset in datasets),
