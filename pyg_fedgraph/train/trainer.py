@@ -140,8 +140,8 @@ def _argsort_head(values: Tensor, k: int) -> Tensor:
     about one row in 20 for :math:`k = 64` of 24,000 uniform draws) are
     sorted whole by :func:`torch.argsort`, so their ties fall exactly as
     they did before this shortcut. Steps mode needs only the head of each
-    permutation; sorting every draw took a fifth of a METR-LA training
-    round (``benchmarks/perf``).
+    permutation; sorting every draw took a fifth of a compiled METR-LA
+    training round (``benchmarks/results/perf_before_after.md``, section S).
 
     Args:
         values (torch.Tensor): :math:`(\ldots, n)` floats, no NaN.
