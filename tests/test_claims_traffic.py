@@ -51,6 +51,16 @@ def mph(mse: list[float]) -> dict[str, list[float]]:
             **{f"mse@{h}": [float(k * k)] * len(mse) for k, h in enumerate((3, 6, 12), 2)}}
 
 
+def pfedhn_chose_003(claims, records: Path) -> None:
+    r"""Records of pFedHN on METR-LA: its rate choice (0.03 has the lowest
+    validation MSE, 0.2 against 0.5) and its Table II run at that rate."""
+    for lr in claims.PANACEA_LR_GRID:
+        write(records, claims.traffic_config("metr-la", "pfedhn", lr, rounds=200),
+              {"val_best": 0.5 if lr != 0.03 else 0.2})
+    write(records, claims.traffic_config("metr-la", "pfedhn", 0.03),
+          metrics=mph([0.040, 0.060]))
+
+
 @pytest.mark.parametrize("dataset, sensors, held", [("metr-la", 20, 4), ("pems-bay", 67, 13)])
 def test_every_run_samples_five_clients_and_table_iii_holds_out_a_fifth(
         claims, dataset, sensors, held):
@@ -116,11 +126,7 @@ def test_the_goal_line_is_met_only_in_panaceas_order_and_names_the_pairs_that_di
 
 def test_the_section_reads_records_and_lists_what_is_missing_with_its_command(claims,
                                                                                records):
-    for lr in claims.PANACEA_LR_GRID:
-        write(records, claims.traffic_config("metr-la", "pfedhn", lr, rounds=200),
-              {"val_best": 0.5 if lr != 0.03 else 0.2})
-    write(records, claims.traffic_config("metr-la", "pfedhn", 0.03),
-          metrics=mph([0.040, 0.060]))
+    pfedhn_chose_003(claims, records)
     write(records, claims.traffic_config("metr-la", "pfedhn", 0.03, novel=True),
           metrics=mph([0.050]), novel=mph([0.070, 0.090]))
     text = "\n".join(claims.traffic_section(run_missing=False))
@@ -349,11 +355,7 @@ def test_the_hours_left_price_the_missing_runs_from_their_checkpoints(claims, re
                                                                      monkeypatch):
     # pFedHN's rate choice and its Table II run are made; its Table III run has a
     # checkpoint at round 400; only pFedHN's METR-LA cost is measured.
-    for lr in claims.PANACEA_LR_GRID:
-        write(records, claims.traffic_config("metr-la", "pfedhn", lr, rounds=200),
-              {"val_best": 0.5 if lr != 0.03 else 0.2})
-    write(records, claims.traffic_config("metr-la", "pfedhn", 0.03),
-          metrics=mph([0.040, 0.060]))
+    pfedhn_chose_003(claims, records)
     claims.TRAFFIC_COST.write_text(json.dumps({"cost": {"metr-la": {"pfedhn": [4.0, 15.0, 2]}},
                                                "date": "today", "machine": "here"}))
     novel = claims.traffic_config("metr-la", "pfedhn", 0.03, novel=True)
