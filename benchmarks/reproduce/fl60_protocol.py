@@ -68,6 +68,7 @@ from pyg_fedgraph.experiment.reporting import (
     pooled_clients,
     save_report,
 )
+from pyg_fedgraph.strategies import SFL_AUTHORS_CODE
 from pyg_fedgraph.train import LocalConfig, train_pooled
 from pyg_fedgraph.utils import keep_freed_memory_at_start
 
@@ -117,8 +118,7 @@ PANACEA_TUNED = ("fedavg", "pfedhn", "sfl")
 #: read-out, a row-normalized graph, and no pull (the code's regularizer is
 #: computed from detached copies of the model: it changes the reported loss, not
 #: the gradient); see :class:`~pyg_fedgraph.strategies.SFL`.
-SFL_CODE: dict[str, Any] = {"memory": "propagated", "lam": 0.0, "start": "global",
-                            "normalization": "row"}
+SFL_CODE: dict[str, Any] = dict(SFL_AUTHORS_CODE)
 #: The client optimizer of SFL's released code (``federated.py``, papers.toml):
 #: SGD with Nesterov momentum 0.9 and weight decay 5e-4 (its 5e-4 x batch on a
 #: loss summed over the batch, whose learning rate it divides by the batch), the

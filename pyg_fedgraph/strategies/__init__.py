@@ -28,7 +28,7 @@ from pyg_fedgraph.strategies.registry import (
     register_strategy,
     strategy_kwargs,
 )
-from pyg_fedgraph.strategies.sfl import SFL
+from pyg_fedgraph.strategies.sfl import SFL, SFL_AUTHORS_CODE
 
 __all__ = [
     "Strategy",
@@ -44,6 +44,7 @@ __all__ = [
     "weighted_average",
     "FedAGHN",
     "SFL",
+    "SFL_AUTHORS_CODE",
     "CFL",
     "FedCEDAR",
     "FedProx",

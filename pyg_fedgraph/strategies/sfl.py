@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, Any, Final, Literal
 
 import torch
 from torch import Tensor
@@ -17,7 +17,7 @@ from pyg_fedgraph.strategies.registry import register_strategy
 from pyg_fedgraph.train.regularizers import Regularizer, per_client, register_regularizer
 from pyg_fedgraph.utils.graph import complete_graph
 
-__all__ = ["SFL", "sfl_penalty"]
+__all__ = ["SFL", "SFL_AUTHORS_CODE", "sfl_penalty"]
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +26,20 @@ StartName = Literal["propagated", "local", "global"]
 MissingGraphName = Literal["complete", "error"]
 MemoryName = Literal["uploads", "propagated"]
 PenaltyName = Literal["squared", "distance"]
+
+#: The options with which :class:`SFL` trains as the authors' released code
+#: does (dawenzi098/SFL-Structural-Federated-Learning, ``--agg graph``): every
+#: stored model propagated each round, clients starting from the read-out,
+#: the row-normalized graph, and no pull (that code's regularizer is computed
+#: from detached copies and reaches no gradient). ``SFL(**SFL_AUTHORS_CODE)``,
+#: or ``--set`` each of them; what each one changes: :doc:`/methods/sfl`.
+#: Panacea's baselines ran this code ("We use the original implementation").
+SFL_AUTHORS_CODE: Final[dict[str, Any]] = {"memory": "propagated", "lam": 0.0,
+                                           "start": "global", "normalization": "row"}
+
+#: How far from one a row sum of the propagation matrix may be before
+#: :class:`SFL` warns that its structure-aware models scale the clients' ones.
+_CONVEX_TOLERANCE = 0.05
 
 
 def sfl_penalty(theta: Tensor, personalized: Tensor, *global_model: Tensor, lam: float,
@@ -219,8 +233,31 @@ class SFL(Strategy):
         self.graph_edge_index = edge_index.to(init.device)
         self.graph_edge_weight = edge_weight.to(init.device)
         self._cache = None
+        self._warn_if_not_convex(n)
         if self.memory == "propagated":
             self.stored_params = init.unsqueeze(0).repeat(n, 1)
+
+    def row_sums(self) -> Tensor:
+        r"""The row sums of :math:`\hat{A}^{K}` with every client uploading,
+        :math:`\hat{A}^{K}\mathbf{1}` :math:`(N,)`: the total weight with
+        which :math:`u_i` sums the models. All ones with ``"row"``; with
+        ``"sym"`` only on regular graphs (e.g. the complete graph)."""
+        ctx = self._require_setup()
+        ones = self.graph_edge_weight.new_ones(ctx.num_clients, 1)
+        return self.propagation(ones, self.graph_edge_index, self.graph_edge_weight)[0][:, 0]
+
+    def _warn_if_not_convex(self, n: int) -> None:
+        r"""Logs a warning when :math:`u_i` would scale the models: a row of
+        :math:`\hat{A}^{K}` summing to more than 5% away from one."""
+        if self.normalization != "sym" or self.num_hops == 0 or n == 0:
+            return
+        sums = self.row_sums()
+        if float((sums - 1).abs().max()) > _CONVEX_TOLERANCE:
+            log.warning("sfl: with normalization='sym' the rows of the propagation matrix "
+                        "sum to %.2f-%.2f on this graph, so each structure-aware model is a "
+                        "scaled sum of models, not an average, which can make training unstable; "
+                        "normalization='row' keeps them averages",
+                        float(sums.min()), float(sums.max()))
 
     # ------------------------------------------------------------- operator
     def propagate(self, x: Tensor) -> Tensor:

@@ -15,7 +15,7 @@ from pyg_fedgraph.simulation.simulator import Simulator
 from pyg_fedgraph.strategies.base import FederationContext
 from pyg_fedgraph.strategies.fedavg import Local
 from pyg_fedgraph.strategies.registry import STRATEGIES, build_strategy
-from pyg_fedgraph.strategies.sfl import SFL, sfl_penalty
+from pyg_fedgraph.strategies.sfl import SFL, SFL_AUTHORS_CODE, sfl_penalty
 from pyg_fedgraph.train.config import LocalConfig
 
 
@@ -117,6 +117,29 @@ def test_directed_edge_symmetric_versus_row_normalization():
     row.setup(_ctx(2, torch.zeros(2), ei))
     _upload(row, 1, [0, 1], v)
     assert torch.allclose(row.personalized_params(torch.arange(2))[1], (v[0] + v[1]) / 2)
+
+
+def test_a_symmetric_propagation_that_scales_models_is_warned_about(caplog):
+    # The directed edge 0 -> 1 above: one hop's rows sum to 1 and 1/sqrt(2) + 1/2.
+    ei = torch.tensor([[0], [1]])
+    sym = SFL(num_hops=1, lam=0.0)
+    with caplog.at_level(logging.WARNING, logger="pyg_fedgraph.strategies.sfl"):
+        sym.setup(_ctx(2, torch.zeros(2), ei))
+    assert torch.allclose(sym.row_sums(), torch.tensor([1.0, 1 / math.sqrt(2) + 0.5]))
+    assert "sum to 1.00-1.21 on this graph" in caplog.text
+    assert "normalization='row' keeps them averages" in caplog.text
+    # Row normalization, and a regular graph under "sym" (two nodes, weight 3 each
+    # way: rows 1/4 + 3/4), sum to one: nothing to warn about.
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="pyg_fedgraph.strategies.sfl"):
+        row = SFL(num_hops=1, lam=0.0, normalization="row")
+        row.setup(_ctx(2, torch.zeros(2), ei))
+        regular = SFL(num_hops=3, lam=0.0)
+        regular.setup(_ctx(2, torch.zeros(3), torch.tensor([[0, 1], [1, 0]]),
+                           torch.tensor([3.0, 3.0])))
+    assert torch.allclose(row.row_sums(), torch.ones(2))
+    assert torch.allclose(regular.row_sums(), torch.ones(2))
+    assert caplog.text == ""
 
 
 def test_clients_without_a_model_send_nothing():
@@ -299,6 +322,7 @@ def test_authors_code_recipe_runs_and_resumes_exactly():
     # The released code: stored-model memory, read-out start, row normalization and
     # no pull (its regularizer is computed from detached copies: no gradient).
     kw = {"memory": "propagated", "lam": 0.0, "start": "global", "normalization": "row"}
+    assert kw == SFL_AUTHORS_CODE
     full = _simulator(SFL(**kw), _dataset(edge_index=ei), rounds=4)
     full.run()
     state = full.strategy.state_dict()
