@@ -363,13 +363,14 @@ def test_the_hours_left_price_the_missing_runs_from_their_checkpoints(claims, re
                         lambda cfg: 400 if cfg == novel else None)
     text = "\n".join(claims.traffic_section(run_missing=False))
     # Per dataset, 12 strategies: 5 rate runs each, 3 seeds for 3 of them and 1 for the
-    # other 9, and Table III for 8: 86 runs; METR-LA's pFedHN lacks 1 of its 7.
+    # other 9, and Table III for 8: 86 runs; METR-LA's pFedHN lacks 1 of its 7. And
+    # the 6 runs of SFL's lines (our defaults at 5 rates, with rows at 1): 172.
     # Its Table III run: 400 rounds of 4 s and 20 evaluations of 15 s = 1,900 s = 0.53 h.
-    assert ("Left to run (the list at the end of this section): 166 runs, 0.5 CPU hours of "
+    assert ("Left to run (the list at the end of this section): 172 runs, 0.5 CPU hours of "
             "one core by the costs above (1 counted from the round of its checkpoint here); "
-            "165 without a measured cost, not counted.") in text
-    # Read again, the runs are not counted twice.
-    assert "166 runs" in "\n".join(claims.traffic_section(run_missing=False))
+            "171 without a measured cost, not counted.") in text
+    # Read again, the runs are not counted twice (SFL's rate choice is also in its lines).
+    assert "172 runs" in "\n".join(claims.traffic_section(run_missing=False))
     assert claims.traffic_left_line({}, []) == "Left to run: nothing."
 
 
@@ -394,3 +395,66 @@ def test_sensor_wins_count_the_sensors_where_one_is_below_the_other(claims):
     runs["ditto"] = {"test_client_metrics": {"mse_norm": [0.1]}}
     with pytest.raises(ValueError, match="panacea's record has 4 sensors, ditto's 1"):
         claims.traffic_sensor_wins(runs, "panacea")
+
+
+def test_sfl_runs_as_its_authors_code_and_only_sfl(claims):
+    from pyg_fedgraph.strategies import SFL_AUTHORS_CODE
+
+    code = claims.traffic_config("metr-la", "sfl", 0.01).overrides
+    assert {k: code[k] for k in SFL_AUTHORS_CODE} == SFL_AUTHORS_CODE
+    defaults = claims.traffic_config("metr-la", "sfl", 0.01, options={}).overrides
+    assert not set(SFL_AUTHORS_CODE) & set(defaults)
+    # Everything else is the protocol's, and no other strategy takes SFL's options.
+    assert {k: v for k, v in code.items() if k not in SFL_AUTHORS_CODE} == defaults
+    assert not set(SFL_AUTHORS_CODE) & set(claims.traffic_config("metr-la", "ditto", 0.01)
+                                            .overrides)
+
+
+@pytest.mark.parametrize("val, rises", [([1.0, 1.05, 0.9, 1.0], True),  # 1.0 > 1.1 x 0.9
+                                        ([1.0, 1.09, 0.95, 1.04], False), ([], False)])
+def test_a_validation_curve_rises_past_a_tenth_above_its_lowest_so_far(claims, val, rises):
+    assert claims.val_rises({"val": val}) is rises
+
+
+def test_the_sfl_lines_compare_defaults_rows_and_code_from_their_records(claims, records):
+    def put(options, lr, val, graph, best_round):
+        cfg = claims.traffic_config("metr-la", "sfl", lr, rounds=200, options=options)
+        write(records, cfg, {"val_best": min(val), "best_round": best_round, "rounds": 200})
+        from pyg_fedgraph.experiment.records import config_key
+
+        file = records / f"{config_key(cfg)}.json"
+        entry = json.loads(file.read_text())
+        file.write_text(json.dumps({**entry, "val": val, "graph": graph}))
+
+    # Our defaults: rows of the propagation summing to 0.8 and 1.4 (a zero row, a
+    # client that receives nothing, is left out); the curve rises at 0.001 and 0.003.
+    scaled = [[0.5, 0.3, 0.0], [0.6, 0.8, 0.0], [0.0, 0.0, 0.0]]
+    for lr in claims.PANACEA_LR_GRID:
+        val = [0.9, 0.5, 0.8] if lr in (0.001, 0.003) else [0.9, 0.6, 0.4]
+        put({}, lr, val, scaled, 40 if lr in (0.001, 0.003) else 200)
+    text = "\n".join(claims.traffic_sfl_lines(False, None, None))
+    assert ("| our defaults (`normalization=sym`) | 500.0 (40), 500.0 (40), 400.0 (200), "
+            "400.0 (200), 400.0 (200) | 0.80-1.40 |") in text
+    assert "| our defaults but `normalization=row` | -, pending, -, -, - | pending |" in text
+    assert "- Reading: pending (runs missing)." in text
+    assert "metr-la sfl, our defaults but `normalization=row`, client lr 0.003" in str(
+        claims.PENDING["traffic"])
+    put({"normalization": "row"}, 0.003, [0.9, 0.45, 0.33], [[0.5, 0.5], [0.25, 0.75]], 200)
+    reading = claims.traffic_sfl_lines(False, None, None)[-2]
+    assert reading == (
+        "- Reading: with the symmetric normalization (our default) the weights of a client's "
+        "structure-aware model sum to 0.80-1.40, not one: every round scales the clients' GRU "
+        "weights up or down. The validation MSE then rises during training, by more than 10% "
+        "over its lowest so far, at client lr 0.001, 0.003 of the grid (with rows: nowhere), "
+        "and at 0.003 it is 500.0 against 330.0 with only the normalization changed to rows "
+        "(best round 200 of 200).")
+    # The authors' code is the section's SFL: its rate choice's records, listed there.
+    for lr in claims.PANACEA_LR_GRID:
+        put(claims.TRAFFIC_OPTIONS["sfl"], lr, [0.9, 0.3 if lr == 0.1 else 0.35],
+            [[1.0, 0.0], [0.5, 0.5]], 200)
+    text = "\n".join(claims.traffic_sfl_lines(False, None, None))
+    assert ("| the authors' code (the section's SFL) | 350.0 (200), 350.0 (200), 350.0 (200), "
+            "350.0 (200), 300.0 (200) | 1.00-1.00 |") in text
+    assert text.endswith("(best round 200 of 200). The authors' code row-normalizes too; at "
+                         "its chosen rate 0.1 its validation MSE is 300.0 against our "
+                         "defaults' best 400.0.\n")

@@ -74,7 +74,7 @@ from pyg_fedgraph.experiment.reporting import (
     runs_table,
     save_report,
 )
-from pyg_fedgraph.strategies import STRATEGIES
+from pyg_fedgraph.strategies import SFL_AUTHORS_CODE, STRATEGIES
 from pyg_fedgraph.train.rules import class_counts
 from pyg_fedgraph.utils import allocation_stats, keep_freed_memory_at_start, relation_weights
 
@@ -1557,6 +1557,11 @@ TRAFFIC_EXECUTION: dict[str, Any] = {"compile": True}
 #: Strategies of section O: Table II's eight, then Local and the graph-based three.
 TRAFFIC_STRATEGIES = ("fedavg", "fedavg-ft", "per-fedavg", "pfedme", "ditto", "sfl", "pfedhn",
                       "panacea", "local", "pfedgraph", "fedaghn", "pfedgat")
+#: Options section O sets for a strategy, beyond the protocol (every other option is
+#: the strategy's default): SFL as its authors' released code trains, the SFL of
+#: Panacea's Table II ("We use the original implementation", Sec. IV-A). With our
+#: defaults it does not train on these road graphs: :func:`traffic_sfl_lines`.
+TRAFFIC_OPTIONS: dict[str, dict[str, Any]] = {"sfl": dict(SFL_AUTHORS_CODE)}
 #: Strategies run with three seeds at 800 rounds (the others with seed 0 only).
 TRAFFIC_SEEDED = ("panacea", "fedavg-ft", "fedavg")
 TRAFFIC_SEEDS = (0, 1, 2)
@@ -1572,17 +1577,21 @@ def traffic_held_out(dataset: str) -> int:
 
 
 def traffic_config(dataset: str, strategy: str, lr: float, *, rounds: int | None = None,
-                   seed: int = 0, novel: bool = False) -> ExperimentConfig:
+                   seed: int = 0, novel: bool = False,
+                   options: dict[str, Any] | None = None) -> ExperimentConfig:
     r"""One run of section O: ``strategy`` on the recorded fragment of
     ``dataset`` under :data:`TRAFFIC_PROTOCOL` (``rounds`` instead of its 800),
     client learning rate ``lr`` with plain SGD (the paper's "SGD optimizer for
     all client local updates"), 5 of the training clients sampled per round;
-    ``novel`` holds out 20% of the sensors (Table III)."""
+    ``novel`` holds out 20% of the sensors (Table III). The strategy's options
+    are :data:`TRAFFIC_OPTIONS`'s, or ``options`` when given (``{}``: its
+    defaults)."""
     folder, n = TRAFFIC_DATA[dataset]
     held_out = traffic_held_out(dataset) if novel else 0
     over = {"data.root": f"{TRAFFIC_ROOT}/{folder}", "model.hidden_channels": 100,
             **{k: v for k, v in TRAFFIC_PROTOCOL.items() if k != "rounds"},
             "lr": lr, "momentum": 0.0, "sample_fraction": 5 / (n - held_out),
+            **(TRAFFIC_OPTIONS.get(strategy, {}) if options is None else options),
             **TRAFFIC_EXECUTION}
     return ExperimentConfig(dataset=dataset, strategy=strategy, model="gru-seq2seq",
                             rounds=rounds or TRAFFIC_PROTOCOL["rounds"], seed=seed,
@@ -2097,6 +2106,118 @@ def traffic_reduced_lines(dataset: str, run_missing: bool, strategies: list[str]
             ""]
 
 
+#: What section O's SFL lines compare on METR-LA (:func:`traffic_sfl_lines`):
+#: (row, the options, the client learning rates run). The authors' code is the
+#: section's SFL (:data:`TRAFFIC_OPTIONS`), over the whole grid by its rate choice.
+TRAFFIC_SFL_ROWS: tuple[tuple[str, dict[str, Any], tuple[float, ...]], ...] = (
+    ("our defaults (`normalization=sym`)", {}, PANACEA_LR_GRID),
+    ("our defaults but `normalization=row`", {"normalization": "row"}, (0.003,)),
+    ("the authors' code (the section's SFL)", TRAFFIC_OPTIONS["sfl"], PANACEA_LR_GRID))
+TRAFFIC_SFL_DATASET = "metr-la"
+
+
+def propagation_row_sums(entry: dict) -> tuple[float, float] | None:
+    r"""The smallest and largest row sum of the collaboration matrix an SFL
+    record holds (its last round's :math:`\hat{A}^{K}` over the clients that
+    uploaded), or ``None`` when it has none."""
+    graph = entry.get("graph")
+    if not isinstance(graph, list) or not graph:
+        return None
+    sums = [math.fsum(row) for row in graph if any(row)]  # a zero row receives nothing
+    return (min(sums), max(sums)) if sums else None
+
+
+def traffic_sfl_lines(run_missing: bool, strategies: list[str] | None,
+                      datasets: list[str] | None) -> list[str]:
+    r"""Why section O runs SFL as its authors' code: on METR-LA, SFL with our
+    defaults at each client learning rate of the grid, with only the
+    normalization changed, and as the authors' code, each with its best
+    validation MSE and round after :data:`TRAFFIC_RATE_ROUNDS` rounds and
+    the row sums of its propagation matrix. ``run_missing`` runs the missing
+    ones where SFL and METR-LA are among those to run."""
+    dataset = TRAFFIC_SFL_DATASET
+    run_it = (run_missing and (strategies is None or "sfl" in strategies)
+              and (datasets is None or dataset in datasets))
+    rows = [f"| SFL | validation MSE x1e-3 (best round) at client lr {grid_text()} | row sums "
+            "of the propagation matrix |", "|---|---:|---:|"]
+    found: dict[str, dict[float, dict | None]] = {}
+    for label, options, rates in TRAFFIC_SFL_ROWS:
+        configs = {lr: traffic_config(dataset, "sfl", lr, rounds=TRAFFIC_RATE_ROUNDS,
+                                      options=options) for lr in rates}
+        if options == TRAFFIC_OPTIONS["sfl"]:  # the rate choice's runs: run and listed there
+            got = {lr: RUNS.load(cfg) for lr, cfg in configs.items()}
+        else:
+            got = {lr: _traffic_left(cfg, fetch(
+                       cfg, run_it, "traffic", f"{dataset} sfl, {label}, client lr {lr}, "
+                       f"{TRAFFIC_RATE_ROUNDS} rounds", _traffic_args(dataset, "sfl")))
+                   for lr, cfg in configs.items()}
+        found[label] = got
+        cells = ["-" if lr not in got else "pending" if got[lr] is None else
+                 f"{1e3 * got[lr]['summary']['val_best']:.1f} "
+                 f"({got[lr]['summary'].get('best_round', '-')})" for lr in PANACEA_LR_GRID]
+        sums = [r for e in got.values() if e is not None
+                and (r := propagation_row_sums(e)) is not None]
+        span = (f"{min(a for a, _ in sums):.2f}-{max(b for _, b in sums):.2f}" if sums
+                else "pending")
+        rows.append(f"| {label} | {', '.join(cells)} | {span} |")
+    return [f"### SFL on {TRAFFIC_NAMES[dataset]}: our defaults and the authors' code", "",
+            "Section O runs SFL as its authors' released code trains "
+            f"(`{', '.join(f'{k}={v}' for k, v in TRAFFIC_OPTIONS['sfl'].items())}`), the "
+            "SFL of Panacea's Table II. With our defaults it does not train on this road "
+            f"graph. Seed 0, {TRAFFIC_RATE_ROUNDS} rounds, the section's protocol otherwise; "
+            "row sums: the smallest and largest of the rows of the last round's propagation "
+            "matrix (the weights with which a client's structure-aware model sums the "
+            "clients' models), over the row's runs:", "", *rows, "",
+            f"- {traffic_sfl_reading(found)}", ""]
+
+
+#: A validation curve "rises" when an evaluation exceeds the lowest before it by this factor.
+VAL_RISE = 1.1
+
+
+def val_rises(entry: dict) -> bool:
+    r"""Whether the validation curve of ``entry`` (its ``val``, one mean per
+    evaluated round) rises above :data:`VAL_RISE` times its lowest value so
+    far: training that goes backwards, not the noise of a converged run."""
+    lowest = math.inf
+    for v in entry.get("val", []):
+        if v > VAL_RISE * lowest:
+            return True
+        lowest = min(lowest, v)
+    return False
+
+
+def traffic_sfl_reading(found: dict[str, dict[float, dict | None]]) -> str:
+    r"""The reading of :func:`traffic_sfl_lines`'s table from its records."""
+    (sym_label, *_), (row_label, *_), (code_label, *_) = TRAFFIC_SFL_ROWS
+    sym, row, code = found[sym_label], found[row_label], found[code_label]
+    if any(e is None for runs in (sym, row) for e in runs.values()):
+        return "Reading: pending (runs missing)."
+    sums = [r for e in sym.values() if (r := propagation_row_sums(e)) is not None]
+    lr = next(iter(row))
+    rose = [f"{x}" for x, e in sym.items() if val_rises(e)]
+    text = ("Reading: with the symmetric normalization (our default) the weights of a "
+            "client's structure-aware model sum to "
+            + (f"{min(a for a, _ in sums):.2f}-{max(b for _, b in sums):.2f}" if sums else "?")
+            + ", not one: every round scales the clients' GRU weights up or down. The "
+            "validation MSE then rises during training, by more than "
+            f"{VAL_RISE - 1:.0%} over its lowest so far, at client lr "
+            + (", ".join(rose) if rose else "none") + " of the grid (with rows: "
+            + ("at " + ", ".join(f"{x}" for x, e in row.items() if val_rises(e))
+               if any(val_rises(e) for e in row.values()) else "nowhere")
+            + f"), and at {lr} it is {1e3 * sym[lr]['summary']['val_best']:.1f} against "
+            f"{1e3 * row[lr]['summary']['val_best']:.1f} with only the normalization "
+            f"changed to rows (best round {row[lr]['summary'].get('best_round', '-')} of "
+            f"{row[lr]['summary'].get('rounds', '-')}).")
+    if all(e is not None for e in code.values()):
+        best = min(code, key=lambda x: code[x]["summary"]["val_best"])
+        ours = min(e["summary"]["val_best"] for e in sym.values())
+        text += (f" The authors' code row-normalizes too; at its chosen rate {best} its "
+                 f"validation MSE is {1e3 * code[best]['summary']['val_best']:.1f} against "
+                 f"our defaults' best {1e3 * ours:.1f}.")
+    return text
+
+
 def traffic_section(run_missing: bool, strategies: list[str] | None = None,
                     datasets: list[str] | None = None, reduced: bool = False,
                     rate_only: bool = False) -> list[str]:
@@ -2114,6 +2235,7 @@ def traffic_section(run_missing: bool, strategies: list[str] | None = None,
         lines += traffic_dataset_lines(
             dataset, run_missing and not reduced and (datasets is None or dataset in datasets),
             strategies, rate_only)
+    lines += traffic_sfl_lines(run_missing and not reduced, strategies, datasets)
     protocol = TRAFFIC_PROTOCOL
     used = [e for e in RUNS.used.values() if e.get("config", {}).get("dataset") in TRAFFIC_DATA]
     return ["## O. Panacea Tables II and III on recorded traffic speeds (METR-LA, PEMS-BAY)",
@@ -2133,7 +2255,10 @@ def traffic_section(run_missing: bool, strategies: list[str] | None = None,
             f"validation MSE after {TRAFFIC_RATE_ROUNDS} rounds on seed 0 (the budget rule "
             "of issue 37; the paper tunes on full runs and reports the best), every other "
             "option each strategy's default (Per-FedAvg its first-order variant, FedAvg-FT "
-            "fine-tuning the global model at each evaluation); one seed per strategy, three "
+            "fine-tuning the global model at each evaluation) but SFL's, which runs as its "
+            "authors' released code, as Table II's SFL did (Panacea Sec. IV-A: \"We use the "
+            "original implementation\"; with our defaults it does not train here: \"SFL on "
+            "METR-LA\" below); one seed per strategy, three "
             f"({', '.join(TRAFFIC_SEEDED)}) for the strategies of the goal's first places; "
             f"evaluated every {protocol['eval_every']} rounds. Table III holds out 20% of "
             "the sensors as novel clients, never trained, evaluated with the models the "
