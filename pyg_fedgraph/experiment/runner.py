@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import signal
 import sys
@@ -256,9 +257,11 @@ class RoundProgress:
         r"""A round ended (``record``: its record when it was evaluated)."""
         if not self.quiet:
             history = sim.history
-            value = (f"{history.metric} val {history.mean('val')[-1]:.4f} test "
-                     f"{history.mean('test')[-1]:.4f}" if record is not None and len(history)
-                     else "")
+            value = ""
+            if record is not None and len(history):
+                test = history.mean("test")[-1]  # NaN at a round test_at="best" skips
+                value = (f"{history.metric} val {history.mean('val')[-1]:.4f}"
+                         + ("" if math.isnan(test) else f" test {test:.4f}"))
             if self._bar is not None:
                 self._bar.update(1)
                 self._bar.set_postfix_str(value, refresh=True)

@@ -9,18 +9,22 @@ loading it; the simulator checks its keyword arguments against
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pyg_fedgraph.hparams import Range, schema
 from pyg_fedgraph.typing import CompileMode, ExecutionName
 
-__all__ = ["SimulatorConfig", "SIM_SCHEMA", "SIM_KEYS", "Rounds", "DropoutRate"]
+__all__ = ["SimulatorConfig", "SIM_SCHEMA", "SIM_KEYS", "Rounds", "DropoutRate", "TestAt"]
 
 #: Communication rounds: at least one (a run of none has nothing to report).
 Rounds = Annotated[int, Range(ge=1)]
 #: The probability that a sampled client returns nothing in a round: below 1,
 #: or nobody would ever train.
 DropoutRate = Annotated[float, Range(ge=0.0, lt=1.0)]
+#: Which evaluated rounds the test split is evaluated at: ``"every"`` one, or
+#: only those the reported figures read (``"best"``, see
+#: :class:`~pyg_fedgraph.simulation.Simulator`).
+TestAt = Literal["every", "best"]
 
 
 @dataclass
@@ -48,6 +52,8 @@ class SimulatorConfig:
             the part of every client's model that stays on the client
             (:mod:`pyg_fedgraph.train.private`; default: the model's
             ``private_parameters``, usually none).
+        test_at (str): ``"every"`` evaluated round, or ``"best"``: only where
+            the reported figures read it (default: ``"every"``).
     """
     rounds: Rounds = 50
     dropout: DropoutRate = 0.0
@@ -59,6 +65,7 @@ class SimulatorConfig:
     state_device: str | None = None
     compile: bool | CompileMode = False
     private: str | None = None
+    test_at: TestAt = "every"
 
 
 #: The declared settings of :class:`SimulatorConfig`.

@@ -23,7 +23,7 @@ from pyg_fedgraph.engine.validation import (
     UpdateValidator,
     check_dataset,
 )
-from pyg_fedgraph.simulation.config import SIM_SCHEMA
+from pyg_fedgraph.simulation.config import SIM_SCHEMA, TestAt
 from pyg_fedgraph.strategies.base import Strategy
 from pyg_fedgraph.train.config import LocalConfig
 from pyg_fedgraph.train.jobs import (
@@ -152,6 +152,24 @@ class Simulator:
             table and every upload see the rest only; :attr:`local_params`
             keeps whole models (default: the model's ``private_parameters``
             attribute, usually none).
+        test_at (str, optional): where the test split is evaluated:
+            ``"every"`` evaluated round (default), or ``"best"``, only where
+            the reported figures read it. Then an evaluated round evaluates
+            the validation split and records NaN test metrics, and the
+            simulator keeps the models it evaluated at the round of best mean
+            validation (``History.best_round``) and, per client, at the
+            client's own best validation round (two :math:`N \times D`
+            tables, in :meth:`state_dict`); the last round (:attr:`rounds`)
+            is evaluated in full, and :meth:`complete_test` then evaluates the
+            kept models on the test split and writes their values into the
+            records of those rounds. The summary's ``test``, ``test_final``
+            and per-client-best figures, the held-out clients' included, are
+            those of ``"every"``, bit for bit, for the cost of the validation
+            split alone at the other rounds (a third of it on METR-LA, whose
+            test split is twice its validation split); the per-round test
+            curve is NaN but at those rounds. A strategy with an evaluator of
+            its own (``EvaluatePlan.evaluator``) is evaluated in full at
+            every round.
     """
 
     def __init__(self, dataset: FederatedDataset, model: nn.Module, strategy: Strategy, *,
@@ -169,13 +187,15 @@ class Simulator:
                  parallel_clients: int | None = None,
                  execution: ExecutionName = "auto", precision: Precision = "fp32",
                  compile: bool | CompileMode = False,
-                 private: str | Sequence[str] | None = None) -> None:
+                 private: str | Sequence[str] | None = None,
+                 test_at: TestAt = "every") -> None:
         # The checks of the declared settings, the same the command line makes.
         rounds = SIM_SCHEMA["rounds"].check(rounds)
         dropout = SIM_SCHEMA["dropout"].check(dropout)
         for name, value in (("sample_fraction", sample_fraction), ("eval_every", eval_every),
                             ("parallel", parallel), ("parallel_clients", parallel_clients),
-                            ("execution", execution), ("compile", compile)):
+                            ("execution", execution), ("compile", compile),
+                            ("test_at", test_at)):
             SIM_SCHEMA[name].check(value)
         if attack is not None and not isinstance(attack, Attack):
             raise TypeError(f"attack must be a pyg_fedgraph.attacks.Attack, got "
@@ -190,6 +210,12 @@ class Simulator:
         trainable[held] = False
         self.seed = seed
         self.callbacks = list(callbacks)
+        #: Where the test split is evaluated (``"every"`` or ``"best"``).
+        self.test_at: TestAt = test_at
+        # test_at="best": the models evaluated at the best rounds (see complete_test),
+        # and those of the round just evaluated until the history has its record.
+        self._kept: dict[str, Tensor] = {}
+        self._evaluated: tuple[Tensor, Tensor] | None = None
         self.dropout = float(dropout)
         self.attack = attack
         self.malicious = torch.zeros(0, dtype=torch.long)
@@ -364,11 +390,14 @@ class Simulator:
             update = engine.aggregate_train(rnd, clients, nothing, nothing)
         if not engine.should_evaluate(rnd):
             return None
-        val, test = self.evaluate()
+        val, test = self._evaluate_round(rnd)
         record = engine.record(rnd, val, test, train_loss=update.loss,
                                seconds=time.perf_counter() - t0, num_sampled=sampled.numel(),
                                extra={"num_dropped": sampled.numel() - clients.numel(),
                                       "num_rejected": clients.numel() - update.num_accepted})
+        self._keep_evaluated()
+        if self._kept and rnd == self.rounds:
+            self.complete_test()
         for cb in self.callbacks:
             cb(self, record)
         return record
@@ -417,18 +446,113 @@ class Simulator:
         return ClientStart(everyone, everyone, params, self.local_buffers,
                            self.local_params), plan
 
-    def personalized_models(self) -> tuple[Tensor, Tensor]:
-        r"""Every client's model as it is evaluated now: flat parameters
-        :math:`(N, D)` and buffers, after the strategy's choice of model and
-        fine-tuning, if any."""
-        start, plan = self._evaluation_start()
+    def _evaluated_models(self, start: ClientStart, plan: EvaluatePlan
+                          ) -> tuple[Tensor, Tensor]:
+        r"""The models ``plan`` evaluates from ``start``: after the strategy's
+        choice of model and fine-tuning, as :func:`evaluate_clients` makes them."""
         if plan.start_job is not None:
             params, _ = plan.start_job.prepare(self.trainer, start, seed=self.seed,
                                                rnd=self.round)
             start = dataclasses.replace(start, params=params)
-        params, buffers = finetuned(self.trainer, start, plan.finetune, seed=self.seed,
-                                    rnd=self.round)
+        return finetuned(self.trainer, start, plan.finetune, seed=self.seed, rnd=self.round)
+
+    def personalized_models(self) -> tuple[Tensor, Tensor]:
+        r"""Every client's model as it is evaluated now: flat parameters
+        :math:`(N, D)` and buffers, after the strategy's choice of model and
+        fine-tuning, if any."""
+        params, buffers = self._evaluated_models(*self._evaluation_start())
         return params.clone(), buffers.clone()
+
+    def _evaluate_round(self, rnd: int) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+        r"""Round ``rnd``'s validation and test metrics; with ``test_at="best"``
+        the test ones are NaN but at the last round, and the evaluated models
+        wait in ``_evaluated`` for :meth:`_keep_evaluated`."""
+        if self.test_at == "every":
+            return self.evaluate()
+        start, plan = self._evaluation_start()
+        if plan.evaluator is not None:  # its metrics are not those of models alone
+            return self.evaluate()
+        params, buffers = self._evaluated_models(start, plan)
+        val = self.trainer.evaluate(start.rows, params, buffers, "val")
+        if rnd == self.rounds:
+            test = self.trainer.evaluate(start.rows, params, buffers, "test")
+        else:
+            test = {k: torch.full_like(v, math.nan) for k, v in val.items()}
+        self._evaluated = (params, buffers)
+        return val, test
+
+    def _keep_evaluated(self) -> None:
+        r"""Keeps the models just evaluated (``test_at="best"``) where the
+        history's new record is the best round, or a client's own best one
+        (the rules of :class:`~pyg_fedgraph.engine.History`)."""
+        if self._evaluated is None:
+            return
+        params, buffers = (t.detach().to(self.state_device) for t in self._evaluated)
+        self._evaluated = None
+        history = self.history
+        last, rnd = len(history) - 1, history.records[-1].round
+        if not self._kept:
+            n = params.size(0)
+            self._kept = {"best_round": torch.tensor(-1), "best_params": torch.zeros_like(params),
+                          "best_buffers": torch.zeros_like(buffers),
+                          "client_round": torch.full((n,), -1),
+                          "client_params": torch.zeros_like(params),
+                          "client_buffers": torch.zeros_like(buffers)}
+        kept = self._kept
+        if history.best_index == last:
+            kept["best_round"] = torch.tensor(rnd)
+            kept["best_params"] = params.clone()
+            kept["best_buffers"] = buffers.clone()
+        new = (history.per_client_best_index() == last).to(params.device)
+        kept["client_params"][new] = params[new]
+        kept["client_buffers"][new] = buffers[new]
+        kept["client_round"][new.cpu()] = rnd
+
+    def complete_test(self) -> None:
+        r"""With ``test_at="best"``, evaluates the test split where the
+        reported figures read it and the rounds recorded NaN: the models kept
+        at the best round (written into its record) and each client's model
+        at its own best round (written into that record's column of the
+        client). Runs by itself after the last round; call it to read the
+        figures of a run stopped before. Rounds evaluated in full are left
+        as they are."""
+        history = self.history
+        if not self._kept or not len(history):
+            return
+        kept, metric = self._kept, history.metric
+        everyone = torch.arange(self.dataset.num_clients)
+        records = history.records
+
+        def owed(j: int, i: int | None = None) -> bool:  # a test value left NaN
+            val, test = records[j].val[metric], records[j].test[metric]
+            if i is None:
+                return bool(test.isnan().all() and not val.isnan().all())
+            return bool(test[i].isnan() and not val[i].isnan())
+
+        def test_of(params: Tensor, buffers: Tensor) -> dict[str, Tensor]:
+            return {k: v.cpu() for k, v in self.trainer.evaluate(
+                everyone, params.to(self.device), buffers.to(self.device), "test").items()}
+
+        # Only the rounds whose models are kept (a client without test samples has NaN
+        # test values in any round; a round evaluated in full keeps nothing).
+        # The held-out clients' history holds the same rounds (the same records, but
+        # for a resumed run, whose two histories were loaded apart).
+        both = [history.records] + ([] if self.novel_history is None
+                                    else [self.novel_history.records])
+        b = history.best_index
+        if owed(b) and int(kept["best_round"]) == records[b].round:
+            values = test_of(kept["best_params"], kept["best_buffers"])
+            for recs in both:
+                recs[b].test = {k: v.clone() for k, v in values.items()}
+        index = history.per_client_best_index()
+        clients = [(i, j) for i, j in enumerate(index.tolist()) if j >= 0 and owed(j, i)
+                   and int(kept["client_round"][i]) == records[j].round]
+        if clients:
+            values = test_of(kept["client_params"], kept["client_buffers"])
+            for recs in both:
+                for i, j in clients:
+                    for name, v in recs[j].test.items():
+                        v[i] = values[name][i]
 
     def evaluate(self) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
         r"""Per-client validation and test metrics :math:`(N,)` of the
@@ -499,6 +623,7 @@ class Simulator:
             "optimizer_state": dict(self.optimizer_state),
             "malicious": self.malicious,
             "torch_rng": torch.get_rng_state(),
+            **({"kept_for_test": dict(self._kept)} if self._kept else {}),
         })
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -520,6 +645,9 @@ class Simulator:
         self.optimizer_state = {k: self._host(v.to(self.state_device))
                                 for k, v in state.get("optimizer_state", {}).items()}
         torch.set_rng_state(state["torch_rng"])
+        # test_at="best": the models kept for complete_test (none in a run evaluated in full).
+        self._kept = {k: v.to(self.state_device) if v.dim() > 1 else v
+                      for k, v in state.get("kept_for_test", {}).items()}
 
     def __repr__(self) -> str:
         return (f"{self.__class__.__name__}({self.dataset.name}, strategy={self.strategy.name}, "
