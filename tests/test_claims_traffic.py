@@ -241,6 +241,9 @@ def test_the_sigmas_are_the_fragments(claims, dataset, folder, fragment_folder):
     assert float(data.std[0]) == pytest.approx(without, abs=1e-3)
     assert float(data.speed[:train_steps].std(unbiased=False)) == pytest.approx(with_zeros,
                                                                                 abs=1e-3)
+    # The windows the hours of a run that skips the test split are priced by.
+    counts = tuple(data.split_windows[k][1] for k in ("val", "test"))  # (start, count)
+    assert counts == claims.TRAFFIC_EVAL_WINDOWS[dataset]
 
 
 def test_the_mph_line_is_sqrt_of_the_mse_times_sigma(claims, monkeypatch):
@@ -326,23 +329,29 @@ def test_the_hours_come_from_the_measured_costs_by_hand(claims, tmp_path):
                                                      "pfedme": [20.0, 15.0, 1]}},
                                 "date": "today", "machine": "here"}))
     text = "\n".join(claims.traffic_hours_lines(path))
-    # 800 rounds of 4 s and 40 evaluations of 15 s: 3,800 s = 1.06 h.
-    assert "| metr-la | fedavg | 4.00 (2) | 15.0 | 1.06 |" in text
-    # Rate choice: 5 x (200 x 4 + 10 x 15) + 5 x (200 x 20 + 10 x 15) s = 7.08 h; Table II:
-    # FedAvg's three seeds 3 x 3,800 s + pFedMe's 16,600 s = 7.78 h; Table III: one seed
-    # of each, 20,400 s = 5.67 h.
-    assert "| metr-la | 2 measured | 7.1 | 7.8 | 5.7 | 20.5 |" in text
-    assert "Total: 20.5 CPU hours of one core." in text
+    # 800 rounds of 4 s, and 40 evaluations of 15 s that skip the test split (test_at=best:
+    # METR-LA's validation windows are 3,425 of 10,275, a third) and three test passes
+    # (2/3 of 15 s each): 3,200 + (40 / 3 + 2) x 15 = 3,430 s = 0.95 h.
+    assert claims.traffic_val_share("metr-la", 800) == 3425 / 10275
+    assert "| metr-la | fedavg | 4.00 (2) | 15.0 | 0.95 |" in text
+    # Rate choice (METR-LA's evaluates the test split every time): 5 x (200 x 4 + 10 x 15)
+    # + 5 x (200 x 20 + 10 x 15) s = 7.08 h; Table II: FedAvg's three seeds 3 x 3,430 s +
+    # pFedMe's 16,000 + 230 s = 7.37 h; Table III: one seed of each, 19,660 s = 5.46 h.
+    assert "| metr-la | 2 measured | 7.1 | 7.4 | 5.5 | 19.9 |" in text
+    assert "Total: 19.9 CPU hours of one core." in text
     # PEMS-BAY: FedAvg measured with 3x METR-LA's evaluation; pFedMe estimated as its
-    # METR-LA round (20 s) and 3 x 15 s evaluations: 800 rounds = 16,000 + 40 x 45 s.
+    # METR-LA round (20 s) and 3 x 15 s evaluations. Every PEMS-BAY run skips the test
+    # split, whose share s is 5,209 of 15,628 windows: a rate-choice run is 200 x 20 +
+    # (10 s + 3 (1 - s)) x 45 = 4,240.0 s, an 800-round run 16,000 + (40 s + 3 (1 - s))
+    # x 45 = 16,690.0 s.
     path.write_text(json.dumps({"cost": {"metr-la": {"fedavg": [4.0, 15.0, 2],
                                                      "pfedme": [20.0, 15.0, 1]},
                                          "pems-bay": {"fedavg": [4.0, 45.0, 1]}},
                                 "date": "today", "machine": "here"}))
     text = "\n".join(claims.traffic_hours_lines(path))
-    # Rate choice 5 x (4,000 + 10 x 45) s = 6.18 h; Tables II and III 17,800 s each = 4.94 h.
-    assert ("| pems-bay | 1 estimated from metr-la (evaluation x 3.00) | 6.2 | 4.9 | 4.9 "
-            "| 16.1 |") in text
+    # Rate choice 5 x 4,240.0 s = 5.89 h; Tables II and III 16,690.0 s each = 4.64 h.
+    assert ("| pems-bay | 1 estimated from metr-la (evaluation x 3.00) | 5.9 | 4.6 | 4.6 "
+            "| 15.2 |") in text
     assert "estimated rows included." in text
     assert "rounds; without `torch.compile` (the runs since 2026-11-27 compile" in text
     record = json.loads(path.read_text())
@@ -365,7 +374,8 @@ def test_the_hours_left_price_the_missing_runs_from_their_checkpoints(claims, re
     # Per dataset, 12 strategies: 5 rate runs each, 3 seeds for 3 of them and 1 for the
     # other 9, and Table III for 8: 86 runs; METR-LA's pFedHN lacks 1 of its 7. And
     # the 6 runs of SFL's lines (our defaults at 5 rates, with rows at 1): 172.
-    # Its Table III run: 400 rounds of 4 s and 20 evaluations of 15 s = 1,900 s = 0.53 h.
+    # Its Table III run: 400 rounds of 4 s, 20 evaluations of a third of 15 s and three
+    # test passes of 10 s: 1,600 + 100 + 30 = 1,730 s = 0.48 h.
     assert ("Left to run (the list at the end of this section): 172 runs, 0.5 CPU hours of "
             "one core by the costs above (1 counted from the round of its checkpoint here); "
             "171 without a measured cost, not counted.") in text
@@ -458,3 +468,14 @@ def test_the_sfl_lines_compare_defaults_rows_and_code_from_their_records(claims,
     assert text.endswith("(best round 200 of 200). The authors' code row-normalizes too; at "
                          "its chosen rate 0.1 its validation MSE is 300.0 against our "
                          "defaults' best 400.0.\n")
+
+
+@pytest.mark.parametrize("dataset, rounds, best", [
+    ("metr-la", None, True), ("metr-la", 200, False), ("metr-la", 20, False),
+    ("pems-bay", None, True), ("pems-bay", 200, True), ("pems-bay", 20, False)])
+def test_runs_begun_after_the_option_evaluate_the_test_split_at_their_best_rounds(
+        claims, dataset, rounds, best):
+    over = claims.traffic_config(dataset, "fedavg", 0.1, rounds=rounds).overrides
+    assert over.get("test_at") == ("best" if best else None)
+    assert claims.traffic_val_share(dataset, rounds or 800) == (
+        1.0 if not best else {"metr-la": 3425 / 10275, "pems-bay": 5209 / 15628}[dataset])
