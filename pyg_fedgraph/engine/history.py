@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 __all__ = ["History", "RoundRecord", "Protocol", "PROTOCOLS", "Ties", "TIES",
-           "TIE_WARNING_SHARE"]
+           "TIE_WARNING_SHARE", "DEFERRED"]
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +23,9 @@ TIES: tuple[str, ...] = ("earliest", "latest")
 #: ``"per-client-best"`` logs a warning when at least this share of the reported clients
 #: (and at least one) has its best validation value in rounds whose test values differ.
 TIE_WARNING_SHARE = 0.1
+#: The :attr:`RoundRecord.extra` key of a round whose test split was evaluated for
+#: some clients only, or none (``Simulator(test_at="best")``): its mean test value is NaN.
+DEFERRED = "test_deferred"
 
 
 @dataclass
@@ -122,9 +125,16 @@ class History:
         return float(v.mean()) if v.numel() else math.nan
 
     def mean(self, split: str, metric: str | None = None) -> list[float]:
-        r"""Mean over clients of ``metric`` on ``split``, one value per record."""
+        r"""Mean over clients of ``metric`` on ``split``, one value per record
+        (NaN for the test split of a round that evaluated it for some clients
+        only, :data:`DEFERRED`)."""
         m = metric or self.metric
-        return [self._mean(getattr(r, split)[m]) for r in self.records]
+        return [self._record_mean(r, split, m) for r in self.records]
+
+    def _record_mean(self, record: RoundRecord, split: str, metric: str) -> float:
+        if split == "test" and record.extra.get(DEFERRED):
+            return math.nan
+        return self._mean(getattr(record, split)[metric])
 
     @property
     def rounds(self) -> list[int]:
@@ -183,7 +193,9 @@ class History:
         last = self.per_client_best_index("latest")
         test_first = self._per_client_best("test", ties="earliest")
         test_last = self._per_client_best("test", ties="latest")
-        decided = (first != last) & (test_first != test_last) & ~torch.isnan(test_first)
+        # A test value NaN at the latest tied round: not evaluated there (test_at="best").
+        decided = ((first != last) & (test_first != test_last) & ~torch.isnan(test_first)
+                   & ~torch.isnan(test_last))
         reported = torch.ones_like(decided) if self.eval_clients is None else \
             torch.zeros_like(decided).index_fill_(0, self.eval_clients.cpu(), True)
         decided &= reported
@@ -249,8 +261,8 @@ class History:
             row: dict[str, Any] = {"round": r.round, "train_loss": r.train_loss,
                                    "num_sampled": r.num_sampled, "seconds": r.seconds}
             for split in ("val", "test"):
-                for name, vals in getattr(r, split).items():
-                    row[f"{split}_{name}"] = self._mean(vals)
+                for name in getattr(r, split):
+                    row[f"{split}_{name}"] = self._record_mean(r, split, name)
             row.update(r.extra)
             rows.append(row)
         return rows

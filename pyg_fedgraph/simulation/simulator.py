@@ -15,7 +15,7 @@ from torch import Tensor, nn
 from pyg_fedgraph.attacks import Attack, triggered_test_split
 from pyg_fedgraph.data.federated_dataset import FederatedDataset
 from pyg_fedgraph.data.objective import Objective
-from pyg_fedgraph.engine.history import History, RoundRecord
+from pyg_fedgraph.engine.history import DEFERRED, History, RoundRecord
 from pyg_fedgraph.engine.rounds import STATE_FORMAT, RoundEngine, sample_clients, snapshot
 from pyg_fedgraph.engine.validation import (
     DEFAULT_MAX_NORM,
@@ -166,8 +166,9 @@ class Simulator:
             and per-client-best figures, the held-out clients' included, are
             those of ``"every"``, bit for bit, for the cost of the validation
             split alone at the other rounds (a third of it on METR-LA, whose
-            test split is twice its validation split); the per-round test
-            curve is NaN but at those rounds. A strategy with an evaluator of
+            test split is twice its validation split); a round's mean test
+            value is NaN but at the best and the last round (its record's
+            ``extra["test_deferred"]`` is 1). A strategy with an evaluator of
             its own (``EvaluatePlan.evaluator``) is evaluated in full at
             every round.
     """
@@ -395,7 +396,8 @@ class Simulator:
                                seconds=time.perf_counter() - t0, num_sampled=sampled.numel(),
                                extra={"num_dropped": sampled.numel() - clients.numel(),
                                       "num_rejected": clients.numel() - update.num_accepted})
-        self._keep_evaluated()
+        if self._keep_evaluated() and rnd != self.rounds:
+            record.extra[DEFERRED] = 1.0  # its test values: NaN, or a few clients' only
         if self._kept and rnd == self.rounds:
             self.complete_test()
         for cb in self.callbacks:
@@ -481,12 +483,13 @@ class Simulator:
         self._evaluated = (params, buffers)
         return val, test
 
-    def _keep_evaluated(self) -> None:
+    def _keep_evaluated(self) -> bool:
         r"""Keeps the models just evaluated (``test_at="best"``) where the
         history's new record is the best round, or a client's own best one
-        (the rules of :class:`~pyg_fedgraph.engine.History`)."""
+        (the rules of :class:`~pyg_fedgraph.engine.History`); whether the
+        round was evaluated so."""
         if self._evaluated is None:
-            return
+            return False
         params, buffers = (t.detach().to(self.state_device) for t in self._evaluated)
         self._evaluated = None
         history = self.history
@@ -507,6 +510,7 @@ class Simulator:
         kept["client_params"][new] = params[new]
         kept["client_buffers"][new] = buffers[new]
         kept["client_round"][new.cpu()] = rnd
+        return True
 
     def complete_test(self) -> None:
         r"""With ``test_at="best"``, evaluates the test split where the
@@ -544,6 +548,7 @@ class Simulator:
             values = test_of(kept["best_params"], kept["best_buffers"])
             for recs in both:
                 recs[b].test = {k: v.clone() for k, v in values.items()}
+                recs[b].extra[DEFERRED] = 0.0
         index = history.per_client_best_index()
         clients = [(i, j) for i, j in enumerate(index.tolist()) if j >= 0 and owed(j, i)
                    and int(kept["client_round"][i]) == records[j].round]

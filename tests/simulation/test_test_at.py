@@ -56,6 +56,12 @@ def test_best_reports_what_every_reports_bit_for_bit(strategy):
     owed[index, torch.arange(index.numel())] = True
     skipped = torch.stack([r.test["accuracy"] for r in hb.records]).isnan() & ~owed
     assert bool(skipped.any())  # something was left out, or the option did nothing
+    # A round's mean test value is that of a full evaluation at the best and the last
+    # round, NaN at the others (not the mean of the few clients filled in there).
+    for j, (m_every, m_best) in enumerate(zip(he.mean("test"), hb.mean("test"), strict=True)):
+        assert (m_best == m_every) if j in (bi, len(hb) - 1) else math.isnan(m_best)
+    assert [math.isnan(row["test_accuracy"]) for row in hb.round_rows()] == [
+        j not in (bi, len(hb) - 1) for j in range(len(hb))]
     assert not torch.stack([r.test["accuracy"] for r in he.records]).isnan().any()
 
 
