@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 __all__ = ["History", "RoundRecord", "Protocol", "PROTOCOLS", "Ties", "TIES",
-           "TIE_WARNING_SHARE", "DEFERRED"]
+           "TIE_WARNING_SHARE"]
 
 log = logging.getLogger(__name__)
 
@@ -23,9 +23,6 @@ TIES: tuple[str, ...] = ("earliest", "latest")
 #: ``"per-client-best"`` logs a warning when at least this share of the reported clients
 #: (and at least one) has its best validation value in rounds whose test values differ.
 TIE_WARNING_SHARE = 0.1
-#: The :attr:`RoundRecord.extra` key of a round whose test split was evaluated for
-#: some clients only, or none (``Simulator(test_at="best")``): its mean test value is NaN.
-DEFERRED = "test_deferred"
 
 
 @dataclass
@@ -39,6 +36,10 @@ class RoundRecord:
         test (dict): metric name -> per-client test values :math:`(N,)`.
         seconds (float): wall time of the round (training + evaluation).
         num_sampled (int): clients that trained this round.
+        extra (dict): further per-round figures (name -> float).
+        pending (torch.Tensor, optional): the clients whose test values were
+            not evaluated this round :math:`(N,)` bool (their ``test``
+            values are NaN; ``Simulator(test_at="best")``); ``None``: all were.
 
     The metric tensors are kept on the CPU, whatever device computed them, so
     that a history's records stack (and a resumed run's records join those of
@@ -51,10 +52,13 @@ class RoundRecord:
     seconds: float
     num_sampled: int
     extra: dict[str, float] = field(default_factory=dict)
+    pending: Tensor | None = None
 
     def __post_init__(self) -> None:
         self.val = {k: v.detach().cpu() for k, v in self.val.items()}
         self.test = {k: v.detach().cpu() for k, v in self.test.items()}
+        if self.pending is not None:
+            self.pending = self.pending.detach().cpu()
 
 
 class History:
@@ -126,14 +130,17 @@ class History:
 
     def mean(self, split: str, metric: str | None = None) -> list[float]:
         r"""Mean over clients of ``metric`` on ``split``, one value per record
-        (NaN for the test split of a round that evaluated it for some clients
-        only, :data:`DEFERRED`)."""
+        (NaN for the test split of a round that did not evaluate it for every
+        reported client: :attr:`RoundRecord.pending`)."""
         m = metric or self.metric
         return [self._record_mean(r, split, m) for r in self.records]
 
     def _record_mean(self, record: RoundRecord, split: str, metric: str) -> float:
-        if split == "test" and record.extra.get(DEFERRED):
-            return math.nan
+        if split == "test" and record.pending is not None:
+            pending = (record.pending if self.eval_clients is None
+                       else record.pending[self.eval_clients.cpu()])
+            if bool(pending.any()):
+                return math.nan
         return self._mean(getattr(record, split)[metric])
 
     @property
@@ -193,9 +200,10 @@ class History:
         last = self.per_client_best_index("latest")
         test_first = self._per_client_best("test", ties="earliest")
         test_last = self._per_client_best("test", ties="latest")
-        # A test value NaN at the latest tied round: not evaluated there (test_at="best").
-        decided = ((first != last) & (test_first != test_last) & ~torch.isnan(test_first)
-                   & ~torch.isnan(test_last))
+        decided = (first != last) & (test_first != test_last) & ~torch.isnan(test_first)
+        # Where the latest tied round's test value was not evaluated (test_at="best"),
+        # it may differ: counted, but it gives no "latest" figure.
+        unknown = decided & self._not_evaluated(last)
         reported = torch.ones_like(decided) if self.eval_clients is None else \
             torch.zeros_like(decided).index_fill_(0, self.eval_clients.cpu(), True)
         decided &= reported
@@ -206,14 +214,29 @@ class History:
         val = torch.stack([r.val[self.metric].double() for r in self.records])
         best = val.gather(0, first.clamp(min=0).unsqueeze(0))
         tied_rounds = (val == best).sum(dim=0)[decided]
+        latest = (f"the latest would give {self._mean(test_last):.4f}"
+                  if not bool((unknown & reported).any()) else
+                  "the latest's test values were not evaluated (test_at='best')")
         log.warning(
             "per-client-best: %d of %d clients reach their best validation %s in several "
             "rounds (a median of %d of %d evaluated rounds) with different test values, as a "
             "small validation split does; each keeps its earliest such round (pFedGraph's "
-            "rule): test %.4f; the latest would give %.4f. The validation does not choose "
+            "rule): test %.4f; %s. The validation does not choose "
             "here: prefer protocol 'best-round' or larger validation splits",
             num, of, self.metric, int(tied_rounds.median()), len(self.records),
-            self._mean(test_first), self._mean(test_last))
+            self._mean(test_first), latest)
+
+    def _not_evaluated(self, index: Tensor) -> Tensor:
+        r"""Which clients' test value at their record ``index`` :math:`(N,)`
+        was not evaluated :math:`(N,)` bool (:attr:`RoundRecord.pending`:
+        ``Simulator(test_at="best")`` before its
+        :meth:`~pyg_fedgraph.simulation.Simulator.complete_test`)."""
+        out = torch.zeros(index.numel(), dtype=torch.bool)
+        for j in set(index.tolist()):
+            pending = self.records[j].pending if j >= 0 else None
+            if pending is not None:
+                out |= (index == j) & pending
+        return out
 
     def test_at_best(self, metric: str | None = None,
                      protocol: Protocol = "best-round", ties: Ties = "earliest") -> float:
@@ -224,6 +247,9 @@ class History:
             return self.mean("test", metric)[self.best_index]
         if protocol == "per-client-best":
             value = self._mean(self._per_client_best("test", metric, ties))
+            missing = self._not_evaluated(self.per_client_best_index(ties))
+            if bool((missing if self.eval_clients is None else missing[self.eval_clients]).any()):
+                return math.nan  # a client's value is owed: not the mean of the others
             self._warn_on_ties()
             return value
         raise ValueError(f"unknown protocol {protocol!r}; choose one of {PROTOCOLS}")

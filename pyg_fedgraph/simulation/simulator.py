@@ -15,7 +15,7 @@ from torch import Tensor, nn
 from pyg_fedgraph.attacks import Attack, triggered_test_split
 from pyg_fedgraph.data.federated_dataset import FederatedDataset
 from pyg_fedgraph.data.objective import Objective
-from pyg_fedgraph.engine.history import DEFERRED, History, RoundRecord
+from pyg_fedgraph.engine.history import History, RoundRecord
 from pyg_fedgraph.engine.rounds import STATE_FORMAT, RoundEngine, sample_clients, snapshot
 from pyg_fedgraph.engine.validation import (
     DEFAULT_MAX_NORM,
@@ -168,7 +168,9 @@ class Simulator:
             split alone at the other rounds (a third of it on METR-LA, whose
             test split is twice its validation split); a round's mean test
             value is NaN but at the best and the last round (its record's
-            ``extra["test_deferred"]`` is 1). A strategy with an evaluator of
+            ``pending`` names the clients not evaluated); a run stopped before
+            its last round reports NaN for a figure still owed a test value,
+            until :meth:`complete_test`. A strategy with an evaluator of
             its own (``EvaluatePlan.evaluator``) is evaluated in full at
             every round.
     """
@@ -396,9 +398,10 @@ class Simulator:
                                seconds=time.perf_counter() - t0, num_sampled=sampled.numel(),
                                extra={"num_dropped": sampled.numel() - clients.numel(),
                                       "num_rejected": clients.numel() - update.num_accepted})
-        if self._keep_evaluated() and rnd != self.rounds:
-            record.extra[DEFERRED] = 1.0  # its test values: NaN, or a few clients' only
-        if self._kept and rnd == self.rounds:
+        if self._keep_evaluated() and rnd < self.rounds:
+            # No client's test values evaluated (complete_test fills some in later).
+            record.pending = torch.ones(self.dataset.num_clients, dtype=torch.bool)
+        if self._kept and rnd >= self.rounds:
             self.complete_test()
         for cb in self.callbacks:
             cb(self, record)
@@ -476,7 +479,7 @@ class Simulator:
             return self.evaluate()
         params, buffers = self._evaluated_models(start, plan)
         val = self.trainer.evaluate(start.rows, params, buffers, "val")
-        if rnd == self.rounds:
+        if rnd >= self.rounds:  # the last round (or past it: any may be the last)
             test = self.trainer.evaluate(start.rows, params, buffers, "test")
         else:
             test = {k: torch.full_like(v, math.nan) for k, v in val.items()}
@@ -490,26 +493,30 @@ class Simulator:
         round was evaluated so."""
         if self._evaluated is None:
             return False
-        params, buffers = (t.detach().to(self.state_device) for t in self._evaluated)
+        params, buffers = (t.detach() for t in self._evaluated)
         self._evaluated = None
         history = self.history
         last, rnd = len(history) - 1, history.records[-1].round
+        place = self.state_device
         if not self._kept:
             n = params.size(0)
-            self._kept = {"best_round": torch.tensor(-1), "best_params": torch.zeros_like(params),
-                          "best_buffers": torch.zeros_like(buffers),
+            self._kept = {"best_round": torch.tensor(-1),
+                          "best_params": params.new_zeros(params.shape, device=place),
+                          "best_buffers": buffers.new_zeros(buffers.shape, device=place),
                           "client_round": torch.full((n,), -1),
-                          "client_params": torch.zeros_like(params),
-                          "client_buffers": torch.zeros_like(buffers)}
+                          "client_params": params.new_zeros(params.shape, device=place),
+                          "client_buffers": buffers.new_zeros(buffers.shape, device=place)}
         kept = self._kept
         if history.best_index == last:
             kept["best_round"] = torch.tensor(rnd)
-            kept["best_params"] = params.clone()
-            kept["best_buffers"] = buffers.clone()
-        new = (history.per_client_best_index() == last).to(params.device)
-        kept["client_params"][new] = params[new]
-        kept["client_buffers"][new] = buffers[new]
-        kept["client_round"][new.cpu()] = rnd
+            kept["best_params"] = params.to(place, copy=True)
+            kept["best_buffers"] = buffers.to(place, copy=True)
+        new = (history.per_client_best_index() == last).nonzero().view(-1)
+        if new.numel():  # only the rows kept travel to the state device
+            rows = new.to(params.device)
+            kept["client_params"][new.to(place)] = params[rows].to(place)
+            kept["client_buffers"][new.to(place)] = buffers[rows].to(place)
+            kept["client_round"][new] = rnd
         return True
 
     def complete_test(self) -> None:
@@ -523,22 +530,21 @@ class Simulator:
         history = self.history
         if not self._kept or not len(history):
             return
-        kept, metric = self._kept, history.metric
+        kept = self._kept
         everyone = torch.arange(self.dataset.num_clients)
         records = history.records
 
-        def owed(j: int, i: int | None = None) -> bool:  # a test value left NaN
-            val, test = records[j].val[metric], records[j].test[metric]
-            if i is None:
-                return bool(test.isnan().all() and not val.isnan().all())
-            return bool(test[i].isnan() and not val[i].isnan())
+        def owed(j: int, i: int | None = None) -> bool:  # a test value not evaluated
+            pending = records[j].pending
+            if pending is None:
+                return False
+            return bool(pending.any() if i is None else pending[i])
 
         def test_of(params: Tensor, buffers: Tensor) -> dict[str, Tensor]:
             return {k: v.cpu() for k, v in self.trainer.evaluate(
                 everyone, params.to(self.device), buffers.to(self.device), "test").items()}
 
-        # Only the rounds whose models are kept (a client without test samples has NaN
-        # test values in any round; a round evaluated in full keeps nothing).
+        # Only the rounds whose models are kept (a round evaluated in full is owed nothing).
         # The held-out clients' history holds the same rounds (the same records, but
         # for a resumed run, whose two histories were loaded apart).
         both = [history.records] + ([] if self.novel_history is None
@@ -548,7 +554,7 @@ class Simulator:
             values = test_of(kept["best_params"], kept["best_buffers"])
             for recs in both:
                 recs[b].test = {k: v.clone() for k, v in values.items()}
-                recs[b].extra[DEFERRED] = 0.0
+                recs[b].pending = None
         index = history.per_client_best_index()
         clients = [(i, j) for i, j in enumerate(index.tolist()) if j >= 0 and owed(j, i)
                    and int(kept["client_round"][i]) == records[j].round]
@@ -558,6 +564,9 @@ class Simulator:
                 for i, j in clients:
                     for name, v in recs[j].test.items():
                         v[i] = values[name][i]
+                    pending = recs[j].pending
+                    if pending is not None:  # (the same tensor in both, but after a resume)
+                        pending[i] = False
 
     def evaluate(self) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
         r"""Per-client validation and test metrics :math:`(N,)` of the

@@ -110,3 +110,67 @@ def test_the_progress_line_leaves_out_a_test_value_not_evaluated():
     assert len(lines) == 2  # rounds 2 and 4; round 4, the last, has its test value
     assert lines[0].startswith("fedavg: round 2/4  accuracy val ") and " test " not in lines[0]
     assert lines[1].startswith("fedavg: round 4/4  accuracy val ") and " test " in lines[1]
+
+
+def _scheduled(test_at: str):
+    r"""Built for 4 rounds, run to 4, then extended to 10 and stopped at 8 (rounds 6 and 8
+    are evaluated before the run's last round)."""
+    sim = _sim("fedavg", test_at, rounds=4)
+    sim.run()
+    sim.rounds = 10
+    sim.run(8)
+    return sim
+
+
+def test_a_figure_owed_a_test_value_is_nan_not_the_mean_of_the_others():
+    every, best = _scheduled("every"), _scheduled("best")
+    index = best.history.per_client_best_index()
+    later = [r.round for r in best.history.records].index(6)
+    assert bool((index >= later).any())  # some clients are at their best in round 6 or 8
+    # Before complete_test every figure is the full evaluation's, or NaN where one of
+    # its clients' values is owed: never the mean of the clients evaluated.
+    a, s = every.summary(), best.summary()
+    assert all(_same(a[k], s[k]) or math.isnan(s[k]) for k in REPORTED)
+    assert math.isnan(s["test_final"]) and math.isnan(s["test_per_client_best"])
+    best.complete_test()
+    b = best.summary()
+    # The last round (8) is not the run's last (10): evaluated only if it is a best one.
+    assert all(_same(a[k], b[k]) for k in REPORTED if k != "test_final")
+
+
+def test_rounds_past_the_last_are_evaluated_in_full():
+    every, best = _sim("fedavg", "every", rounds=4), _sim("fedavg", "best", rounds=4)
+    every.run(8)
+    best.run(8)  # rounds 6 and 8 are past the last round: any may be the last
+    a, b = every.summary(), best.summary()
+    assert all(_same(a[k], b[k]) for k in REPORTED)
+
+
+def test_a_client_without_test_samples_is_left_out_as_in_a_full_evaluation():
+    from pyg_fedgraph.data.federated_dataset import ClientSplit, FederatedDataset
+    from pyg_fedgraph.models.mlp import MLP
+    from pyg_fedgraph.simulation.simulator import Simulator
+    from pyg_fedgraph.strategies.registry import build_strategy
+    from pyg_fedgraph.train.config import LocalConfig
+
+    gen = torch.Generator().manual_seed(0)
+    splits = {}
+    for name, counts in (("train", (12, 12, 12, 12)), ("val", (6, 6, 6, 6)),
+                         ("test", (0, 6, 6, 6))):  # client 0 has no test samples
+        xs = [torch.randn(n, 3, generator=gen) for n in counts]
+        splits[name] = ClientSplit.from_lists(xs, [(x[:, 0] > 0).long() for x in xs])
+    data = FederatedDataset("toy", "classification", splits, num_classes=2)
+    out = {}
+    for test_at in ("every", "best"):
+        torch.manual_seed(0)
+        sim = Simulator(data, MLP(3, 4, 2, num_layers=2), build_strategy("fedavg"),
+                        rounds=6, local=LocalConfig(lr=0.2, batch_size=4, epochs=1), seed=3,
+                        test_at=test_at)
+        sim.run()
+        out[test_at] = sim
+    a, b = out["every"].summary(), out["best"].summary()
+    assert math.isnan(out["every"].history.records[-1].test["accuracy"][0])
+    assert a["test_per_client_best"] == b["test_per_client_best"]
+    assert a["test"] == b["test"]
+    assert out["every"].history.test_at_best(protocol="per-client-best") == \
+        out["best"].history.test_at_best(protocol="per-client-best")
