@@ -479,3 +479,19 @@ def test_runs_begun_after_the_option_evaluate_the_test_split_at_their_best_round
     assert over.get("test_at") == ("best" if best else None)
     assert claims.traffic_val_share(dataset, rounds or 800) == (
         1.0 if not best else {"metr-la": 3425 / 10275, "pems-bay": 5209 / 15628}[dataset])
+
+
+def test_the_preview_compares_panacea_and_fedavg_ft_sensor_by_sensor(claims, records):
+    # Both choose 0.1 (validation 0.2 against 0.5); at that rate Panacea is below
+    # FedAvg-FT on sensors 0 and 2 of 3 and above it on sensor 1.
+    tests = {"panacea": [0.1, 0.5, 0.2], "fedavg-ft": [0.2, 0.4, 0.3]}
+    for name, mse in tests.items():
+        for lr in claims.PANACEA_LR_GRID:
+            write(records, claims.traffic_config("metr-la", name, lr, rounds=200),
+                  {"val_best": 0.2 if lr == 0.1 else 0.5}, metrics=mph(mse))
+    text = "\n".join(claims.traffic_section(run_missing=False))
+    assert ("- Sensors where panacea below fedavg-ft 2/3 (the preview's 200 rounds; test MSE"
+            in text)
+    assert ("- Sensors where fedavg-ft below panacea 1/3 (the preview's 200 rounds; test MSE"
+            in text)
+    assert "(800 rounds, seed 0;" not in text  # no 800-round run recorded

@@ -1977,11 +1977,16 @@ def traffic_dataset_lines(dataset: str, run_missing: bool, strategies: list[str]
             "|---|---:|---:|---:|---:|---:|---:|---:|"]
     means: dict[str, float | None] = {}
     at_rate: dict[str, float | None] = {}  # the rate choice's run at the chosen rate
+    # Per strategy, the record each sensor-by-sensor line reads: the 800-round seed-0
+    # run of Table II, and the rate choice's run at the chosen rate.
+    seed0: dict[str, dict | None] = {}
+    preview: dict[str, dict | None] = {}
     for name in TRAFFIC_STRATEGIES:
         run_it = run_missing and (strategies is None or name in strategies)
         lr, grid_runs = traffic_rate(dataset, name, run_it)
         chosen = None if lr is None else grid_runs[lr]
         at_rate[name] = None if chosen is None else traffic_mean([chosen])
+        preview[name] = chosen
         run_it = run_it and not rate_only
         rate_rows.append(f"| {name} | " + ", ".join(
             "pending" if e is None else f"{1e3 * e['summary']['val_best']:.1f}"
@@ -2007,6 +2012,7 @@ def traffic_dataset_lines(dataset: str, run_missing: bool, strategies: list[str]
                 done = [e for e in got if e is not None]
                 runs[novel] = done if len(done) == len(got) else None
         means[name] = traffic_mean(runs[False])
+        seed0[name] = runs[False][0] if runs[False] else None
         paper2 = PANACEA_TRAFFIC_T2[dataset].get(name)
         paper3 = PANACEA_TRAFFIC_T3[dataset].get(name)
         mae, rmse = traffic_mph(runs[False])
@@ -2029,6 +2035,12 @@ def traffic_dataset_lines(dataset: str, run_missing: bool, strategies: list[str]
             "strategy's run at its chosen rate, seed 0, test MSE x1e-3 at its best "
             "validation round; a preview while the 800-round runs are pending, not the "
             f"table's result): {traffic_goal(dataset, at_rate)}",
+            *[f"- Sensors where {line} ({what}; test MSE, the same sensors in every run: a "
+              "pair's order sensor by sensor, which the ± spread across sensors hides)."
+              for found, what in ((seed0, "800 rounds, seed 0"),
+                                  (preview, f"the preview's {TRAFFIC_RATE_ROUNDS} rounds"))
+              for first in ("panacea", "fedavg-ft")
+              if (line := traffic_sensor_wins(found, first))],
             f"- What the figures mean in mph: {traffic_meaning(dataset, means.get('panacea'))}",
             ""]
 
