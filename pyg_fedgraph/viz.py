@@ -299,7 +299,11 @@ def plot_learning_curves(histories: Mapping[str, History | Sequence[History]],
             rounds, values = _band(runs, split)
             seen.update(rounds)
             label = name if len(runs) == 1 else f"{name} (mean of {len(runs)} runs)"
-            _draw_band(ax, rounds, values, label, marker="." if len(rounds) < 40 else None)
+            # Markers where few rounds are drawn, or where the line has gaps (a test
+            # split evaluated at a run's best rounds only, test_at="best"): a value
+            # between two NaNs is a point, not a line.
+            sparse = len(rounds) < 40 or bool(values.isnan().any())
+            _draw_band(ax, rounds, values, label, marker="." if sparse else None)
             if len(runs) > 1:
                 seeds.add(len(runs))
     for ax, split in zip(axes, ("validation", "test"), strict=True):

@@ -64,6 +64,21 @@ def test_learning_curves_one_line_per_run_and_split():
     np.testing.assert_array_equal(ticks, np.round(ticks))
 
 
+def test_learning_curves_mark_the_rounds_of_a_line_with_gaps():
+    from pyg_fedgraph.viz import plot_learning_curves
+    h = History("accuracy", True)
+    nan = torch.full((3,), float("nan"))
+    for r in range(1, 61):  # 60 rounds: a full line has no markers
+        vals = {"accuracy": torch.full((3,), 0.01 * r)}
+        h.append(RoundRecord(r, 1.0, vals, vals if r in (45, 60) else {"accuracy": nan},
+                             0.1, 3))
+    fig = plot_learning_curves({"a": h})
+    val_line, test_line = fig.axes[0].get_lines()[0], fig.axes[1].get_lines()[0]
+    assert val_line.get_marker() == "None"
+    assert test_line.get_marker() == "."
+    assert np.isfinite(test_line.get_ydata()).sum() == 2
+
+
 def test_collaboration_matrix_orders_clients_by_group():
     w = torch.rand(6, 6)
     groups = torch.tensor([2, 0, 1, 0, 2, 1])
