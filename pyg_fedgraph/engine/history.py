@@ -124,7 +124,7 @@ class History:
 
     # ---------------------------------------------------------------- means
     def _mean(self, values: Tensor) -> float:
-        v = values if self.eval_clients is None else values[self.eval_clients]
+        v = self._reported(values)
         v = v[~torch.isnan(v)]
         return float(v.mean()) if v.numel() else math.nan
 
@@ -136,12 +136,15 @@ class History:
         return [self._record_mean(r, split, m) for r in self.records]
 
     def _record_mean(self, record: RoundRecord, split: str, metric: str) -> float:
-        if split == "test" and record.pending is not None:
-            pending = (record.pending if self.eval_clients is None
-                       else record.pending[self.eval_clients.cpu()])
-            if bool(pending.any()):
-                return math.nan
+        if split == "test" and record.pending is not None and bool(
+                self._reported(record.pending).any()):
+            return math.nan
         return self._mean(getattr(record, split)[metric])
+
+    def _reported(self, values: Tensor) -> Tensor:
+        r"""The entries of per-client ``values`` :math:`(N,)` of the clients
+        whose mean is reported (``eval_clients``, default all)."""
+        return values if self.eval_clients is None else values[self.eval_clients.cpu()]
 
     @property
     def rounds(self) -> list[int]:
@@ -247,8 +250,7 @@ class History:
             return self.mean("test", metric)[self.best_index]
         if protocol == "per-client-best":
             value = self._mean(self._per_client_best("test", metric, ties))
-            missing = self._not_evaluated(self.per_client_best_index(ties))
-            if bool((missing if self.eval_clients is None else missing[self.eval_clients]).any()):
+            if bool(self._reported(self._not_evaluated(self.per_client_best_index(ties))).any()):
                 return math.nan  # a client's value is owed: not the mean of the others
             self._warn_on_ties()
             return value
