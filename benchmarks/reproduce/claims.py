@@ -55,6 +55,7 @@ import statistics
 import sys
 import time
 import tomllib
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -2187,6 +2188,16 @@ def propagation_row_sums(entry: dict) -> tuple[float, float] | None:
     return (min(sums), max(sums)) if sums else None
 
 
+def row_sum_span(entries: Iterable[dict | None]) -> str | None:
+    r"""The smallest to the largest row sum of the propagation matrices of
+    ``entries`` (:func:`propagation_row_sums`) as ``"0.78-1.40"``, or
+    ``None`` when none holds one."""
+    sums = [r for e in entries if e is not None and (r := propagation_row_sums(e)) is not None]
+    if not sums:
+        return None
+    return f"{min(a for a, _ in sums):.2f}-{max(b for _, b in sums):.2f}"
+
+
 def traffic_sfl_lines(run_missing: bool, strategies: list[str] | None,
                       datasets: list[str] | None) -> list[str]:
     r"""Why section O runs SFL as its authors' code: on METR-LA, SFL with our
@@ -2215,11 +2226,8 @@ def traffic_sfl_lines(run_missing: bool, strategies: list[str] | None,
         cells = ["-" if lr not in got else "pending" if got[lr] is None else
                  f"{1e3 * got[lr]['summary']['val_best']:.1f} "
                  f"({got[lr]['summary'].get('best_round', '-')})" for lr in PANACEA_LR_GRID]
-        sums = [r for e in got.values() if e is not None
-                and (r := propagation_row_sums(e)) is not None]
-        span = (f"{min(a for a, _ in sums):.2f}-{max(b for _, b in sums):.2f}" if sums
-                else "pending")
-        rows.append(f"| {label} | {', '.join(cells)} | {span} |")
+        rows.append(f"| {label} | {', '.join(cells)} | "
+                    f"{row_sum_span(got.values()) or 'pending'} |")
     return [f"### SFL on {TRAFFIC_NAMES[dataset]}: our defaults and the authors' code", "",
             "Section O runs SFL as its authors' released code trains "
             f"(`{', '.join(f'{k}={v}' for k, v in TRAFFIC_OPTIONS['sfl'].items())}`), the "
@@ -2253,12 +2261,11 @@ def traffic_sfl_reading(found: dict[str, dict[float, dict | None]]) -> str:
     sym, row, code = found[sym_label], found[row_label], found[code_label]
     if any(e is None for runs in (sym, row) for e in runs.values()):
         return "Reading: pending (runs missing)."
-    sums = [r for e in sym.values() if (r := propagation_row_sums(e)) is not None]
     lr = next(iter(row))
     rose = [f"{x}" for x, e in sym.items() if val_rises(e)]
     text = ("Reading: with the symmetric normalization (our default) the weights of a "
             "client's structure-aware model sum to "
-            + (f"{min(a for a, _ in sums):.2f}-{max(b for _, b in sums):.2f}" if sums else "?")
+            + (row_sum_span(sym.values()) or "?")
             + ", not one: every round scales the clients' GRU weights up or down. The "
             "validation MSE then rises during training, by more than "
             f"{VAL_RISE - 1:.0%} over its lowest so far, at client lr "
