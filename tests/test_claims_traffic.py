@@ -373,14 +373,16 @@ def test_the_hours_left_price_the_missing_runs_from_their_checkpoints(claims, re
     text = "\n".join(claims.traffic_section(run_missing=False))
     # Per dataset, 12 strategies: 5 rate runs each, 3 seeds for 3 of them and 1 for the
     # other 9, and Table III for 8: 86 runs; METR-LA's pFedHN lacks 1 of its 7. And
-    # the 6 runs of SFL's lines (our defaults at 5 rates, with rows at 1): 172.
+    # the 6 runs of SFL's lines (our defaults at 5 rates, with rows at 1), and Table IV's
+    # two variants at 200 and 800 rounds on each dataset (8): 180.
     # Its Table III run: 400 rounds of 4 s, 20 evaluations of a third of 15 s and three
     # test passes of 10 s: 1,600 + 100 + 30 = 1,730 s = 0.48 h.
-    assert ("Left to run (the list at the end of this section): 172 runs, 0.5 CPU hours of "
+    assert ("Left to run (the list at the end of this section): 180 runs, 0.5 CPU hours of "
             "one core by the costs above (1 counted from the round of its checkpoint here); "
-            "171 without a measured cost, not counted.") in text
-    # Read again, the runs are not counted twice (SFL's rate choice is also in its lines).
-    assert "172 runs" in "\n".join(claims.traffic_section(run_missing=False))
+            "179 without a measured cost, not counted.") in text
+    # Read again, the runs are not counted twice (SFL's rate choice is also in its lines,
+    # Panacea's in Table IV's).
+    assert "180 runs" in "\n".join(claims.traffic_section(run_missing=False))
     assert claims.traffic_left_line({}, []) == "Left to run: nothing."
 
 
@@ -391,8 +393,9 @@ def test_the_queue_holds_one_line_per_dataset_and_strategy_of_the_plan(claims):
     planned = [(line[line.index("--datasets") + 1], line[line.index("--strategies") + 1])
                for line in lines if "--traffic-reduced" not in line
                and "--traffic-rate-choice" not in line]
+    variants = ",".join(v for v in claims.TRAFFIC_ABLATION if v != "panacea")
     assert sorted(planned) == sorted((d, s) for d in claims.TRAFFIC_DATA
-                                     for s in claims.TRAFFIC_STRATEGIES)
+                                     for s in (*claims.TRAFFIC_STRATEGIES, variants))
 
 
 def test_sensor_wins_count_the_sensors_where_one_is_below_the_other(claims):
@@ -495,3 +498,123 @@ def test_the_preview_compares_panacea_and_fedavg_ft_sensor_by_sensor(claims, rec
     assert ("- Sensors where fedavg-ft below panacea 1/3 (the preview's 200 rounds; test MSE"
             in text)
     assert "(800 rounds, seed 0;" not in text  # no 800-round run recorded
+
+
+def panacea_and_pfedhn_chose(claims, records: Path, tests: dict[str, list[float]],
+                             rounds: int = 200) -> None:
+    r"""Panacea's and pFedHN's rate choices on METR-LA (0.1 and 0.03 lowest), and
+    the 200-round (or 800-round) runs of Table IV's rows with the test MSE ``tests``."""
+    for name, best in (("panacea", 0.1), ("pfedhn", 0.03)):
+        for lr in claims.PANACEA_LR_GRID:
+            write(records, claims.traffic_config("metr-la", name, lr, rounds=200),
+                  {"val_best": 0.2 if lr == best else 0.5},
+                  metrics=mph(tests[name]) if lr == best and rounds == 200 else None)
+    for variant in ("panacea-gn", "panacea-mlp"):
+        write(records, claims.traffic_ablation_config("metr-la", variant, 0.1, rounds=rounds),
+              {"val_best": 0.3}, metrics=mph(tests[variant]))
+    if rounds == 800:
+        write(records, claims.traffic_config("metr-la", "panacea", 0.1),
+              metrics=mph(tests["panacea"]))
+        write(records, claims.traffic_config("metr-la", "pfedhn", 0.03),
+              metrics=mph(tests["pfedhn"]))
+
+
+def test_table_iv_variants_differ_from_panacea_only_in_the_graph_they_use(claims):
+    base = claims.traffic_config("metr-la", "panacea", 0.1, rounds=200)
+    assert claims.traffic_ablation_config("metr-la", "panacea", 0.1, rounds=200) == base
+    gn = claims.traffic_ablation_config("metr-la", "panacea-gn", 0.1)
+    mlp = claims.traffic_ablation_config("metr-la", "panacea-mlp", 0.1)
+    assert gn.strategy == mlp.strategy == "panacea" and gn.rounds == 800
+    assert ({k: v for k, v in gn.overrides.items() if k != "graph_generator"}
+            == claims.traffic_config("metr-la", "panacea", 0.1).overrides)
+    assert gn.overrides["graph_generator"] is False
+    assert (mlp.overrides["encoder"], mlp.overrides["graph_generator"]) == ("mlp", False)
+    # The runs build: Panacea-MLP reads no graph, Panacea-GN only through its encoder.
+    from pyg_fedgraph.strategies import build_strategy
+
+    assert not build_strategy("panacea", encoder="mlp", graph_generator=False).needs_prior_graph
+    assert build_strategy("panacea", graph_generator=False).needs_prior_graph
+
+
+def test_table_iv_reads_its_records_and_says_what_the_graph_adds(claims, records):
+    text = "\n".join(claims.traffic_ablation_lines(False, None, None))
+    # Before any rate choice: every cell pending, the variants listed after Panacea's.
+    assert "| metr-la | panacea-gn | GCN encoder only | pending | 3.2 ± 1.4 | pending | " \
+           "pending |" in text
+    assert "- METR-LA: pending (runs missing)." in text
+    assert any(what == "metr-la panacea-mlp (Table IV), 200 and 800 rounds, after Panacea's "
+               "rate choice" for what, *_ in claims.PENDING["traffic"])
+    tests = {"panacea": [0.1, 0.5, 0.3], "panacea-gn": [0.2, 0.4, 0.3],
+             "panacea-mlp": [0.3, 0.6, 0.3], "pfedhn": [0.2, 0.8, 0.5]}
+    panacea_and_pfedhn_chose(claims, records, tests)
+    claims.PENDING.clear()
+    lines = claims.traffic_ablation_lines(False, None, None)
+    text = "\n".join(lines)
+    # Means and spreads across the three sensors, by hand (x1e-3): 300 ± 163.3 (sd of
+    # 0.1, 0.5, 0.3), 300 ± 81.6, 400 ± 141.4; pFedHN at its own rate, 500 ± 244.9.
+    assert ("| metr-la | panacea | GCN encoder and graph generator | 0.1 | 1.0 ± 0.2 | "
+            "300.0 ± 163.3 | pending |") in text
+    assert "| metr-la | panacea-gn | GCN encoder only | 0.1 | 3.2 ± 1.4 | 300.0 ± 81.6 | " \
+           "pending |" in text
+    assert "| metr-la | panacea-mlp | nowhere | 0.1 | 3.2 ± 1.7 | 400.0 ± 141.4 | pending |" \
+           in text
+    assert ("| metr-la | pfedhn (Table II) | nowhere (pFedHN's MLP and update) | 0.03 | "
+            "67.3 ± 21.4 (Table II) | 500.0 ± 244.9 | pending |") in text
+    # Sensor by sensor: Panacea below Panacea-MLP on 2 of 3 (a tie is not below), below
+    # Panacea-GN on 1, Panacea-MLP below pFedHN on 2.
+    assert ("- METR-LA: after 200 rounds (seed 0): the graph's part, panacea 300.0 against "
+            "panacea-mlp 400.0, panacea below on 2/3 sensors (+100.0 without it); the "
+            "generator's, panacea 300.0 against panacea-gn 300.0, panacea below on 1/3 "
+            "sensors; the training's, panacea-mlp 400.0 against pfedhn 500.0, panacea-mlp "
+            "below on 2/3 sensors. The paper: panacea 1.0, panacea-gn 3.2, panacea-mlp 3.2, "
+            "pfedhn 67.3 (Table II).") in lines
+    missing = [what for what, *_ in claims.PENDING["traffic"]]
+    assert missing == [f"metr-la {v} (Table IV), client lr 0.1, seed 0, 800 rounds"
+                       for v in ("panacea-gn", "panacea-mlp")] + [
+        f"pems-bay {v} (Table IV), 200 and 800 rounds, after Panacea's rate choice"
+        for v in ("panacea-gn", "panacea-mlp")]
+    # With the 800-round runs in, the reading is theirs.
+    panacea_and_pfedhn_chose(claims, records, {k: v[::-1] for k, v in tests.items()},
+                             rounds=800)
+    reading = claims.traffic_ablation_lines(False, None, None)
+    assert any(line.startswith("- METR-LA: after 800 rounds (seed 0): the graph's part, "
+                               "panacea 300.0 against panacea-mlp 400.0, panacea below on "
+                               "2/3 sensors") for line in reading)
+
+
+def test_table_iv_runs_only_the_variants_named_and_with_the_rate_choice_only_the_short(
+        claims, records, monkeypatch):
+    tests = {"panacea": [0.1], "panacea-gn": [0.2], "panacea-mlp": [0.3], "pfedhn": [0.2]}
+    for lr in claims.PANACEA_LR_GRID:
+        write(records, claims.traffic_config("metr-la", "panacea", lr, rounds=200),
+              {"val_best": 0.2 if lr == 0.1 else 0.5}, metrics=mph(tests["panacea"]))
+    ran: list = []
+
+    def run(cfg, **kw):  # RecordCache.run without training
+        ran.append(cfg)
+        return {"summary": {"val_best": 1.0}, "test_client_metrics": mph([1.0])}
+
+    monkeypatch.setattr(claims.RUNS, "run", run)
+    claims.traffic_ablation_lines(True, ["panacea-mlp"], ["metr-la"], rate_only=True)
+    assert [(c.rounds, c.overrides["encoder"]) for c in ran] == [(200, "mlp")]
+    ran.clear()
+    claims.traffic_ablation_lines(True, ["panacea-gn", "panacea-mlp"], ["metr-la"])
+    assert [(c.rounds, c.overrides.get("encoder")) for c in ran] == [
+        (200, None), (800, None), (200, "mlp"), (800, "mlp")]
+    ran.clear()  # nothing else runs them (nor PEMS-BAY's, whose rate is not chosen)
+    claims.traffic_ablation_lines(True, ["panacea", "pfedhn"], None)
+    assert ran == []
+
+
+def test_the_plan_prices_table_iv_as_panaceas_runs(claims, tmp_path):
+    path = tmp_path / "traffic_rounds.json"
+    path.write_text(json.dumps({"cost": {"metr-la": {"panacea": [4.0, 15.0, 2]}},
+                                "date": "today", "machine": "here"}))
+    text = "\n".join(claims.traffic_hours_lines(path))
+    # Two variants x (200 rounds, test every time: 800 + 10 x 15 = 950 s; 800 rounds with
+    # test_at=best: 3,430 s, as FedAvg's in the hours test above) = 8,760 s = 2.43 h; the
+    # plan: rate choice 5 x 950 s, Tables II 3 x 3,430 s and III 3,430 s = 18,470 s = 5.13 h.
+    assert "| metr-la | 1 measured | 1.3 | 2.9 | 1.0 | 5.1 |" in text
+    assert ("Beyond the plan, Panacea's Table IV on the recorded speeds (its two variants, "
+            "seed 0, 200 and 800 rounds each, priced as Panacea's runs): metr-la 2.4 CPU "
+            "hours; 7.6 in all.") in text

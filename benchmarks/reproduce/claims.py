@@ -1690,6 +1690,7 @@ def traffic_plan_hours(cost: dict[str, dict[str, list[float]]]) -> list[str]:
             f"Table III, {TRAFFIC_PROTOCOL['rounds']} rounds | total |",
             "|---|---|---:|---:|---:|---:|"]
     grand, estimated = 0.0, False
+    ablation: dict[str, float] = {}
     full = TRAFFIC_PROTOCOL["rounds"]
 
     def plan(costs: dict[str, tuple[float, float]]) -> tuple[float, float, float]:
@@ -1723,8 +1724,19 @@ def traffic_plan_hours(cost: dict[str, dict[str, list[float]]]) -> list[str]:
             grand += rate + t2 + t3
             rows.append(f"| {d} | {what} | {rate:.1f} | {t2:.1f} | {t3:.1f} | "
                         f"{rate + t2 + t3:.1f} |")
+            if "panacea" in costs:  # Table IV's two variants, priced as Panacea's runs
+                train, evaluate = costs["panacea"]
+                ablation[d] = (len(TRAFFIC_ABLATION) - 1) * sum(
+                    traffic_run_hours(train, evaluate, r, traffic_val_share(d, r))
+                    for r in (TRAFFIC_RATE_ROUNDS, full))
+    extra = sum(ablation.values())
     return [*rows, "", f"Total: {grand:.1f} CPU hours of one core"
-            + (", estimated rows included." if estimated else "."), ""]
+            + (", estimated rows included." if estimated else "."),
+            *([] if not ablation else [
+                "", "Beyond the plan, Panacea's Table IV on the recorded speeds (its two "
+                f"variants, seed 0, {TRAFFIC_RATE_ROUNDS} and {full} rounds each, priced as "
+                "Panacea's runs): " + ", ".join(f"{d} {h:.1f}" for d, h in ablation.items())
+                + f" CPU hours; {grand + extra:.1f} in all."]), ""]
 
 
 def traffic_left_line(cost: dict[str, dict[str, list[float]]],
@@ -1876,11 +1888,18 @@ def traffic_rate(dataset: str, name: str, run_missing: bool
                                           f"{TRAFFIC_RATE_ROUNDS} rounds",
                                           _traffic_args(dataset, name)))
              for lr, cfg in configs.items()}
+    return lowest_val_rate(found), found
+
+
+def lowest_val_rate(found: dict[float, dict | None]) -> float | None:
+    r"""The rate of ``found`` (a record per rate of the paper's grid, ``None``
+    where missing) with the lowest finite validation MSE, or ``None`` while a
+    record is missing or none is finite."""
     val = {lr: e["summary"]["val_best"] for lr, e in found.items() if e is not None}
     finite = {lr: v for lr, v in val.items() if math.isfinite(v)}
     if len(val) < len(PANACEA_LR_GRID) or not finite:
-        return None, found
-    return min(finite, key=lambda lr: finite[lr]), found
+        return None
+    return min(finite, key=lambda lr: finite[lr])
 
 
 def rate_text(lr: float | None) -> str:
@@ -2071,18 +2090,24 @@ def traffic_sensor_wins(entries: dict[str, dict | None], first: str) -> str:
     ``first`` is not recorded."""
     if entries.get(first) is None:
         return ""
-    mine = entries[first]["test_client_metrics"]["mse_norm"]  # type: ignore[index]
-    counts = []
-    for name, entry in entries.items():
-        if name == first or entry is None:
-            continue
-        other = entry["test_client_metrics"]["mse_norm"]
-        if len(other) != len(mine):
-            raise ValueError(f"{first}'s record has {len(mine)} sensors, {name}'s {len(other)}")
-        pairs = [(a, b) for a, b in zip(mine, other, strict=True)
-                 if math.isfinite(a) and math.isfinite(b)]
-        counts.append(f"{name} {sum(a < b for a, b in pairs)}/{len(pairs)}")
+    mine = entries[first]
+    counts = [f"{name} {sensors_below(mine, entry, first, name)}"
+              for name, entry in entries.items() if name != first and entry is not None]
     return f"{first} below " + ", ".join(counts)
+
+
+def sensors_below(mine: dict, other: dict, name: str = "the first",
+                  other_name: str = "the second") -> str:
+    r"""On how many sensors the record ``mine``'s test MSE is below
+    ``other``'s, of those finite in both, as ``"k/n"``."""
+    a_values = mine["test_client_metrics"]["mse_norm"]
+    b_values = other["test_client_metrics"]["mse_norm"]
+    if len(a_values) != len(b_values):
+        raise ValueError(f"{name}'s record has {len(a_values)} sensors, "
+                         f"{other_name}'s {len(b_values)}")
+    pairs = [(a, b) for a, b in zip(a_values, b_values, strict=True)
+             if math.isfinite(a) and math.isfinite(b)]
+    return f"{sum(a < b for a, b in pairs)}/{len(pairs)}"
 
 
 def traffic_reduced_config(dataset: str, strategy: str, novel: bool = False) -> ExperimentConfig:
@@ -2285,6 +2310,132 @@ def traffic_sfl_reading(found: dict[str, dict[float, dict | None]]) -> str:
     return text
 
 
+#: Panacea's Table IV on the recorded speeds (:func:`traffic_ablation_lines`): each
+#: variant's options (Panacea's defaults otherwise) and where it reads the prior graph.
+#: ``panacea`` is the section's Panacea, whose runs are its rate choice's and Table II's.
+TRAFFIC_ABLATION: dict[str, tuple[dict[str, Any], str]] = {
+    "panacea": ({}, "GCN encoder and graph generator"),
+    "panacea-gn": ({"graph_generator": False}, "GCN encoder only"),
+    "panacea-mlp": ({"encoder": "mlp", "graph_generator": False}, "nowhere"),
+}
+#: Panacea's Table IV, METR-LA and PEMS-BAY columns (MSE x 1e-3, mean ± spread over clients).
+PANACEA_TRAFFIC_T4 = {d: paper_rows("panacea_traffic", "table4", d) for d in TRAFFIC_DATA}
+
+
+def traffic_ablation_config(dataset: str, variant: str, lr: float,
+                            rounds: int | None = None) -> ExperimentConfig:
+    r"""Seed 0's run of Panacea's ``variant`` (:data:`TRAFFIC_ABLATION`) on
+    ``dataset`` at client learning rate ``lr``, the section's protocol
+    otherwise (``rounds`` instead of its 800)."""
+    options = {**TRAFFIC_OPTIONS.get("panacea", {}), **TRAFFIC_ABLATION[variant][0]}
+    return traffic_config(dataset, "panacea", lr, rounds=rounds, options=options)
+
+
+def chosen_rate(dataset: str, name: str) -> float | None:
+    r"""``name``'s client learning rate on ``dataset`` from its rate
+    choice's records (:func:`lowest_val_rate`), without listing the missing
+    ones (:func:`traffic_rate` does)."""
+    return lowest_val_rate({lr: RUNS.load(traffic_config(dataset, name, lr,
+                                                         rounds=TRAFFIC_RATE_ROUNDS))
+                            for lr in PANACEA_LR_GRID})
+
+
+def traffic_ablation_lines(run_missing: bool, strategies: list[str] | None,
+                           datasets: list[str] | None, rate_only: bool = False) -> list[str]:
+    r"""Panacea's Table IV on the recorded speeds: Panacea, Panacea-GN (no
+    graph generator) and Panacea-MLP (the graph nowhere), each at Panacea's
+    chosen client learning rate, seed 0, after :data:`TRAFFIC_RATE_ROUNDS`
+    rounds and after 800, with pFedHN at its own rate beside: what the road
+    graph adds to Panacea's hypernetwork, and what Panacea's training adds
+    to an MLP hypernetwork. ``run_missing`` runs the variants' missing runs
+    on ``datasets`` where ``strategies`` name them (``rate_only``: only
+    those of :data:`TRAFFIC_RATE_ROUNDS` rounds)."""
+    rows = [f"| dataset | variant | the prior graph in | client lr | Table IV paper | ours, "
+            f"{TRAFFIC_RATE_ROUNDS} rounds | ours, {TRAFFIC_PROTOCOL['rounds']} rounds |",
+            "|---|---|---|---:|---:|---:|---:|"]
+    readings = []
+    for dataset in TRAFFIC_DATA:
+        lr = chosen_rate(dataset, "panacea")
+        found: dict[int, dict[str, dict | None]] = {TRAFFIC_RATE_ROUNDS: {},
+                                                   TRAFFIC_PROTOCOL["rounds"]: {}}
+        for variant, (_, where) in TRAFFIC_ABLATION.items():
+            run_it = (run_missing and (datasets is None or dataset in datasets)
+                      and (strategies is None or variant in strategies))
+            for rounds in found:
+                if lr is None:
+                    found[rounds][variant] = None
+                    if variant != "panacea":  # listed once, after Panacea's rate choice
+                        TRAFFIC_LEFT.append((dataset, "panacea", rounds, 0))
+                    continue
+                cfg = traffic_ablation_config(dataset, variant, lr, rounds=rounds)
+                if variant == "panacea":  # the rate choice's and Table II's, listed there
+                    found[rounds][variant] = RUNS.load(cfg)
+                    continue
+                found[rounds][variant] = _traffic_left(cfg, fetch(
+                    cfg, run_it and (rounds == TRAFFIC_RATE_ROUNDS or not rate_only),
+                    "traffic", f"{dataset} {variant} (Table IV), client lr {lr}, seed 0, "
+                    f"{rounds} rounds", _traffic_args(dataset, variant)))
+            if lr is None and variant != "panacea":
+                PENDING.setdefault("traffic", []).append(
+                    (f"{dataset} {variant} (Table IV), {TRAFFIC_RATE_ROUNDS} and "
+                     f"{TRAFFIC_PROTOCOL['rounds']} rounds, after Panacea's rate choice",
+                     f"{COMMAND} {_traffic_args(dataset, variant)}", None))
+            paper = PANACEA_TRAFFIC_T4[dataset][variant]
+            rows.append(f"| {dataset} | {variant} | {where} | "
+                        f"{'pending' if lr is None else lr} | {paper[0]:.1f} ± {paper[1]:.1f} | "
+                        + " | ".join(traffic_cell(None if runs[variant] is None
+                                                  else [runs[variant]])
+                                     for runs in found.values()) + " |")
+        hn_lr = chosen_rate(dataset, "pfedhn")
+        for rounds in found:
+            found[rounds]["pfedhn"] = None if hn_lr is None else RUNS.load(
+                traffic_config(dataset, "pfedhn", hn_lr,
+                               rounds=None if rounds == TRAFFIC_PROTOCOL["rounds"] else rounds))
+        paper = PANACEA_TRAFFIC_T2[dataset]["pfedhn"]
+        rows.append(f"| {dataset} | pfedhn (Table II) | nowhere (pFedHN's MLP and update) | "
+                    f"{'pending' if hn_lr is None else hn_lr} | {paper[0]:.1f} ± {paper[1]:.1f} "
+                    "(Table II) | " + " | ".join(
+                        traffic_cell(None if runs["pfedhn"] is None else [runs["pfedhn"]])
+                        for runs in found.values()) + " |")
+        readings.append(f"- {TRAFFIC_NAMES[dataset]}: {traffic_ablation_reading(dataset, found)}")
+    return ["### Panacea's Table IV on the recorded speeds: what the graph adds", "",
+            "Panacea-GN has Panacea's GCN encoder without its graph generator, Panacea-MLP "
+            "neither (Panacea's hypernetwork and training with an MLP encoder, the road graph "
+            "unused: pFedHN's architecture trained as Panacea). Each at Panacea's chosen "
+            "client learning rate, seed 0, test MSE x1e-3 at the best validation round "
+            "(mean ± spread across sensors), the section's protocol otherwise; pFedHN (Table "
+            "II's run, at its own rate) beside. Panacea minus Panacea-MLP is what the road "
+            "graph adds; Panacea-MLP minus pFedHN is what Panacea's training and layers add "
+            "to an MLP hypernetwork. The paper has Panacea-MLP at 3.2 on METR-LA against "
+            "Table II's pFedHN 67.3.", "", *rows, "", *readings, ""]
+
+
+def traffic_ablation_reading(dataset: str, found: dict[int, dict[str, dict | None]]) -> str:
+    r"""The reading of one dataset's Table IV rows from ``found`` (rounds ->
+    variant or ``pfedhn`` -> record): the 800-round runs' when all are in,
+    else the 200-round runs'; ``"pending"`` while neither is complete."""
+    for rounds in sorted(found, reverse=True):
+        runs = found[rounds]
+        if all(e is not None for e in runs.values()):
+            break
+    else:
+        return "pending (runs missing)."
+    mean = {k: 1e3 * (traffic_mean([e]) or math.nan) for k, e in runs.items()
+            if e is not None}
+    paper = PANACEA_TRAFFIC_T4[dataset]
+
+    def versus(a: str, b: str) -> str:
+        return (f"{a} {mean[a]:.1f} against {b} {mean[b]:.1f}, {a} below on "
+                f"{sensors_below(runs[a], runs[b], a, b)} sensors")  # type: ignore[arg-type]
+
+    return (f"after {rounds} rounds (seed 0): the graph's part, {versus('panacea', 'panacea-mlp')}"
+            f" ({mean['panacea-mlp'] - mean['panacea']:+.1f} without it); the generator's, "
+            f"{versus('panacea', 'panacea-gn')}; the training's, "
+            f"{versus('panacea-mlp', 'pfedhn')}. The paper: panacea {paper['panacea'][0]:.1f}, "
+            f"panacea-gn {paper['panacea-gn'][0]:.1f}, panacea-mlp {paper['panacea-mlp'][0]:.1f}, "
+            f"pfedhn {PANACEA_TRAFFIC_T2[dataset]['pfedhn'][0]:.1f} (Table II).")
+
+
 def traffic_section(run_missing: bool, strategies: list[str] | None = None,
                     datasets: list[str] | None = None, reduced: bool = False,
                     rate_only: bool = False) -> list[str]:
@@ -2303,6 +2454,7 @@ def traffic_section(run_missing: bool, strategies: list[str] | None = None,
             dataset, run_missing and not reduced and (datasets is None or dataset in datasets),
             strategies, rate_only)
     lines += traffic_sfl_lines(run_missing and not reduced, strategies, datasets)
+    lines += traffic_ablation_lines(run_missing and not reduced, strategies, datasets, rate_only)
     protocol = TRAFFIC_PROTOCOL
     used = [e for e in RUNS.used.values() if e.get("config", {}).get("dataset") in TRAFFIC_DATA]
     return ["## O. Panacea Tables II and III on recorded traffic speeds (METR-LA, PEMS-BAY)",
