@@ -374,15 +374,16 @@ def test_the_hours_left_price_the_missing_runs_from_their_checkpoints(claims, re
     # Per dataset, 12 strategies: 5 rate runs each, 3 seeds for 3 of them and 1 for the
     # other 9, and Table III for 8: 86 runs; METR-LA's pFedHN lacks 1 of its 7. And
     # the 6 runs of SFL's lines (our defaults at 5 rates, with rows at 1), and Table IV's
-    # two variants at 200 and 800 rounds on each dataset (8): 180.
+    # two variants at 200 and 800 rounds on each dataset (8), and the code with uploads as its
+    # memory (1): 181.
     # Its Table III run: 400 rounds of 4 s, 20 evaluations of a third of 15 s and three
     # test passes of 10 s: 1,600 + 100 + 30 = 1,730 s = 0.48 h.
-    assert ("Left to run (the list at the end of this section): 180 runs, 0.5 CPU hours of "
+    assert ("Left to run (the list at the end of this section): 181 runs, 0.5 CPU hours of "
             "one core by the costs above (1 counted from the round of its checkpoint here); "
-            "179 without a measured cost, not counted.") in text
+            "180 without a measured cost, not counted.") in text
     # Read again, the runs are not counted twice (SFL's rate choice is also in its lines,
     # Panacea's in Table IV's).
-    assert "180 runs" in "\n".join(claims.traffic_section(run_missing=False))
+    assert "181 runs" in "\n".join(claims.traffic_section(run_missing=False))
     assert claims.traffic_left_line({}, []) == "Left to run: nothing."
 
 
@@ -471,6 +472,17 @@ def test_the_sfl_lines_compare_defaults_rows_and_code_from_their_records(claims,
     assert text.endswith("(best round 200 of 200). The authors' code row-normalizes too; at "
                          "its chosen rate 0.1 its validation MSE is 300.0 against our "
                          "defaults' best 400.0.\n")
+    assert "| the authors' code but `memory=uploads` | -, -, -, -, pending | pending |" in text
+    # The code with only its memory changed, at the code's rate.
+    put({**claims.TRAFFIC_OPTIONS["sfl"], "memory": "uploads"}, 0.1, [0.9, 0.25],
+        [[0.5, 0.5], [0.5, 0.5]], 200)
+    text = "\n".join(claims.traffic_sfl_lines(False, None, None))
+    assert ("| the authors' code but `memory=uploads` | -, -, -, -, 250.0 (200) | 1.00-1.00 |"
+            in text)
+    assert text.endswith("defaults' best 400.0. Propagating only the clients' latest uploads "
+                         "each round (`memory=uploads`) instead of every stored model (the "
+                         "code's propagated memory, which smooths the 15 models not sampled "
+                         "again every round) gives 250.0 at 0.1.\n")
 
 
 @pytest.mark.parametrize("dataset, rounds, best", [
