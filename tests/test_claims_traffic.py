@@ -577,7 +577,7 @@ def test_table_iv_reads_its_records_and_says_what_the_graph_adds(claims, records
     assert ("- METR-LA: after 200 rounds (seed 0): the graph's part, panacea 300.0 against "
             "panacea-mlp 400.0, panacea below on 2/3 sensors (+100.0 without it); the "
             "generator's, panacea 300.0 against panacea-gn 300.0, panacea below on 1/3 "
-            "sensors; the training's, panacea-mlp 400.0 against pfedhn 500.0, panacea-mlp "
+            "sensors; the hypernetwork settings', panacea-mlp 400.0 against pfedhn 500.0, panacea-mlp "
             "below on 2/3 sensors. The paper: panacea 1.0, panacea-gn 3.2, panacea-mlp 3.2, "
             "pfedhn 67.3 (Table II).") in lines
     missing = [what for what, *_ in claims.PENDING["traffic"]]
