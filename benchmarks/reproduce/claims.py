@@ -2061,8 +2061,32 @@ def traffic_dataset_lines(dataset: str, run_missing: bool, strategies: list[str]
                                   (preview, f"the preview's {TRAFFIC_RATE_ROUNDS} rounds"))
               for first in ("panacea", "fedavg-ft")
               if (line := traffic_sensor_wins(found, first))],
+            *[f"- Validation MSE x1e-3 at the best round against the median of the second "
+              f"half's evaluations ({what}; what choosing the round by validation gains on "
+              f"a curve that wobbles): {line}."
+              for found, what in ((seed0, "800 rounds, seed 0"),
+                                  (preview, f"the preview's {TRAFFIC_RATE_ROUNDS} rounds"))
+              if (line := traffic_val_selection(found))],
             f"- What the figures mean in mph: {traffic_meaning(dataset, means.get('panacea'))}",
             ""]
+
+
+def traffic_val_selection(entries: dict[str, dict | None]) -> str:
+    r"""Per strategy of ``entries`` with a record, its best validation MSE
+    (x1e-3) and the median of the validation MSE over the second half of its
+    evaluations (``val``, one mean per evaluated round) as ``"name best /
+    median"``, the largest gap first; ``""`` when none is recorded. The gap
+    is what the best-round rule takes from the curve's ups and downs: for a
+    curve that has flattened, the noise, not the model."""
+    gaps = {}
+    for name, entry in entries.items():
+        val = [] if entry is None else [v for v in entry.get("val", []) if math.isfinite(v)]
+        if not val:
+            continue
+        best, median = min(val), statistics.median(val[len(val) // 2:])
+        gaps[name] = (1e3 * best, 1e3 * median)
+    order = sorted(gaps, key=lambda n: gaps[n][0] - gaps[n][1])
+    return ", ".join(f"{n} {gaps[n][0]:.1f} / {gaps[n][1]:.1f}" for n in order)
 
 
 def traffic_meaning(dataset: str, ours: float | None) -> str:
