@@ -11,6 +11,8 @@ Recurrent Neural Network: Data-Driven Traffic Forecasting", ICLR 2018):
   DCRNN's ``generate_training_data.py``, which most users of the data hold:
   the series is rebuilt from them, checked window by window and dated
   (:func:`read_dcrnn_npz`), then windowed again like the speed file;
+* for METR-LA, T-GCN's ``los_speed.csv`` (all 207 sensors over the first
+  week, missing readings imputed; :func:`read_speed_csv`);
 * sensor graphs ``adj_mx.pkl`` / ``adj_mx_bay.pkl``: a pickle of
   ``[sensor_ids, sensor_id_to_index, adj_mx]``, ``adj_mx`` a thresholded
   Gaussian kernel of road distances, diagonal 1. Both graphs ship with
@@ -41,7 +43,8 @@ file is read with h5py, numeric datasets only (:func:`read_speed_h5`): pandas
 and PyTables are never used to read it, because they unpickle object columns
 and node attributes, so that a crafted ``.h5`` file would run code when
 opened with ``pandas.read_hdf``. The npz files are read with
-``numpy.load(allow_pickle=False)``. Malformed files of any kind raise a
+``numpy.load(allow_pickle=False)``, a CSV with :func:`numpy.loadtxt` (numbers
+only). Malformed files of any kind raise a
 one-line :class:`ValueError` naming the file. The bundled graphs are checked
 against their sha256 and read with ``numpy.load(allow_pickle=False)``.
 """
@@ -61,6 +64,7 @@ from pyg_fedgraph.datasets.traffic.io import (
     bundled_sensor_graph,
     download_file,
     load_sensor_graph,
+    read_speed_csv,
     read_speed_h5,
     restrict_adjacency,
     verify_sha256,
@@ -84,6 +88,7 @@ __all__ = [
     "load_sensor_graph",
     "adjacency_to_edges",
     "read_speed_h5",
+    "read_speed_csv",
     "SpeedTable",
     "SensorGraph",
     "bundled_sensor_graph",

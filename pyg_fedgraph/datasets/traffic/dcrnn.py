@@ -20,6 +20,7 @@ from pyg_fedgraph.datasets.traffic.io import (
     bundled_sensor_graph,
     download_file,
     load_sensor_graph,
+    read_speed_csv,
     read_speed_h5,
     restrict_adjacency,
     verify_sha256,
@@ -99,6 +100,9 @@ class _DCRNNDataset(TrafficDataset):
 
     NAME = ""
     SPEED_FILE = ""
+    #: A speed table as CSV, read when neither the speed file nor npz windows
+    #: are there (:func:`read_speed_csv`); ``""``: none.
+    CSV_FILE = ""
     GRAPH_FILE = ""
     FOLDER = ""
     START = ""
@@ -118,8 +122,10 @@ class _DCRNNDataset(TrafficDataset):
         self.root = Path(root)
         speed_file = self.root / self.SPEED_FILE
         folders = [] if speed_file.exists() else find_npz_folders(self.root, self.FOLDER)
+        csv_file = self._csv_file(self.root) if not speed_file.exists() and not folders \
+            else None
         fetched = False
-        if not speed_file.exists() and not folders:
+        if not speed_file.exists() and not folders and csv_file is None:
             fetched = self._ensure_files(download, dict(urls or {}), dict(checksums or {}),
                                          fetch)
         if graph_path is None and (self.root / self.GRAPH_FILE).exists():
@@ -133,6 +139,10 @@ class _DCRNNDataset(TrafficDataset):
             if "groups" in table.info:
                 info["groups"] = table.info["groups"]
             order, where = table.sensor_ids, "the npz files"
+        elif csv_file is not None:
+            table = read_speed_csv(csv_file, start or self.START)
+            info["source"] = f"{self.SOURCE}, the speed table {csv_file}"
+            order, where = table.sensor_ids, str(csv_file)
         else:
             if verify and not fetched:
                 self.verify_speed_file(speed_file)
@@ -151,9 +161,17 @@ class _DCRNNDataset(TrafficDataset):
 
     @classmethod
     def holds_speeds(cls, root: PathLike) -> bool:
-        r"""Whether ``root`` holds the speed file or DCRNN's npz windows."""
+        r"""Whether ``root`` holds the speed file, DCRNN's npz windows or
+        the dataset's speed CSV (:attr:`CSV_FILE`)."""
         root = Path(root)
-        return (root / cls.SPEED_FILE).exists() or bool(find_npz_folders(root, cls.FOLDER))
+        return ((root / cls.SPEED_FILE).exists() or bool(find_npz_folders(root, cls.FOLDER))
+                or cls._csv_file(root) is not None)
+
+    @classmethod
+    def _csv_file(cls, root: Path) -> Path | None:
+        r"""The dataset's speed CSV in ``root`` (:attr:`CSV_FILE`), if any."""
+        path = root / cls.CSV_FILE if cls.CSV_FILE else None
+        return path if path is not None and path.is_file() else None
 
     @classmethod
     def read_npz(cls, folders: Sequence[PathLike], start: str | None = None,
@@ -274,7 +292,11 @@ class METRLA(_DCRNNDataset):
     several sub-folders, one per group of sensors, joined into one
     federation. The sensors of npz files are named by a ``sensor_ids.txt``
     beside them (see
-    :func:`~pyg_fedgraph.datasets.traffic.npz.find_sensor_ids`).
+    :func:`~pyg_fedgraph.datasets.traffic.npz.find_sensor_ids`). Without
+    either, ``root`` may hold T-GCN's ``los_speed.csv`` (all 207 sensors,
+    2,016 steps from March 1, missing readings imputed; T-GCN's
+    ``los_adj.csv`` beside it is not read: the road graph is DCRNN's), read
+    by :func:`~pyg_fedgraph.datasets.traffic.io.read_speed_csv`.
 
     The road graph becomes the directed prior client graph
     (:func:`adjacency_to_edges`), restricted to the dataset's sensors (its
@@ -325,6 +347,8 @@ class METRLA(_DCRNNDataset):
     """
     NAME = "metr-la"
     SPEED_FILE = "metr-la.h5"
+    #: T-GCN's table of all 207 sensors over the first week (lehaifeng/T-GCN).
+    CSV_FILE = "los_speed.csv"
     GRAPH_FILE = "adj_mx.pkl"
     FOLDER = "METR-LA"
     START = "2012-03-01"

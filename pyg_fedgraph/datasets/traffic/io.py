@@ -12,6 +12,7 @@ import logging
 import re
 import shutil
 import urllib.request
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,7 @@ if TYPE_CHECKING:  # pandas is optional: only DataFrame conversions need it
     import pandas
 
 __all__ = [
+    "read_speed_csv",
     "RemoteFile",
     "verify_sha256",
     "download_file",
@@ -596,6 +598,54 @@ class _FixedFrameReader:
         for cols, ds in blocks:
             speed[:, cols] = self.values(ds, len(cols), timestamps.size)
         return SpeedTable(timestamps, speed, columns)
+
+
+def read_speed_csv(path: PathLike, start: str, step_minutes: int = 5) -> SpeedTable:
+    r"""Reads a speed table saved as CSV without time stamps: a header of
+    sensor ids, then one row of speeds (mph) per step of ``step_minutes``
+    from ``start`` on. This is T-GCN's ``los_speed.csv`` (lehaifeng/T-GCN,
+    all 207 METR-LA sensors over the first week, 2,016 steps from
+    2012-03-01, missing readings imputed, so none is ``0``).
+
+    Only numbers are parsed (:func:`numpy.loadtxt`); a file with another
+    layout, a non-numeric cell or a ragged row is refused with a one-line
+    :class:`ValueError` naming the file.
+
+    Args:
+        path (str or Path): the CSV file.
+        start (str): the time of the first row, e.g. ``"2012-03-01"``.
+        step_minutes (int, optional): minutes between rows (default: :obj:`5`)
+
+    Returns:
+        A :class:`SpeedTable`: time stamps ``start + k * step``
+        :math:`(T,)`, speeds float32 :math:`(T, N)` in the file's column
+        order, the header's sensor ids.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"{path} not found: expected a CSV of speeds there (a header of "
+                         "sensor ids, one row per step), e.g. T-GCN's los_speed.csv")
+    with path.open(encoding="utf-8") as f:
+        header = f.readline().strip()
+    ids = [c.strip() for c in header.split(",")]
+    if not header or not all(ids):
+        raise ValueError(f"{path}: the first line must name the sensors (comma-separated "
+                         f"ids), got {header[:60]!r}")
+    try:
+        with warnings.catch_warnings():  # an empty table is refused below, in our words
+            warnings.simplefilter("ignore", UserWarning)
+            speed = np.loadtxt(path, delimiter=",", skiprows=1, dtype=np.float64, ndmin=2)
+    except ValueError as err:
+        raise ValueError(f"{path}: not a table of numbers after the header "
+                         f"({one_line(err)})") from None
+    if speed.shape[0] == 0:
+        raise ValueError(f"{path}: no rows of speeds after the header")
+    if speed.shape[1] != len(ids):
+        raise ValueError(f"{path}: {speed.shape[1]} columns of speeds for {len(ids)} sensor "
+                         "ids in the header")
+    step = np.timedelta64(step_minutes, "m")
+    timestamps = np.datetime64(start, "ns") + step * np.arange(speed.shape[0])
+    return SpeedTable(timestamps, speed, ids, {"source": str(path)})
 
 
 def read_speed_h5(path: PathLike, key: str = "df") -> SpeedTable:
