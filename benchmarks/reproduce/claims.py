@@ -2374,6 +2374,30 @@ def chosen_rate(dataset: str, name: str) -> float | None:
                             for lr in PANACEA_LR_GRID})
 
 
+#: All 207 METR-LA sensors over the first week (T-GCN's ``los_speed.csv``, 2,016 steps,
+#: missing readings imputed): Table IV's rows where the federation has the paper's 207
+#: clients, since the paper finds the graph helping more with more clients. Its name for
+#: ``--datasets``, its folder, and the rows run there (each at its METR-LA rate).
+TRAFFIC_WEEK = "metr-la-week"
+TRAFFIC_WEEK_ROOT = "../shared/data/traffic-fragments/t-gcn-los-loop"
+TRAFFIC_WEEK_SENSORS = 207
+TRAFFIC_WEEK_ROWS = ("panacea", "panacea-mlp", "pfedhn")
+
+
+def traffic_week_config(variant: str, lr: float, rounds: int | None = None) -> ExperimentConfig:
+    r"""Seed 0's run of Table IV's ``variant`` (or ``"pfedhn"``) on all 207
+    METR-LA sensors over the first week (:data:`TRAFFIC_WEEK_ROOT`), 5 of
+    them sampled per round, the section's protocol otherwise, the test split
+    evaluated only where the figures read it."""
+    if variant == "pfedhn":
+        cfg = traffic_config("metr-la", "pfedhn", lr, rounds=rounds)
+    else:
+        cfg = traffic_ablation_config("metr-la", variant, lr, rounds=rounds)
+    return dataclasses.replace(cfg, overrides={**cfg.overrides, "data.root": TRAFFIC_WEEK_ROOT,
+                                   "sample_fraction": 5 / TRAFFIC_WEEK_SENSORS,
+                                   "test_at": "best"})
+
+
 def traffic_ablation_lines(run_missing: bool, strategies: list[str] | None,
                            datasets: list[str] | None, rate_only: bool = False) -> list[str]:
     r"""Panacea's Table IV on the recorded speeds: Panacea, Panacea-GN (no
@@ -2432,6 +2456,9 @@ def traffic_ablation_lines(run_missing: bool, strategies: list[str] | None,
                         traffic_cell(None if runs["pfedhn"] is None else [runs["pfedhn"]])
                         for runs in found.values()) + " |")
         readings.append(f"- {TRAFFIC_NAMES[dataset]}: {traffic_ablation_reading(dataset, found)}")
+    week_rows, week_reading = traffic_week_rows(run_missing, strategies, datasets, rate_only)
+    rows += week_rows
+    readings.append(week_reading)
     return ["### Panacea's Table IV on the recorded speeds: what the graph adds", "",
             "Panacea-GN has Panacea's GCN encoder without its graph generator, Panacea-MLP "
             "neither (Panacea's hypernetwork and server step with Linear layers in place of "
@@ -2452,10 +2479,57 @@ def traffic_ablation_lines(run_missing: bool, strategies: list[str] | None,
             *readings, ""]
 
 
-def traffic_ablation_reading(dataset: str, found: dict[int, dict[str, dict | None]]) -> str:
+def traffic_week_rows(run_missing: bool, strategies: list[str] | None,
+                      datasets: list[str] | None, rate_only: bool = False
+                      ) -> tuple[list[str], str]:
+    r"""Table IV's rows on all 207 METR-LA sensors over the first week
+    (:data:`TRAFFIC_WEEK_ROWS`, each at its METR-LA rate, seed 0,
+    :data:`TRAFFIC_RATE_ROUNDS` and 800 rounds), and their reading.
+    ``run_missing`` runs the missing ones where ``datasets`` name
+    :data:`TRAFFIC_WEEK` and ``strategies`` the row (``rate_only``: only
+    those of :data:`TRAFFIC_RATE_ROUNDS` rounds)."""
+    found: dict[int, dict[str, dict | None]] = {TRAFFIC_RATE_ROUNDS: {},
+                                               TRAFFIC_PROTOCOL["rounds"]: {}}
+    rows = []
+    for variant in TRAFFIC_WEEK_ROWS:
+        lr = chosen_rate("metr-la", "pfedhn" if variant == "pfedhn" else "panacea")
+        run_it = (run_missing and (datasets is None or TRAFFIC_WEEK in datasets)
+                  and (strategies is None or variant in strategies))
+        for rounds in found:
+            if lr is None:
+                found[rounds][variant] = None
+                TRAFFIC_LEFT.append(("metr-la", "panacea", rounds, 0))
+                continue
+            cfg = traffic_week_config(variant, lr, rounds=rounds)
+            found[rounds][variant] = _traffic_left(cfg, fetch(
+                cfg, run_it and (rounds == TRAFFIC_RATE_ROUNDS or not rate_only), "traffic",
+                f"{TRAFFIC_WEEK} {variant} (Table IV, 207 sensors), client lr {lr}, seed 0, "
+                f"{rounds} rounds", f"--only traffic --datasets {TRAFFIC_WEEK} "
+                f"--strategies {variant}"))
+        if lr is None:
+            PENDING.setdefault("traffic", []).append(
+                (f"{TRAFFIC_WEEK} {variant} (Table IV, 207 sensors), after its METR-LA rate "
+                 "choice", f"{COMMAND} --only traffic --datasets {TRAFFIC_WEEK} --strategies "
+                 f"{variant}", None))
+        where = ("nowhere (pFedHN's MLP and update)" if variant == "pfedhn"
+                 else TRAFFIC_ABLATION[variant][1])
+        rows.append(f"| metr-la, all {TRAFFIC_WEEK_SENSORS} sensors, first week | {variant} | "
+                    f"{where} | {'pending' if lr is None else lr} | - | " + " | ".join(
+                        traffic_cell(None if runs[variant] is None else [runs[variant]])
+                        for runs in found.values()) + " |")
+    return rows, (f"- METR-LA, all {TRAFFIC_WEEK_SENSORS} sensors, first week: "
+                  + traffic_ablation_reading(None, found))
+
+
+def traffic_ablation_reading(dataset: str | None,
+                             found: dict[int, dict[str, dict | None]]) -> str:
     r"""The reading of one dataset's Table IV rows from ``found`` (rounds ->
     variant or ``pfedhn`` -> record): the 800-round runs' when all are in,
-    else the 200-round runs'; ``"pending"`` while neither is complete."""
+    else the 200-round runs'; ``"pending"`` while neither is complete. Each
+    difference whose two rows are there: the graph's (Panacea against
+    Panacea-MLP), the generator's (against Panacea-GN) and the hypernetwork
+    settings' (Panacea-MLP against pFedHN); then the paper's figures of
+    ``dataset`` (none for ``None``)."""
     for rounds in sorted(found, reverse=True):
         runs = found[rounds]
         if all(e is not None for e in runs.values()):
@@ -2464,18 +2538,26 @@ def traffic_ablation_reading(dataset: str, found: dict[int, dict[str, dict | Non
         return "pending (runs missing)."
     mean = {k: 1e3 * (traffic_mean([e]) or math.nan) for k, e in runs.items()
             if e is not None}
-    paper = PANACEA_TRAFFIC_T4[dataset]
 
     def versus(a: str, b: str) -> str:
         return (f"{a} {mean[a]:.1f} against {b} {mean[b]:.1f}, {a} below on "
                 f"{sensors_below(runs[a], runs[b], a, b)} sensors")  # type: ignore[arg-type]
 
-    return (f"after {rounds} rounds (seed 0): the graph's part, {versus('panacea', 'panacea-mlp')}"
-            f" ({mean['panacea-mlp'] - mean['panacea']:+.1f} without it); the generator's, "
-            f"{versus('panacea', 'panacea-gn')}; the hypernetwork settings', "
-            f"{versus('panacea-mlp', 'pfedhn')}. The paper: panacea {paper['panacea'][0]:.1f}, "
-            f"panacea-gn {paper['panacea-gn'][0]:.1f}, panacea-mlp {paper['panacea-mlp'][0]:.1f}, "
-            f"pfedhn {PANACEA_TRAFFIC_T2[dataset]['pfedhn'][0]:.1f} (Table II).")
+    parts = []
+    if "panacea-mlp" in runs:
+        parts.append(f"the graph's part, {versus('panacea', 'panacea-mlp')} "
+                     f"({mean['panacea-mlp'] - mean['panacea']:+.1f} without it)")
+    if "panacea-gn" in runs:
+        parts.append(f"the generator's, {versus('panacea', 'panacea-gn')}")
+    if "panacea-mlp" in runs and "pfedhn" in runs:
+        parts.append(f"the hypernetwork settings', {versus('panacea-mlp', 'pfedhn')}")
+    text = f"after {rounds} rounds (seed 0): " + "; ".join(parts) + "."
+    if dataset is not None:
+        paper = PANACEA_TRAFFIC_T4[dataset]
+        text += (f" The paper: panacea {paper['panacea'][0]:.1f}, panacea-gn "
+                 f"{paper['panacea-gn'][0]:.1f}, panacea-mlp {paper['panacea-mlp'][0]:.1f}, "
+                 f"pfedhn {PANACEA_TRAFFIC_T2[dataset]['pfedhn'][0]:.1f} (Table II).")
+    return text
 
 
 def traffic_section(run_missing: bool, strategies: list[str] | None = None,
