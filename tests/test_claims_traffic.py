@@ -374,16 +374,17 @@ def test_the_hours_left_price_the_missing_runs_from_their_checkpoints(claims, re
     # Per dataset, 12 strategies: 5 rate runs each, 3 seeds for 3 of them and 1 for the
     # other 9, and Table III for 8: 86 runs; METR-LA's pFedHN lacks 1 of its 7. And
     # the 6 runs of SFL's lines (our defaults at 5 rates, with rows at 1), and Table IV's
-    # two variants at 200 and 800 rounds on each dataset (8), and the code with uploads as its
-    # memory (1): 181.
+    # two variants at 200 and 800 rounds on each dataset (8) and its three rows on the week of
+    # all 207 sensors (6), and the code with uploads as its memory (1): 187.
     # Its Table III run: 400 rounds of 4 s, 20 evaluations of a third of 15 s and three
-    # test passes of 10 s: 1,600 + 100 + 30 = 1,730 s = 0.48 h.
-    assert ("Left to run (the list at the end of this section): 181 runs, 0.5 CPU hours of "
+    # test passes of 10 s: 1,600 + 100 + 30 = 1,730 s; and pFedHN's two runs on the week,
+    # priced as its METR-LA runs: 200 x 4 + 10 x 15 = 950 s and 3,430 s; 6,110 s = 1.7 h.
+    assert ("Left to run (the list at the end of this section): 187 runs, 1.7 CPU hours of "
             "one core by the costs above (1 counted from the round of its checkpoint here); "
-            "180 without a measured cost, not counted.") in text
+            "184 without a measured cost, not counted.") in text
     # Read again, the runs are not counted twice (SFL's rate choice is also in its lines,
     # Panacea's in Table IV's).
-    assert "181 runs" in "\n".join(claims.traffic_section(run_missing=False))
+    assert "187 runs" in "\n".join(claims.traffic_section(run_missing=False))
     assert claims.traffic_left_line({}, []) == "Left to run: nothing."
 
 
@@ -580,7 +581,8 @@ def test_table_iv_reads_its_records_and_says_what_the_graph_adds(claims, records
             "sensors; the hypernetwork settings', panacea-mlp 400.0 against pfedhn 500.0, "
             "panacea-mlp below on 2/3 sensors. The paper: panacea 1.0, panacea-gn 3.2, "
             "panacea-mlp 3.2, pfedhn 67.3 (Table II).") in lines
-    missing = [what for what, *_ in claims.PENDING["traffic"]]
+    missing = [what for what, *_ in claims.PENDING["traffic"]
+               if not what.startswith("metr-la-week")]
     assert missing == [f"metr-la {v} (Table IV), client lr 0.1, seed 0, 800 rounds"
                        for v in ("panacea-gn", "panacea-mlp")] + [
         f"pems-bay {v} (Table IV), 200 and 800 rounds, after Panacea's rate choice"
@@ -614,8 +616,12 @@ def test_table_iv_runs_only_the_variants_named_and_with_the_rate_choice_only_the
     assert [(c.rounds, c.overrides.get("encoder")) for c in ran] == [
         (200, None), (800, None), (200, "mlp"), (800, "mlp")]
     ran.clear()  # nothing else runs them (nor PEMS-BAY's, whose rate is not chosen)
-    claims.traffic_ablation_lines(True, ["panacea", "pfedhn"], None)
+    claims.traffic_ablation_lines(True, ["panacea", "pfedhn"], ["metr-la", "pems-bay"])
     assert ran == []
+    # Panacea's own Table IV runs are the week's (pFedHN's rate is not chosen here).
+    claims.traffic_ablation_lines(True, ["panacea", "pfedhn"], None)
+    assert [(c.rounds, c.overrides["data.root"].rsplit("/", 1)[1]) for c in ran] == [
+        (200, "t-gcn-los-loop"), (800, "t-gcn-los-loop")]
 
 
 def test_the_plan_prices_table_iv_as_panaceas_runs(claims, tmp_path):
@@ -640,3 +646,49 @@ def test_the_selection_line_sets_the_best_round_against_the_second_halfs_median(
             "ditto": {"val": [math.nan]}, "panacea": None}
     assert claims.traffic_val_selection(runs) == "fedavg 250.0 / 300.0, sfl 290.0 / 295.0"
     assert claims.traffic_val_selection({"panacea": None}) == ""
+
+
+def test_the_week_rows_run_on_all_207_sensors_at_their_metr_la_rates(claims, records,
+                                                                       monkeypatch):
+    cfg = claims.traffic_week_config("panacea-mlp", 0.1, rounds=200)
+    assert cfg.dataset == "metr-la" and cfg.strategy == "panacea" and cfg.rounds == 200
+    over = cfg.overrides
+    assert over["data.root"].endswith("traffic-fragments/t-gcn-los-loop")
+    assert num_sampled(207, over["sample_fraction"]) == 5 and over["test_at"] == "best"
+    assert (over["encoder"], over["graph_generator"]) == ("mlp", False)
+    assert claims.traffic_week_config("pfedhn", 0.03).strategy == "pfedhn"
+    # Panacea chose 0.1 on METR-LA, pFedHN 0.03; the week's runs, by hand: Panacea below
+    # Panacea-MLP on 2 of 3 sensors, Panacea-MLP below pFedHN on 1.
+    tests = {"panacea": [0.1, 0.2, 0.6], "panacea-mlp": [0.2, 0.3, 0.4],
+             "pfedhn": [0.1, 0.4, 0.3]}
+    for name, best in (("panacea", 0.1), ("pfedhn", 0.03)):
+        for lr in claims.PANACEA_LR_GRID:
+            write(records, claims.traffic_config("metr-la", name, lr, rounds=200),
+                  {"val_best": 0.2 if lr == best else 0.5})
+    rows, reading = claims.traffic_week_rows(False, None, None)
+    assert rows[2] == ("| metr-la, all 207 sensors, first week | pfedhn | nowhere (pFedHN's MLP "
+                       "and update) | 0.03 | - | pending | pending |")
+    assert reading == "- METR-LA, all 207 sensors, first week: pending (runs missing)."
+    for name, mse in tests.items():
+        write(records, claims.traffic_week_config(name, 0.03 if name == "pfedhn" else 0.1,
+                                                  rounds=200), metrics=mph(mse))
+    rows, reading = claims.traffic_week_rows(False, None, None)
+    assert rows[0].endswith("| 0.1 | - | 300.0 ± 216.0 | pending |")
+    assert reading == (
+        "- METR-LA, all 207 sensors, first week: after 200 rounds (seed 0): the graph's part, "
+        "panacea 300.0 against panacea-mlp 300.0, panacea below on 2/3 sensors (+0.0 without "
+        "it); the hypernetwork settings', panacea-mlp 300.0 against pfedhn 266.7, panacea-mlp "
+        "below on 1/3 sensors.")
+    ran: list = []
+
+    def run(cfg, **kw):  # RecordCache.run without training: the record, or a new one
+        if (entry := claims.RUNS.load(cfg)) is None:
+            ran.append(cfg)
+            entry = {"summary": {"val_best": 1.0}, "test_client_metrics": mph([1.0])}
+        return entry
+
+    monkeypatch.setattr(claims.RUNS, "run", run)
+    claims.traffic_week_rows(True, ["panacea-mlp"], ["metr-la"])  # another dataset: nothing
+    assert ran == []
+    claims.traffic_week_rows(True, ["panacea-mlp"], ["metr-la-week"])
+    assert [(c.rounds, c.overrides["encoder"]) for c in ran] == [(800, "mlp")]
