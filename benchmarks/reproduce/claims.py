@@ -2475,8 +2475,12 @@ def traffic_ablation_lines(run_missing: bool, strategies: list[str] | None,
             "with the number of clients (little on CompCars' 30; \"when the graph is small, "
             "our framework might overfit the knowledge of the graph\", Sec. IV-C): the "
             f"fragments' graphs have {TRAFFIC_DATA['metr-la'][1]} and "
-            f"{TRAFFIC_DATA['pems-bay'][1]} sensors, the paper's 207 and 325.", "", *rows, "",
-            *readings, ""]
+            f"{TRAFFIC_DATA['pems-bay'][1]} sensors, the paper's 207 and 325. So the last rows "
+            f"run on all {TRAFFIC_WEEK_SENSORS} METR-LA sensors, the paper's federation, over "
+            "the one week of them these machines hold (T-GCN's `los_speed.csv`, 2,016 steps "
+            "from March 1, missing readings imputed: 1,395 / 199 / 399 windows a sensor, 5 "
+            "sensors a round, so a sensor trains about once in 41 rounds), each at its "
+            "METR-LA rate.", "", *rows, "", *readings, ""]
 
 
 def traffic_week_rows(run_missing: bool, strategies: list[str] | None,
