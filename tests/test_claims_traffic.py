@@ -375,16 +375,16 @@ def test_the_hours_left_price_the_missing_runs_from_their_checkpoints(claims, re
     # other 9, and Table III for 8: 86 runs; METR-LA's pFedHN lacks 1 of its 7. And
     # the 6 runs of SFL's lines (our defaults at 5 rates, with rows at 1), and Table IV's
     # two variants at 200 and 800 rounds on each dataset (8) and its three rows on the week of
-    # all 207 sensors (6), and the code with uploads as its memory (1): 187.
+    # all 207 sensors (8), and the code with uploads as its memory (1): 189.
     # Its Table III run: 400 rounds of 4 s, 20 evaluations of a third of 15 s and three
     # test passes of 10 s: 1,600 + 100 + 30 = 1,730 s; and pFedHN's two runs on the week,
     # priced as its METR-LA runs: 200 x 4 + 10 x 15 = 950 s and 3,430 s; 6,110 s = 1.7 h.
-    assert ("Left to run (the list at the end of this section): 187 runs, 1.7 CPU hours of "
+    assert ("Left to run (the list at the end of this section): 189 runs, 1.7 CPU hours of "
             "one core by the costs above (1 counted from the round of its checkpoint here); "
-            "184 without a measured cost, not counted.") in text
+            "186 without a measured cost, not counted.") in text
     # Read again, the runs are not counted twice (SFL's rate choice is also in its lines,
     # Panacea's in Table IV's).
-    assert "187 runs" in "\n".join(claims.traffic_section(run_missing=False))
+    assert "189 runs" in "\n".join(claims.traffic_section(run_missing=False))
     assert claims.traffic_left_line({}, []) == "Left to run: nothing."
 
 
@@ -618,8 +618,10 @@ def test_table_iv_runs_only_the_variants_named_and_with_the_rate_choice_only_the
     ran.clear()  # nothing else runs them (nor PEMS-BAY's, whose rate is not chosen)
     claims.traffic_ablation_lines(True, ["panacea", "pfedhn"], ["metr-la", "pems-bay"])
     assert ran == []
+    claims.traffic_ablation_lines(True, ["panacea", "pfedhn"], None)  # the week: only named
+    assert ran == []
     # Panacea's own Table IV runs are the week's (pFedHN's rate is not chosen here).
-    claims.traffic_ablation_lines(True, ["panacea", "pfedhn"], None)
+    claims.traffic_ablation_lines(True, ["panacea", "pfedhn"], ["metr-la-week"])
     assert [(c.rounds, c.overrides["data.root"].rsplit("/", 1)[1]) for c in ran] == [
         (200, "t-gcn-los-loop"), (800, "t-gcn-los-loop")]
 
@@ -633,18 +635,19 @@ def test_the_plan_prices_table_iv_as_panaceas_runs(claims, tmp_path):
     # test_at=best: 3,430 s, as FedAvg's in the hours test above) = 8,760 s = 2.43 h; the
     # plan: rate choice 5 x 950 s, Tables II 3 x 3,430 s and III 3,430 s = 18,470 s = 5.13 h.
     assert "| metr-la | 1 measured | 1.3 | 2.9 | 1.0 | 5.1 |" in text
-    assert ("Beyond the plan, Panacea's Table IV on the recorded speeds (its two variants, "
-            "seed 0, 200 and 800 rounds each, priced as Panacea's runs): metr-la 2.4 CPU "
-            "hours; 7.6 in all.") in text
+    assert ("Beyond the plan, Panacea's Table IV on the recorded speeds (its variants, seed 0, "
+            "200 and 800 rounds each, priced as Panacea's runs, the week's evaluations by their "
+            "windows): metr-la 2.4 CPU hours; 7.6 in all.") in text
 
 
 def test_the_selection_line_sets_the_best_round_against_the_second_halfs_median(claims):
     # FedAvg wobbles (its best, 0.25, is one low evaluation of the second half, whose
     # median is 0.30 of 0.30, 0.25, 0.32); SFL has flattened (best 0.29, median 0.295).
-    runs = {"fedavg": {"val": [0.40, 0.31, 0.30, 0.25, 0.32]},
-            "sfl": {"val": [0.36, 0.30, 0.30, 0.295, 0.29]},
-            "ditto": {"val": [math.nan]}, "panacea": None}
-    assert claims.traffic_val_selection(runs) == "fedavg 250.0 / 300.0, sfl 290.0 / 295.0"
+    runs = {"sfl": {"val": [0.36, 0.30, 0.30, 0.295, 0.29], "summary": {"best_round": 100}},
+            "fedavg": {"val": [0.40, 0.31, 0.30, 0.25, 0.32], "summary": {"best_round": 80}},
+            "ditto": {"val": [math.nan], "summary": {}}, "panacea": None}
+    assert claims.traffic_val_selection(runs) == ("fedavg 250.0 (round 80) / 300.0, "
+                                                  "sfl 290.0 (round 100) / 295.0")
     assert claims.traffic_val_selection({"panacea": None}) == ""
 
 
@@ -658,15 +661,15 @@ def test_the_week_rows_run_on_all_207_sensors_at_their_metr_la_rates(claims, rec
     assert (over["encoder"], over["graph_generator"]) == ("mlp", False)
     assert claims.traffic_week_config("pfedhn", 0.03).strategy == "pfedhn"
     # Panacea chose 0.1 on METR-LA, pFedHN 0.03; the week's runs, by hand: Panacea below
-    # Panacea-MLP on 2 of 3 sensors, Panacea-MLP below pFedHN on 1.
-    tests = {"panacea": [0.1, 0.2, 0.6], "panacea-mlp": [0.2, 0.3, 0.4],
-             "pfedhn": [0.1, 0.4, 0.3]}
+    # Panacea-MLP on 2 of 3 sensors, below Panacea-GN on 1, Panacea-MLP below pFedHN on 1.
+    tests = {"panacea": [0.1, 0.2, 0.6], "panacea-gn": [0.3, 0.1, 0.5],
+             "panacea-mlp": [0.2, 0.3, 0.4], "pfedhn": [0.1, 0.4, 0.3]}
     for name, best in (("panacea", 0.1), ("pfedhn", 0.03)):
         for lr in claims.PANACEA_LR_GRID:
             write(records, claims.traffic_config("metr-la", name, lr, rounds=200),
                   {"val_best": 0.2 if lr == best else 0.5})
     rows, reading = claims.traffic_week_rows(False, None, None)
-    assert rows[2] == ("| metr-la, all 207 sensors, first week | pfedhn | nowhere (pFedHN's MLP "
+    assert rows[3] == ("| metr-la, all 207 sensors, first week | pfedhn | nowhere (pFedHN's MLP "
                        "and update) | 0.03 | - | pending | pending |")
     assert reading == "- METR-LA, all 207 sensors, first week: pending (runs missing)."
     for name, mse in tests.items():
@@ -677,7 +680,8 @@ def test_the_week_rows_run_on_all_207_sensors_at_their_metr_la_rates(claims, rec
     assert reading == (
         "- METR-LA, all 207 sensors, first week: after 200 rounds (seed 0): the graph's part, "
         "panacea 300.0 against panacea-mlp 300.0, panacea below on 2/3 sensors (+0.0 without "
-        "it); the hypernetwork settings', panacea-mlp 300.0 against pfedhn 266.7, panacea-mlp "
+        "it); the generator's, panacea 300.0 against panacea-gn 300.0, panacea below on 1/3 "
+        "sensors; the hypernetwork settings', panacea-mlp 300.0 against pfedhn 266.7, panacea-mlp "
         "below on 1/3 sensors.")
     ran: list = []
 

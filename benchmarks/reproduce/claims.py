@@ -1729,13 +1729,23 @@ def traffic_plan_hours(cost: dict[str, dict[str, list[float]]]) -> list[str]:
                 ablation[d] = (len(TRAFFIC_ABLATION) - 1) * sum(
                     traffic_run_hours(train, evaluate, r, traffic_val_share(d, r))
                     for r in (TRAFFIC_RATE_ROUNDS, full))
+    metr = {s: v for s, v in cost.get("metr-la", {}).items()}
+    if "panacea" in metr and "pfedhn" in metr:  # the week's rows, from METR-LA's costs
+        val, test = TRAFFIC_WEEK_WINDOWS
+        scale = (TRAFFIC_WEEK_SENSORS * (val + test)
+                 / (TRAFFIC_DATA["metr-la"][1] * sum(TRAFFIC_EVAL_WINDOWS["metr-la"])))
+        ablation[f"the week of all {TRAFFIC_WEEK_SENSORS} sensors"] = sum(
+            traffic_run_hours(metr[s][0], metr[s][1] * scale, r, val / (val + test))
+            for v in TRAFFIC_WEEK_ROWS for s in ("pfedhn" if v == "pfedhn" else "panacea",)
+            for r in (TRAFFIC_RATE_ROUNDS, full))
     extra = sum(ablation.values())
     return [*rows, "", f"Total: {grand:.1f} CPU hours of one core"
             + (", estimated rows included." if estimated else "."),
             *([] if not ablation else [
-                "", "Beyond the plan, Panacea's Table IV on the recorded speeds (its two "
+                "", "Beyond the plan, Panacea's Table IV on the recorded speeds (its "
                 f"variants, seed 0, {TRAFFIC_RATE_ROUNDS} and {full} rounds each, priced as "
-                "Panacea's runs): " + ", ".join(f"{d} {h:.1f}" for d, h in ablation.items())
+                "Panacea's runs, the week's evaluations by their windows): "
+                + ", ".join(f"{d} {h:.1f}" for d, h in ablation.items())
                 + f" CPU hours; {grand + extra:.1f} in all."]), ""]
 
 
@@ -2061,9 +2071,10 @@ def traffic_dataset_lines(dataset: str, run_missing: bool, strategies: list[str]
                                   (preview, f"the preview's {TRAFFIC_RATE_ROUNDS} rounds"))
               for first in ("panacea", "fedavg-ft")
               if (line := traffic_sensor_wins(found, first))],
-            *[f"- Validation MSE x1e-3 at the best round against the median of the second "
-              f"half's evaluations ({what}; what choosing the round by validation gains on "
-              f"a curve that wobbles): {line}."
+            *[f"- Validation MSE x1e-3 at the best round (which) against the median of the "
+              f"second half's evaluations ({what}; how far the best evaluation lies below "
+              f"the curve's late level: noise where the curve has flattened, progress where "
+              f"it still falls): {line}."
               for found, what in ((seed0, "800 rounds, seed 0"),
                                   (preview, f"the preview's {TRAFFIC_RATE_ROUNDS} rounds"))
               if (line := traffic_val_selection(found))],
@@ -2073,20 +2084,23 @@ def traffic_dataset_lines(dataset: str, run_missing: bool, strategies: list[str]
 
 def traffic_val_selection(entries: dict[str, dict | None]) -> str:
     r"""Per strategy of ``entries`` with a record, its best validation MSE
-    (x1e-3) and the median of the validation MSE over the second half of its
-    evaluations (``val``, one mean per evaluated round) as ``"name best /
-    median"``, the largest gap first; ``""`` when none is recorded. The gap
-    is what the best-round rule takes from the curve's ups and downs: for a
-    curve that has flattened, the noise, not the model."""
+    (x1e-3) with its round, and the median of the validation MSE over the
+    second half of its evaluations (``val``, one mean per evaluated round)
+    as ``"name best (round r) / median"``, the largest gap first; ``""``
+    when none is recorded. For a curve that has flattened the gap is the
+    noise the best-round rule picks (on validation: the test at that round
+    need not gain as much); for a curve still falling, its progress."""
     gaps = {}
     for name, entry in entries.items():
         val = [] if entry is None else [v for v in entry.get("val", []) if math.isfinite(v)]
         if not val:
             continue
         best, median = min(val), statistics.median(val[len(val) // 2:])
-        gaps[name] = (1e3 * best, 1e3 * median)
+        at = entry["summary"].get("best_round", "-") if entry is not None else "-"
+        gaps[name] = (1e3 * best, 1e3 * median, at)
     order = sorted(gaps, key=lambda n: gaps[n][0] - gaps[n][1])
-    return ", ".join(f"{n} {gaps[n][0]:.1f} / {gaps[n][1]:.1f}" for n in order)
+    return ", ".join(f"{n} {gaps[n][0]:.1f} (round {gaps[n][2]}) / {gaps[n][1]:.1f}"
+                     for n in order)
 
 
 def traffic_meaning(dataset: str, ours: float | None) -> str:
@@ -2376,12 +2390,16 @@ def chosen_rate(dataset: str, name: str) -> float | None:
 
 #: All 207 METR-LA sensors over the first week (T-GCN's ``los_speed.csv``, 2,016 steps,
 #: missing readings imputed): Table IV's rows where the federation has the paper's 207
-#: clients, since the paper finds the graph helping more with more clients. Its name for
-#: ``--datasets``, its folder, and the rows run there (each at its METR-LA rate).
+#: clients, since the paper finds Panacea's lead over Panacea-GN growing with the number
+#: of clients and suspects small graphs are overfit (Sec. IV-C). Its name for
+#: ``--datasets`` (its runs start only when it is named), its folder, and the rows run
+#: there (each at its METR-LA rate).
 TRAFFIC_WEEK = "metr-la-week"
 TRAFFIC_WEEK_ROOT = "../shared/data/traffic-fragments/t-gcn-los-loop"
 TRAFFIC_WEEK_SENSORS = 207
-TRAFFIC_WEEK_ROWS = ("panacea", "panacea-mlp", "pfedhn")
+#: Validation and test windows per sensor of the week (2,016 steps windowed 12 / 12).
+TRAFFIC_WEEK_WINDOWS = (199, 399)
+TRAFFIC_WEEK_ROWS = ("panacea", "panacea-gn", "panacea-mlp", "pfedhn")
 
 
 def traffic_week_config(variant: str, lr: float, rounds: int | None = None) -> ExperimentConfig:
@@ -2466,14 +2484,17 @@ def traffic_ablation_lines(run_missing: bool, strategies: list[str] | None,
             "at Panacea's chosen "
             "client learning rate, seed 0, test MSE x1e-3 at the best validation round "
             "(mean ± spread across sensors), the section's protocol otherwise; pFedHN (Table "
-            "II's run, at its own rate) beside. Panacea minus Panacea-MLP is what the road "
-            "graph adds; Panacea-MLP minus pFedHN is what Panacea's hypernetwork settings add "
-            "to an MLP hypernetwork (Adam at 0.001 with K_s = 10 regression steps a round, "
-            "embeddings of 100, 3 + 3 layers; pFedHN's code: SGD at 0.01 with one step, "
-            "embeddings of 1 + N/4, 4 + 1 layers). The paper has Panacea-MLP at 3.2 on METR-LA "
-            "against Table II's pFedHN 67.3. It finds Panacea's lead over Panacea-GN growing "
-            "with the number of clients (little on CompCars' 30; \"when the graph is small, "
-            "our framework might overfit the knowledge of the graph\", Sec. IV-C): the "
+            "II's run, at its own rate) beside. On one seed, Panacea minus Panacea-MLP is what "
+            "the road graph adds, to be read against the spread of Panacea's three seeds in "
+            "Table II; Panacea-MLP minus pFedHN is what Panacea's hypernetwork settings add to "
+            "an MLP hypernetwork (Panacea: Adam at 0.001, K_s = 10 regression steps a round on "
+            "the clients' mean, embeddings of 100, 3 + 3 layers; pFedHN's code: SGD at 0.01 "
+            "with momentum 0.9, weight decay 1e-3, gradients clipped at 50 and summed over the "
+            "clients, one step a round, embeddings of 1 + N/4, 4 + 1 layers; each at its own "
+            "client learning rate). The paper has Panacea-MLP at 3.2 on METR-LA against Table "
+            "II's pFedHN 67.3. It finds Panacea's lead over Panacea-GN (the generator's part) "
+            "growing with the number of clients (little on CompCars' 30; \"when the graph is "
+            "small, our framework might overfit the knowledge of the graph\", Sec. IV-C): the "
             f"fragments' graphs have {TRAFFIC_DATA['metr-la'][1]} and "
             f"{TRAFFIC_DATA['pems-bay'][1]} sensors, the paper's 207 and 325. So the last rows "
             f"run on all {TRAFFIC_WEEK_SENSORS} METR-LA sensors, the paper's federation, over "
@@ -2490,19 +2511,21 @@ def traffic_week_rows(run_missing: bool, strategies: list[str] | None,
     (:data:`TRAFFIC_WEEK_ROWS`, each at its METR-LA rate, seed 0,
     :data:`TRAFFIC_RATE_ROUNDS` and 800 rounds), and their reading.
     ``run_missing`` runs the missing ones where ``datasets`` name
-    :data:`TRAFFIC_WEEK` and ``strategies`` the row (``rate_only``: only
-    those of :data:`TRAFFIC_RATE_ROUNDS` rounds)."""
+    :data:`TRAFFIC_WEEK` (``None`` does not) and ``strategies`` the row
+    (``rate_only``: only those of :data:`TRAFFIC_RATE_ROUNDS` rounds)."""
     found: dict[int, dict[str, dict | None]] = {TRAFFIC_RATE_ROUNDS: {},
                                                TRAFFIC_PROTOCOL["rounds"]: {}}
     rows = []
     for variant in TRAFFIC_WEEK_ROWS:
         lr = chosen_rate("metr-la", "pfedhn" if variant == "pfedhn" else "panacea")
-        run_it = (run_missing and (datasets is None or TRAFFIC_WEEK in datasets)
+        # Only when named: a plain run of the section does not add a third dataset.
+        run_it = (run_missing and datasets is not None and TRAFFIC_WEEK in datasets
                   and (strategies is None or variant in strategies))
         for rounds in found:
             if lr is None:
                 found[rounds][variant] = None
-                TRAFFIC_LEFT.append(("metr-la", "panacea", rounds, 0))
+                TRAFFIC_LEFT.append(("metr-la", "pfedhn" if variant == "pfedhn" else "panacea",
+                                     rounds, 0))
                 continue
             cfg = traffic_week_config(variant, lr, rounds=rounds)
             found[rounds][variant] = _traffic_left(cfg, fetch(
@@ -3012,7 +3035,8 @@ def main(argv: list[str] | None = None) -> str:
                         help="run (and cache) without writing a results file")
     parser.add_argument("--datasets", default=None,
                         help="comma list: section O (traffic) runs only these (metr-la, "
-                             "pems-bay)")
+                             "pems-bay; metr-la-week: Table IV's rows on all 207 METR-LA "
+                             "sensors over one week, run only when named)")
     parser.add_argument("--measure-traffic-cost", action="store_true",
                         help="measure section O's CPU seconds per round and per evaluation "
                              "(--datasets, --strategies: default all; --rounds: rounds timed, "
@@ -3025,8 +3049,8 @@ def main(argv: list[str] | None = None) -> str:
                              "gradient (TRAFFIC_EXECUTION), e.g. where no C++ compiler is")
     parser.add_argument("--traffic-rate-choice", action="store_true",
                         help="section O (traffic): run only the missing runs of the plan's "
-                             "rate choice (5 rates x 200 rounds, seed 0), not its 800-round "
-                             "runs")
+                             "rate choice (5 rates x 200 rounds, seed 0) and Table IV's "
+                             "200-round runs, not the 800-round runs")
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)

@@ -122,8 +122,9 @@ class _DCRNNDataset(TrafficDataset):
         self.root = Path(root)
         speed_file = self.root / self.SPEED_FILE
         folders = [] if speed_file.exists() else find_npz_folders(self.root, self.FOLDER)
-        csv_file = self._csv_file(self.root) if not speed_file.exists() and not folders \
-            else None
+        # The CSV (one week for METR-LA) only where the full file is neither there nor asked for.
+        csv_file = (self._csv_file(self.root)
+                    if not speed_file.exists() and not folders and not download else None)
         fetched = False
         if not speed_file.exists() and not folders and csv_file is None:
             fetched = self._ensure_files(download, dict(urls or {}), dict(checksums or {}),
@@ -142,6 +143,8 @@ class _DCRNNDataset(TrafficDataset):
         elif csv_file is not None:
             table = read_speed_csv(csv_file, start or self.START)
             info["source"] = f"{self.SOURCE}, the speed table {csv_file}"
+            log.info("%s: no %s or npz windows in %s; reading %s (%d steps)", self.NAME,
+                     self.SPEED_FILE, self.root, csv_file.name, table.speed.shape[0])
             order, where = table.sensor_ids, str(csv_file)
         else:
             if verify and not fetched:

@@ -608,7 +608,8 @@ def read_speed_csv(path: PathLike, start: str, step_minutes: int = 5) -> SpeedTa
     2012-03-01, missing readings imputed, so none is ``0``).
 
     Only numbers are parsed (:func:`numpy.loadtxt`); a file with another
-    layout, a non-numeric cell or a ragged row is refused with a one-line
+    layout, a non-numeric cell, a ragged row, a sensor named twice or a
+    speed that is negative or not finite is refused with a one-line
     :class:`ValueError` naming the file.
 
     Args:
@@ -625,24 +626,40 @@ def read_speed_csv(path: PathLike, start: str, step_minutes: int = 5) -> SpeedTa
     if not path.is_file():
         raise ValueError(f"{path} not found: expected a CSV of speeds there (a header of "
                          "sensor ids, one row per step), e.g. T-GCN's los_speed.csv")
-    with path.open(encoding="utf-8") as f:
-        header = f.readline().strip()
+    try:
+        with path.open(encoding="utf-8-sig") as f:  # a byte-order mark is not part of an id
+            header = f.readline().strip()
+        with warnings.catch_warnings():  # an empty table is refused below, in our words
+            warnings.simplefilter("ignore", UserWarning)
+            speed = np.loadtxt(path, delimiter=",", skiprows=1, dtype=np.float64, ndmin=2,
+                               encoding="utf-8-sig")
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is not a text file (not UTF-8); expected a CSV of speeds "
+                         "(a header of sensor ids, one row per step)") from None
+    except ValueError as err:
+        ids = [c.strip() for c in header.split(",")]
+        if not header or not all(ids):
+            raise ValueError(f"{path}: the first line must name the sensors (comma-separated "
+                             f"ids), got {header[:60]!r}") from None
+        raise ValueError(f"{path}: not a table of numbers after the header ({one_line(err)}; "
+                         "numpy counts rows from the first after the header, from 0)") from None
     ids = [c.strip() for c in header.split(",")]
     if not header or not all(ids):
         raise ValueError(f"{path}: the first line must name the sensors (comma-separated "
                          f"ids), got {header[:60]!r}")
-    try:
-        with warnings.catch_warnings():  # an empty table is refused below, in our words
-            warnings.simplefilter("ignore", UserWarning)
-            speed = np.loadtxt(path, delimiter=",", skiprows=1, dtype=np.float64, ndmin=2)
-    except ValueError as err:
-        raise ValueError(f"{path}: not a table of numbers after the header "
-                         f"({one_line(err)})") from None
+    if len(set(ids)) != len(ids):
+        twice = sorted({i for i in ids if ids.count(i) > 1})
+        raise ValueError(f"{path}: the header names sensors more than once: {twice[:5]}")
     if speed.shape[0] == 0:
         raise ValueError(f"{path}: no rows of speeds after the header")
     if speed.shape[1] != len(ids):
         raise ValueError(f"{path}: {speed.shape[1]} columns of speeds for {len(ids)} sensor "
                          "ids in the header")
+    bad = ~np.isfinite(speed) | (speed < 0)
+    if bad.any():
+        row, col = (int(k) for k in np.argwhere(bad)[0])
+        raise ValueError(f"{path}: {int(bad.sum())} speeds are not finite non-negative numbers, "
+                         f"the first {speed[row, col]} of sensor {ids[col]} on line {row + 2}")
     step = np.timedelta64(step_minutes, "m")
     timestamps = np.datetime64(start, "ns") + step * np.arange(speed.shape[0])
     return SpeedTable(timestamps, speed, ids, {"source": str(path)})

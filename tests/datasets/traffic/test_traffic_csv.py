@@ -109,3 +109,42 @@ def test_the_real_week_of_all_207_sensors_agrees_with_dcrnns_fragment():
     seen = dcrnn > 0
     assert seen.mean() > 0.9
     assert np.abs(week.speed[seen] - dcrnn[seen]).max() < 1e-3
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_id(tmp_path, some_sensors):
+    ids, speed = some_sensors
+    path = write_csv(tmp_path / "s.csv", ids, speed)
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    assert read_speed_csv(path, "2012-03-01").sensor_ids == ids
+
+
+@pytest.mark.parametrize("content, says", [
+    (b"\xff\xfe\x00b\x00i\x00n", "is not a text file (not UTF-8)"),
+    (b"773869,773869,767542\n1,2,3\n", "the header names sensors more than once: ['773869']"),
+    (b"773869,767541,767542\n1,2,3\n4,nan,6\n", "1 speeds are not finite non-negative numbers, "
+                                                "the first nan of sensor 767541 on line 3"),
+    (b"773869,767541,767542\n1,2,-3\n", "the first -3.0 of sensor 767542 on line 2"),
+])
+def test_bad_bytes_ids_or_speeds_are_refused_in_one_line_naming_the_file(tmp_path, content,
+                                                                         says):
+    path = tmp_path / "los_speed.csv"
+    path.write_bytes(content)
+    with pytest.raises(ValueError) as err:
+        read_speed_csv(path, "2012-03-01")
+    message = str(err.value)
+    assert "\n" not in message and str(path) in message and says in message
+
+
+def test_asking_for_the_download_does_not_settle_for_the_csv(tmp_path, some_sensors):
+    ids, speed = some_sensors
+    write_csv(tmp_path / "los_speed.csv", ids, speed)
+    fetched = []
+
+    def fetch(url, dest):  # what download=True would bring: refused here by its checksum
+        fetched.append(url)
+        dest.write_bytes(b"not the file")
+
+    with pytest.raises(ValueError, match="sha256"):
+        METRLA(tmp_path, download=True, urls={"metr-la.h5": "https://example.org/metr-la.h5"},
+               fetch=fetch)
+    assert fetched == ["https://example.org/metr-la.h5"]
