@@ -396,8 +396,11 @@ def test_the_queue_holds_one_line_per_dataset_and_strategy_of_the_plan(claims):
                for line in lines if "--traffic-reduced" not in line
                and "--traffic-rate-choice" not in line]
     variants = ",".join(v for v in claims.TRAFFIC_ABLATION if v != "panacea")
-    assert sorted(planned) == sorted((d, s) for d in claims.TRAFFIC_DATA
-                                     for s in (*claims.TRAFFIC_STRATEGIES, variants))
+    week = [s for d, s in planned if d == claims.TRAFFIC_WEEK]
+    assert sorted(p for p in planned if p[0] != claims.TRAFFIC_WEEK) == sorted(
+        (d, s) for d in claims.TRAFFIC_DATA for s in (*claims.TRAFFIC_STRATEGIES, variants))
+    # The week's rows, each once over its lines.
+    assert sorted(r for s in week for r in s.split(",")) == sorted(claims.TRAFFIC_WEEK_ROWS)
 
 
 def test_sensor_wins_count_the_sensors_where_one_is_below_the_other(claims):
