@@ -1736,8 +1736,7 @@ def traffic_plan_hours(cost: dict[str, dict[str, list[float]]]) -> list[str]:
                  / (TRAFFIC_DATA["metr-la"][1] * sum(TRAFFIC_EVAL_WINDOWS["metr-la"])))
         ablation[f"the week of all {TRAFFIC_WEEK_SENSORS} sensors"] = sum(
             traffic_run_hours(metr[s][0], metr[s][1] * scale, r, val / (val + test))
-            for v in TRAFFIC_WEEK_ROWS for s in ("pfedhn" if v == "pfedhn" else "panacea",)
-            for r in (TRAFFIC_RATE_ROUNDS, full))
+            for s in map(_week_strategy, TRAFFIC_WEEK_ROWS) for r in (TRAFFIC_RATE_ROUNDS, full))
     extra = sum(ablation.values())
     return [*rows, "", f"Total: {grand:.1f} CPU hours of one core"
             + (", estimated rows included." if estimated else "."),
@@ -2416,6 +2415,23 @@ def traffic_week_config(variant: str, lr: float, rounds: int | None = None) -> E
                                    "test_at": "best"})
 
 
+#: Where pFedHN's row of Table IV reads the prior graph.
+PFEDHN_WHERE = "nowhere (pFedHN's MLP and update)"
+
+
+def _week_strategy(row: str) -> str:
+    r"""The strategy a row of :data:`TRAFFIC_WEEK_ROWS` runs (Panacea's variants run
+    ``panacea``)."""
+    return "pfedhn" if row == "pfedhn" else "panacea"
+
+
+def _rounds_cells(found: dict[int, dict[str, dict | None]], row: str) -> str:
+    r"""Table IV's cells of ``row``: its record after each number of rounds
+    of ``found`` (rounds -> row -> record), as :func:`traffic_cell` gives them."""
+    return " | ".join(traffic_cell(None if runs[row] is None else [runs[row]])
+                      for runs in found.values())
+
+
 def traffic_ablation_lines(run_missing: bool, strategies: list[str] | None,
                            datasets: list[str] | None, rate_only: bool = False) -> list[str]:
     r"""Panacea's Table IV on the recorded speeds: Panacea, Panacea-GN (no
@@ -2459,20 +2475,16 @@ def traffic_ablation_lines(run_missing: bool, strategies: list[str] | None,
             paper = PANACEA_TRAFFIC_T4[dataset][variant]
             rows.append(f"| {dataset} | {variant} | {where} | "
                         f"{'pending' if lr is None else lr} | {paper[0]:.1f} ± {paper[1]:.1f} | "
-                        + " | ".join(traffic_cell(None if runs[variant] is None
-                                                  else [runs[variant]])
-                                     for runs in found.values()) + " |")
+                        f"{_rounds_cells(found, variant)} |")
         hn_lr = chosen_rate(dataset, "pfedhn")
         for rounds in found:
             found[rounds]["pfedhn"] = None if hn_lr is None else RUNS.load(
                 traffic_config(dataset, "pfedhn", hn_lr,
                                rounds=None if rounds == TRAFFIC_PROTOCOL["rounds"] else rounds))
         paper = PANACEA_TRAFFIC_T2[dataset]["pfedhn"]
-        rows.append(f"| {dataset} | pfedhn (Table II) | nowhere (pFedHN's MLP and update) | "
+        rows.append(f"| {dataset} | pfedhn (Table II) | {PFEDHN_WHERE} | "
                     f"{'pending' if hn_lr is None else hn_lr} | {paper[0]:.1f} ± {paper[1]:.1f} "
-                    "(Table II) | " + " | ".join(
-                        traffic_cell(None if runs["pfedhn"] is None else [runs["pfedhn"]])
-                        for runs in found.values()) + " |")
+                    f"(Table II) | {_rounds_cells(found, 'pfedhn')} |")
         readings.append(f"- {TRAFFIC_NAMES[dataset]}: {traffic_ablation_reading(dataset, found)}")
     week_rows, week_reading = traffic_week_rows(run_missing, strategies, datasets, rate_only)
     rows += week_rows
@@ -2517,33 +2529,28 @@ def traffic_week_rows(run_missing: bool, strategies: list[str] | None,
                                                TRAFFIC_PROTOCOL["rounds"]: {}}
     rows = []
     for variant in TRAFFIC_WEEK_ROWS:
-        lr = chosen_rate("metr-la", "pfedhn" if variant == "pfedhn" else "panacea")
+        lr = chosen_rate("metr-la", _week_strategy(variant))
         # Only when named: a plain run of the section does not add a third dataset.
         run_it = (run_missing and datasets is not None and TRAFFIC_WEEK in datasets
                   and (strategies is None or variant in strategies))
         for rounds in found:
             if lr is None:
                 found[rounds][variant] = None
-                TRAFFIC_LEFT.append(("metr-la", "pfedhn" if variant == "pfedhn" else "panacea",
-                                     rounds, 0))
+                TRAFFIC_LEFT.append(("metr-la", _week_strategy(variant), rounds, 0))
                 continue
             cfg = traffic_week_config(variant, lr, rounds=rounds)
             found[rounds][variant] = _traffic_left(cfg, fetch(
                 cfg, run_it and (rounds == TRAFFIC_RATE_ROUNDS or not rate_only), "traffic",
                 f"{TRAFFIC_WEEK} {variant} (Table IV, 207 sensors), client lr {lr}, seed 0, "
-                f"{rounds} rounds", f"--only traffic --datasets {TRAFFIC_WEEK} "
-                f"--strategies {variant}"))
+                f"{rounds} rounds", _traffic_args(TRAFFIC_WEEK, variant)))
         if lr is None:
             PENDING.setdefault("traffic", []).append(
                 (f"{TRAFFIC_WEEK} {variant} (Table IV, 207 sensors), after its METR-LA rate "
-                 "choice", f"{COMMAND} --only traffic --datasets {TRAFFIC_WEEK} --strategies "
-                 f"{variant}", None))
-        where = ("nowhere (pFedHN's MLP and update)" if variant == "pfedhn"
-                 else TRAFFIC_ABLATION[variant][1])
+                 "choice", f"{COMMAND} {_traffic_args(TRAFFIC_WEEK, variant)}", None))
+        where = PFEDHN_WHERE if variant == "pfedhn" else TRAFFIC_ABLATION[variant][1]
         rows.append(f"| metr-la, all {TRAFFIC_WEEK_SENSORS} sensors, first week | {variant} | "
-                    f"{where} | {'pending' if lr is None else lr} | - | " + " | ".join(
-                        traffic_cell(None if runs[variant] is None else [runs[variant]])
-                        for runs in found.values()) + " |")
+                    f"{where} | {'pending' if lr is None else lr} | - | "
+                    f"{_rounds_cells(found, variant)} |")
     return rows, (f"- METR-LA, all {TRAFFIC_WEEK_SENSORS} sensors, first week: "
                   + traffic_ablation_reading(None, found))
 

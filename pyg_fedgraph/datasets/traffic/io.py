@@ -626,23 +626,13 @@ def read_speed_csv(path: PathLike, start: str, step_minutes: int = 5) -> SpeedTa
     if not path.is_file():
         raise ValueError(f"{path} not found: expected a CSV of speeds there (a header of "
                          "sensor ids, one row per step), e.g. T-GCN's los_speed.csv")
+    not_text = (f"{path} is not a text file (not UTF-8); expected a CSV of speeds (a header "
+                "of sensor ids, one row per step)")
     try:
         with path.open(encoding="utf-8-sig") as f:  # a byte-order mark is not part of an id
             header = f.readline().strip()
-        with warnings.catch_warnings():  # an empty table is refused below, in our words
-            warnings.simplefilter("ignore", UserWarning)
-            speed = np.loadtxt(path, delimiter=",", skiprows=1, dtype=np.float64, ndmin=2,
-                               encoding="utf-8-sig")
     except UnicodeDecodeError:
-        raise ValueError(f"{path} is not a text file (not UTF-8); expected a CSV of speeds "
-                         "(a header of sensor ids, one row per step)") from None
-    except ValueError as err:
-        ids = [c.strip() for c in header.split(",")]
-        if not header or not all(ids):
-            raise ValueError(f"{path}: the first line must name the sensors (comma-separated "
-                             f"ids), got {header[:60]!r}") from None
-        raise ValueError(f"{path}: not a table of numbers after the header ({one_line(err)}; "
-                         "numpy counts rows from the first after the header, from 0)") from None
+        raise ValueError(not_text) from None
     ids = [c.strip() for c in header.split(",")]
     if not header or not all(ids):
         raise ValueError(f"{path}: the first line must name the sensors (comma-separated "
@@ -650,6 +640,16 @@ def read_speed_csv(path: PathLike, start: str, step_minutes: int = 5) -> SpeedTa
     if len(set(ids)) != len(ids):
         twice = sorted({i for i in ids if ids.count(i) > 1})
         raise ValueError(f"{path}: the header names sensors more than once: {twice[:5]}")
+    try:
+        with warnings.catch_warnings():  # an empty table is refused below, in our words
+            warnings.simplefilter("ignore", UserWarning)
+            speed = np.loadtxt(path, delimiter=",", skiprows=1, dtype=np.float64, ndmin=2,
+                               encoding="utf-8-sig")
+    except UnicodeDecodeError:
+        raise ValueError(not_text) from None
+    except ValueError as err:
+        raise ValueError(f"{path}: not a table of numbers after the header ({one_line(err)}; "
+                         "numpy counts rows from the first after the header, from 0)") from None
     if speed.shape[0] == 0:
         raise ValueError(f"{path}: no rows of speeds after the header")
     if speed.shape[1] != len(ids):
