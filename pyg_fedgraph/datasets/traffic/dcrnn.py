@@ -103,6 +103,8 @@ class _DCRNNDataset(TrafficDataset):
     #: A speed table as CSV, read when neither the speed file nor npz windows
     #: are there (:func:`read_speed_csv`); ``""``: none.
     CSV_FILE = ""
+    #: Who publishes :attr:`CSV_FILE`, for messages.
+    CSV_SOURCE = ""
     GRAPH_FILE = ""
     FOLDER = ""
     START = ""
@@ -169,6 +171,17 @@ class _DCRNNDataset(TrafficDataset):
         root = Path(root)
         return ((root / cls.SPEED_FILE).exists() or bool(find_npz_folders(root, cls.FOLDER))
                 or cls._csv_file(root) is not None)
+
+    @classmethod
+    def _other_sources(cls, root: Path) -> str:
+        r"""The speed files other than :attr:`SPEED_FILE` that ``root`` could
+        hold, for the message that finds none of them: DCRNN's npz windows
+        and, where the dataset reads one, its speed CSV (:attr:`CSV_FILE`)."""
+        text = (f"nor DCRNN's train.npz, val.npz and test.npz in {root} or its {cls.FOLDER} "
+                f"folder")
+        if cls.CSV_FILE:
+            text += f", nor {cls.CSV_FILE} ({cls.CSV_SOURCE}) in {root}"
+        return text
 
     @classmethod
     def _csv_file(cls, root: Path) -> Path | None:
@@ -259,8 +272,8 @@ class _DCRNNDataset(TrafficDataset):
                 continue
             if not download:
                 raise ValueError(
-                    f"{path} not found, nor DCRNN's train.npz, val.npz and test.npz in "
-                    f"{self.root} or its {self.FOLDER} folder: save DCRNN's {res.name} there (its "
+                    f"{path} not found, {self._other_sources(self.root)}: save DCRNN's "
+                    f"{res.name} there (its "
                     f"README, github.com/liyaguang/DCRNN, links it), or download it with "
                     f"download=True (command line: --set data.download=true)")
             url, sha = urls.get(res.name, res.url), checksums.get(res.name, res.sha256)
@@ -352,6 +365,7 @@ class METRLA(_DCRNNDataset):
     SPEED_FILE = "metr-la.h5"
     #: T-GCN's table of all 207 sensors over the first week (lehaifeng/T-GCN).
     CSV_FILE = "los_speed.csv"
+    CSV_SOURCE = "T-GCN's week of all 207 sensors, github.com/lehaifeng/T-GCN"
     GRAPH_FILE = "adj_mx.pkl"
     FOLDER = "METR-LA"
     START = "2012-03-01"
@@ -396,11 +410,11 @@ def _traffic_builder(cls: type[_DCRNNDataset], root: PathLike | None,
                        num_sensors=num_sensors, verify=verify, **kwargs)
         if graph_path is None and not (root / cls.GRAPH_FILE).exists():
             raise ValueError(
-                f"{root / cls.SPEED_FILE} not found, nor DCRNN's train.npz, val.npz and "
-                f"test.npz in {root} or its {cls.FOLDER} folder: save DCRNN's {cls.SPEED_FILE} "
-                f"or npz files there for recorded speeds (the Google Drive / Baidu links of "
-                f"DCRNN's README, github.com/liyaguang/DCRNN), or give no root (command line: "
-                f"leave out --set data.root=DIR) for synthetic speeds on the bundled road graph")
+                f"{root / cls.SPEED_FILE} not found, {cls._other_sources(root)}: save "
+                f"DCRNN's {cls.SPEED_FILE} or npz files there for recorded speeds (the Google "
+                f"Drive / Baidu links of DCRNN's README, github.com/liyaguang/DCRNN), or give no "
+                f"root (command line: leave out --set data.root=DIR) for synthetic speeds on the "
+                f"bundled road graph")
         if graph_path is None:  # a root with only the graph: synthetic speeds on it
             graph_path = root
     graph_ids, adj, graph = cls.road_graph(graph_path)

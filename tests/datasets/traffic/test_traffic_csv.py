@@ -148,3 +148,22 @@ def test_asking_for_the_download_does_not_settle_for_the_csv(tmp_path, some_sens
         METRLA(tmp_path, download=True, urls={"metr-la.h5": "https://example.org/metr-la.h5"},
                fetch=fetch)
     assert fetched == ["https://example.org/metr-la.h5"]
+
+
+def test_an_empty_root_names_the_csv_among_the_files_it_looked_for(tmp_path):
+    r"""METR-LA's message lists the CSV as a third source; PEMS-BAY, which reads
+    none, does not mention one; the command line's builder says the same."""
+    from pyg_fedgraph.datasets.traffic import PEMSBAY
+
+    with pytest.raises(ValueError) as err:
+        METRLA(tmp_path)
+    message = str(err.value)
+    assert "metr-la.h5 not found, nor DCRNN's train.npz" in message
+    assert "nor los_speed.csv (T-GCN's week of all 207 sensors" in message
+    assert "\n" not in message
+    with pytest.raises(ValueError) as err:
+        PEMSBAY(tmp_path)
+    assert ".csv" not in str(err.value)
+    with pytest.raises(ValueError, match=r"nor los_speed.csv \(T-GCN's .*\) in .*: save "
+                                         r"DCRNN's metr-la.h5 or npz files"):
+        load_dataset("metr-la", root=tmp_path)
