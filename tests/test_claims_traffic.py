@@ -28,15 +28,16 @@ def claims(claims, monkeypatch, tmp_path):
 
 
 def write(records: Path, cfg, summary: dict | None = None, metrics: dict | None = None,
-          novel: dict | None = None) -> None:
-    r"""A record of ``cfg`` as the cache writes them (numbers made up for the test)."""
+          novel: dict | None = None, val: list[float] | None = None) -> None:
+    r"""A record of ``cfg`` as the cache writes them (numbers made up for the test;
+    ``val``: its validation curve)."""
     from pyg_fedgraph.experiment.records import config_key
     from pyg_fedgraph.experiment.runner import plain_settings
 
     records.mkdir(parents=True, exist_ok=True)
     entry = {"config": plain_settings(cfg.to_dict()), "seconds": 1.0, "cpu_seconds": 1.0,
              "load": [0.0, 0.0],
-             "date": "today", "val": [], "test": [], "summary": summary or {},
+             "date": "today", "val": val or [], "test": [], "summary": summary or {},
              "test_client_metrics": metrics or {}}
     if novel is not None:
         entry["novel_client_metrics"] = novel
@@ -699,3 +700,64 @@ def test_the_week_rows_run_on_all_207_sensors_at_their_metr_la_rates(claims, rec
     assert ran == []
     claims.traffic_week_rows(True, ["panacea-mlp"], ["metr-la-week"])
     assert [(c.rounds, c.overrides["encoder"]) for c in ran] == [(800, "mlp")]
+
+
+def test_table_iv_reads_the_longer_runs_pairs_before_all_are_in_and_draws_the_curves(
+        claims, records):
+    # The week: Panacea's and pFedHN's METR-LA rates, the four 200-round rows, and of the
+    # 800-round ones all but Panacea-MLP's, with validation curves (every 20 rounds).
+    for name, best in (("panacea", 0.1), ("pfedhn", 0.03)):
+        for lr in claims.PANACEA_LR_GRID:
+            write(records, claims.traffic_config("metr-la", name, lr, rounds=200),
+                  {"val_best": 0.2 if lr == best else 0.5})
+    short = {"panacea": [0.1, 0.2, 0.6], "panacea-gn": [0.3, 0.1, 0.5],
+             "panacea-mlp": [0.2, 0.3, 0.4], "pfedhn": [0.1, 0.4, 0.3]}
+    for name, mse in short.items():
+        write(records, claims.traffic_week_config(name, 0.03 if name == "pfedhn" else 0.1,
+                                                  rounds=200),
+              {"best_round": 20}, metrics=mph(mse), val=[0.30, 0.32])
+    # 800 rounds: Panacea peaks early and wobbles (best 0.25 at round 20, second half's
+    # median of 0.40, 0.80 is 0.60); Panacea-GN keeps falling (0.20 at its last round).
+    curves = {"panacea": ([0.25, 0.30, 0.40, 0.80], 20, [0.5, 0.4, 0.6]),
+              "panacea-gn": ([0.35, 0.30, 0.25, 0.20], 80, [0.2, 0.5, 0.2]),
+              "pfedhn": ([0.40, 0.30, 0.30, 0.28], 80, [0.3, 0.3, 0.3])}
+    for name, (val, at, mse) in curves.items():
+        write(records, claims.traffic_week_config(name, 0.03 if name == "pfedhn" else 0.1),
+              {"best_round": at}, metrics=mph(mse), val=val)
+    lines = claims.traffic_ablation_lines(False, None, None)
+    (reading,) = [line for line in lines if line.startswith("- METR-LA, all 207")]
+    # By hand: Panacea 500.0 against Panacea-GN 300.0 at 800 rounds, below on 1 of 3
+    # sensors (0.4 < 0.5); the 200-round runs' reading as before; each row's curve in its
+    # longest run, the largest gap between best and late median first.
+    assert reading == (
+        "- METR-LA, all 207 sensors, first week: after 800 rounds (seed 0): the generator's, "
+        "panacea 500.0 against panacea-gn 300.0, panacea below on 1/3 sensors (panacea-mlp "
+        "pending). After 200 rounds (seed 0): the graph's part, panacea 300.0 against "
+        "panacea-mlp 300.0, panacea below on 2/3 sensors (+0.0 without it); the generator's, "
+        "panacea 300.0 against panacea-gn 300.0, panacea below on 1/3 sensors; the "
+        "hypernetwork settings', panacea-mlp 300.0 against pfedhn 266.7, panacea-mlp below on "
+        "1/3 sensors. Validation MSE x1e-3 at the best round (which) against the median of "
+        "the second half's evaluations, in each row's longest run (800 rounds: panacea, "
+        "panacea-gn, pfedhn; 200 rounds: panacea-mlp): panacea 250.0 (round 20) / 600.0, "
+        "panacea-gn 200.0 (round 80) / 225.0, panacea-mlp 300.0 (round 20) / 320.0, pfedhn "
+        "280.0 (round 80) / 290.0.")
+    assert "![Validation curves of Table IV's rows](claims_traffic_table4.png)" in lines
+    fig = claims.traffic_t4_figure(claims.TRAFFIC_T4_FOUND)
+    try:
+        assert [ax.get_title() for ax in fig.axes] == [
+            "METR-LA, 20 sensors", "PEMS-BAY, 67 sensors", "METR-LA, all 207 sensors, first week"]
+        week = fig.axes[-1]
+        assert week.get_title() == "METR-LA, all 207 sensors, first week"
+        lines = {line.get_label(): line for line in week.lines}
+        assert list(lines) == ["panacea", "panacea-gn", "panacea-mlp", "pfedhn"]
+        assert lines["panacea"].get_xdata().tolist() == [20, 40, 60, 80]
+        assert lines["panacea"].get_ydata().tolist() == pytest.approx([250, 300, 400, 800])
+        assert lines["panacea-mlp"].get_xdata().tolist() == [20, 40]  # its 200-round run
+        assert not fig.axes[0].lines and fig.axes[0].texts[0].get_text() == (
+            "no run recorded yet")
+    finally:
+        import matplotlib.pyplot as plt
+        plt.close(fig)
+    claims.TRAFFIC_T4_FOUND.clear()
+    claims.TRAFFIC_T4_FOUND["METR-LA, 20 sensors"] = {200: {"panacea": None}}
+    assert claims.traffic_t4_figure(claims.TRAFFIC_T4_FOUND) is None

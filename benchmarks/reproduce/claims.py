@@ -2446,6 +2446,7 @@ def traffic_ablation_lines(run_missing: bool, strategies: list[str] | None,
             f"{TRAFFIC_RATE_ROUNDS} rounds | ours, {TRAFFIC_PROTOCOL['rounds']} rounds |",
             "|---|---|---|---:|---:|---:|---:|"]
     readings = []
+    TRAFFIC_T4_FOUND.clear()  # filled again below and by traffic_week_rows
     for dataset in TRAFFIC_DATA:
         lr = chosen_rate(dataset, "panacea")
         found: dict[int, dict[str, dict | None]] = {TRAFFIC_RATE_ROUNDS: {},
@@ -2486,6 +2487,7 @@ def traffic_ablation_lines(run_missing: bool, strategies: list[str] | None,
                     f"{'pending' if hn_lr is None else hn_lr} | {paper[0]:.1f} ± {paper[1]:.1f} "
                     f"(Table II) | {_rounds_cells(found, 'pfedhn')} |")
         readings.append(f"- {TRAFFIC_NAMES[dataset]}: {traffic_ablation_reading(dataset, found)}")
+        TRAFFIC_T4_FOUND[f"{TRAFFIC_NAMES[dataset]}, {TRAFFIC_DATA[dataset][1]} sensors"] = found
     week_rows, week_reading = traffic_week_rows(run_missing, strategies, datasets, rate_only)
     rows += week_rows
     readings.append(week_reading)
@@ -2513,7 +2515,11 @@ def traffic_ablation_lines(run_missing: bool, strategies: list[str] | None,
             "the one week of them these machines hold (T-GCN's `los_speed.csv`, 2,016 steps "
             "from March 1, missing readings imputed: 1,395 / 199 / 399 windows a sensor, 5 "
             "sensors a round, so a sensor trains about once in 41 rounds), each at its "
-            "METR-LA rate.", "", *rows, "", *readings, ""]
+            "METR-LA rate.", "", *rows, "", *readings, "",
+            f"![Validation curves of Table IV's rows]({TRAFFIC_T4_FIGURE})", "",
+            f"`{TRAFFIC_T4_FIGURE}` (written with this file): each row's mean validation MSE "
+            "over the sensors at every evaluated round of its longest recorded run, one panel "
+            "per dataset.", ""]
 
 
 def traffic_week_rows(run_missing: bool, strategies: list[str] | None,
@@ -2551,47 +2557,125 @@ def traffic_week_rows(run_missing: bool, strategies: list[str] | None,
         rows.append(f"| metr-la, all {TRAFFIC_WEEK_SENSORS} sensors, first week | {variant} | "
                     f"{where} | {'pending' if lr is None else lr} | - | "
                     f"{_rounds_cells(found, variant)} |")
+    TRAFFIC_T4_FOUND[f"METR-LA, all {TRAFFIC_WEEK_SENSORS} sensors, first week"] = found
     return rows, (f"- METR-LA, all {TRAFFIC_WEEK_SENSORS} sensors, first week: "
                   + traffic_ablation_reading(None, found))
 
 
-def traffic_ablation_reading(dataset: str | None,
-                             found: dict[int, dict[str, dict | None]]) -> str:
-    r"""The reading of one dataset's Table IV rows from ``found`` (rounds ->
-    variant or ``pfedhn`` -> record): the 800-round runs' when all are in,
-    else the 200-round runs'; ``"pending"`` while neither is complete. Each
-    difference whose two rows are there: the graph's (Panacea against
-    Panacea-MLP), the generator's (against Panacea-GN) and the hypernetwork
-    settings' (Panacea-MLP against pFedHN); then the paper's figures of
-    ``dataset`` (none for ``None``)."""
-    for rounds in sorted(found, reverse=True):
-        runs = found[rounds]
-        if all(e is not None for e in runs.values()):
-            break
-    else:
-        return "pending (runs missing)."
-    mean = {k: 1e3 * (traffic_mean([e]) or math.nan) for k, e in runs.items()
-            if e is not None}
+def _t4_differences(runs: dict[str, dict | None]) -> list[str]:
+    r"""Table IV's differences whose two rows ``runs`` (row -> record) holds:
+    the graph's (Panacea against Panacea-MLP), the generator's (against
+    Panacea-GN) and the hypernetwork settings' (Panacea-MLP against pFedHN),
+    each as the two mean test MSEs (x1e-3) and the sensors where the first is
+    below."""
+    mean = {k: 1e3 * (traffic_mean([e]) or math.nan) for k, e in runs.items() if e is not None}
 
     def versus(a: str, b: str) -> str:
         return (f"{a} {mean[a]:.1f} against {b} {mean[b]:.1f}, {a} below on "
                 f"{sensors_below(runs[a], runs[b], a, b)} sensors")  # type: ignore[arg-type]
 
     parts = []
-    if "panacea-mlp" in runs:
+    if {"panacea", "panacea-mlp"} <= mean.keys():
         parts.append(f"the graph's part, {versus('panacea', 'panacea-mlp')} "
                      f"({mean['panacea-mlp'] - mean['panacea']:+.1f} without it)")
-    if "panacea-gn" in runs:
+    if {"panacea", "panacea-gn"} <= mean.keys():
         parts.append(f"the generator's, {versus('panacea', 'panacea-gn')}")
-    if "panacea-mlp" in runs and "pfedhn" in runs:
+    if {"panacea-mlp", "pfedhn"} <= mean.keys():
         parts.append(f"the hypernetwork settings', {versus('panacea-mlp', 'pfedhn')}")
-    text = f"after {rounds} rounds (seed 0): " + "; ".join(parts) + "."
+    return parts
+
+
+def traffic_ablation_reading(dataset: str | None,
+                             found: dict[int, dict[str, dict | None]]) -> str:
+    r"""The reading of one dataset's Table IV rows from ``found`` (rounds ->
+    variant or ``pfedhn`` -> record): for each number of rounds, the most
+    first, down to the first whose rows are all in (``"pending"`` while
+    none has a difference to give), each difference whose two rows are
+    there: the graph's (Panacea against Panacea-MLP), the generator's
+    (against Panacea-GN) and the hypernetwork settings' (Panacea-MLP against
+    pFedHN), the rows still missing named; then each row's validation curve
+    (:func:`traffic_val_selection`) in its longest run; then the paper's
+    figures of ``dataset`` (none for ``None``)."""
+    segments = []
+    for rounds in sorted(found, reverse=True):
+        runs = found[rounds]
+        parts = _t4_differences(runs)
+        missing = [k for k, e in runs.items() if e is None]
+        if parts:
+            segments.append(f"after {rounds} rounds (seed 0): " + "; ".join(parts)
+                            + (f" ({', '.join(missing)} pending)" if missing else "") + ".")
+        if not missing:
+            break
+    if not segments:
+        return "pending (runs missing)."
+    text = " ".join([segments[0], *(seg[0].upper() + seg[1:] for seg in segments[1:])])
+    longest = {row: next(((rounds, runs[row]) for rounds, runs in
+                          sorted(found.items(), reverse=True) if runs.get(row) is not None),
+                         (0, None))
+               for row in next(iter(found.values()))}
+    if curves := traffic_val_selection({row: e for row, (_, e) in longest.items()}):
+        lengths: dict[int, list[str]] = {}
+        for row, (rounds, entry) in longest.items():
+            if entry is not None:
+                lengths.setdefault(rounds, []).append(row)
+        text += (" Validation MSE x1e-3 at the best round (which) against the median of the "
+                 "second half's evaluations, in each row's longest run ("
+                 + "; ".join(f"{rounds} rounds: {', '.join(rows)}"
+                             for rounds, rows in sorted(lengths.items(), reverse=True))
+                 + f"): {curves}.")
     if dataset is not None:
         paper = PANACEA_TRAFFIC_T4[dataset]
         text += (f" The paper: panacea {paper['panacea'][0]:.1f}, panacea-gn "
                  f"{paper['panacea-gn'][0]:.1f}, panacea-mlp {paper['panacea-mlp'][0]:.1f}, "
                  f"pfedhn {PANACEA_TRAFFIC_T2[dataset]['pfedhn'][0]:.1f} (Table II).")
     return text
+
+
+#: Table IV's records as the last rebuild read them, for the figure: a panel's
+#: title -> rounds -> row -> record (:func:`traffic_ablation_lines` fills it).
+TRAFFIC_T4_FOUND: dict[str, dict[int, dict[str, dict | None]]] = {}
+#: The figure of Table IV's validation curves, written beside ``claims.md``.
+TRAFFIC_T4_FIGURE = "claims_traffic_table4.png"
+
+
+def traffic_t4_figure(panels: dict[str, dict[int, dict[str, dict | None]]]):
+    r"""Table IV as curves: per panel (dataset) of ``panels`` (title ->
+    rounds -> row -> record), each row's mean validation MSE over the sensors
+    (x1e-3) at each evaluated round of its longest recorded run (the record's
+    ``val``, one value every ``eval_every`` rounds); :obj:`None` when no row
+    has a curve."""
+    from pyg_fedgraph.viz import _plt
+
+    plt = _plt()
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 4.0), squeeze=False)
+    drawn = False
+    for ax, (title, found) in zip(axes[0], panels.items(), strict=True):
+        for colour, row in enumerate(next(iter(found.values()), {})):
+            entry = next((runs[row] for _, runs in sorted(found.items(), reverse=True)
+                          if runs.get(row) is not None), None)
+            val = [] if entry is None else entry.get("val", [])
+            if not val:
+                continue
+            every = int(entry["config"]["overrides"].get("eval_every", 1))
+            ax.plot([every * (k + 1) for k in range(len(val))], [1e3 * v for v in val],
+                    color=f"C{colour}", linewidth=1.2, label=row)
+            drawn = True
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("round")
+        ax.grid(alpha=0.3)
+        if ax.lines:
+            ax.legend(fontsize=8, frameon=False)
+        else:
+            ax.text(0.5, 0.5, "no run recorded yet", ha="center", va="center",
+                    transform=ax.transAxes, color="0.4")
+    if not drawn:
+        plt.close(fig)
+        return None
+    axes[0][0].set_ylabel("validation MSE x1e-3, mean over sensors")
+    fig.suptitle("Panacea's Table IV on recorded speeds: validation curves (seed 0; each row's "
+                 "longest run)", fontsize=10)
+    fig.tight_layout()
+    return fig
 
 
 def traffic_section(run_missing: bool, strategies: list[str] | None = None,
@@ -3179,6 +3263,9 @@ def main(argv: list[str] | None = None) -> str:
     print(text)
     if not args.no_write:
         print(f"written to {save_report(text, out)}")
+        if "traffic" in sections and (fig := traffic_t4_figure(TRAFFIC_T4_FOUND)) is not None:
+            fig.savefig(out.with_name(TRAFFIC_T4_FIGURE), dpi=110)
+            print(f"written to {out.with_name(TRAFFIC_T4_FIGURE)}")
     return text
 
 
