@@ -2585,6 +2585,17 @@ def _t4_differences(runs: dict[str, dict | None]) -> list[str]:
     return parts
 
 
+def _longest_runs(found: dict[int, dict[str, dict | None]]
+                  ) -> dict[str, tuple[int, dict | None]]:
+    r"""Each row of ``found`` (rounds -> row -> record) with its longest
+    recorded run: ``(rounds, record)``, ``(0, None)`` where none is."""
+    rows = next(iter(found.values()), {})
+    return {row: next(((rounds, runs[row]) for rounds, runs in
+                       sorted(found.items(), reverse=True) if runs.get(row) is not None),
+                      (0, None))
+            for row in rows}
+
+
 def traffic_ablation_reading(dataset: str | None,
                              found: dict[int, dict[str, dict | None]]) -> str:
     r"""The reading of one dataset's Table IV rows from ``found`` (rounds ->
@@ -2609,10 +2620,7 @@ def traffic_ablation_reading(dataset: str | None,
     if not segments:
         return "pending (runs missing)."
     text = " ".join([segments[0], *(seg[0].upper() + seg[1:] for seg in segments[1:])])
-    longest = {row: next(((rounds, runs[row]) for rounds, runs in
-                          sorted(found.items(), reverse=True) if runs.get(row) is not None),
-                         (0, None))
-               for row in next(iter(found.values()))}
+    longest = _longest_runs(found)
     if curves := traffic_val_selection({row: e for row, (_, e) in longest.items()}):
         lengths: dict[int, list[str]] = {}
         for row, (rounds, entry) in longest.items():
@@ -2650,9 +2658,7 @@ def traffic_t4_figure(panels: dict[str, dict[int, dict[str, dict | None]]]):
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 4.0), squeeze=False)
     drawn = False
     for ax, (title, found) in zip(axes[0], panels.items(), strict=True):
-        for colour, row in enumerate(next(iter(found.values()), {})):
-            entry = next((runs[row] for _, runs in sorted(found.items(), reverse=True)
-                          if runs.get(row) is not None), None)
+        for colour, (row, (_, entry)) in enumerate(_longest_runs(found).items()):
             val = [] if entry is None else entry.get("val", [])
             if not val:
                 continue
