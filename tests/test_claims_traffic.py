@@ -761,3 +761,49 @@ def test_table_iv_reads_the_longer_runs_pairs_before_all_are_in_and_draws_the_cu
     claims.TRAFFIC_T4_FOUND.clear()
     claims.TRAFFIC_T4_FOUND["METR-LA, 20 sensors"] = {200: {"panacea": None}}
     assert claims.traffic_t4_figure(claims.TRAFFIC_T4_FOUND) is None
+
+
+def test_the_traced_rows_run_only_when_named_and_read_their_traces(claims, records,
+                                                                  monkeypatch):
+    lines = claims.traffic_trace_lines(False, None, None)
+    assert "| panacea (lambda_d 0.01) | pending | pending | pending | pending |" in lines
+    for lr in claims.PANACEA_LR_GRID:
+        write(records, claims.traffic_config("metr-la", "panacea", lr, rounds=200),
+              {"val_best": 0.2 if lr == 0.1 else 0.5})
+    cfg = claims.traffic_trace_config("panacea (lambda_d 0.01)", 0.1)
+    assert cfg.rounds == 400 and cfg.overrides["lambda_d"] == 0.01
+    assert cfg.overrides["data.root"] == claims.traffic_week_config("panacea", 0.1).overrides[
+        "data.root"]
+    gn = claims.traffic_trace_config("panacea-gn (no generator)", 0.1)
+    assert gn.overrides["graph_generator"] is False and "lambda_d" not in gn.overrides
+    ran: list = []
+
+    def run(cfg, **kw):  # RecordCache.run without training
+        ran.append((cfg, sorted(kw.get("traces") or {})))
+        return {}
+
+    monkeypatch.setattr(claims.RUNS, "run", run)
+    for strategies, datasets in ((["hypernetwork-trace"], ["metr-la"]),
+                                 (["panacea"], ["metr-la-week"]), (None, None)):
+        claims.traffic_trace_lines(True, strategies, datasets)
+    assert ran == []
+    claims.traffic_trace_lines(True, ["hypernetwork-trace"], ["metr-la-week"])
+    assert [(c.overrides.get("lambda_d"), c.overrides.get("graph_generator"), t)
+            for c, t in ran] == [(None, None, ["hypernetwork"]),
+                                 (0.01, None, ["hypernetwork"]),
+                                 (None, False, ["hypernetwork"])]
+    # A record with its trace (every 20 rounds): the best validation MSE 0.25 at round
+    # 40, the highest after it 0.9 at round 60; the trace's first values and highest.
+    from pyg_fedgraph.experiment.records import config_key
+
+    path = records / f"{config_key(cfg)}.json"
+    write(records, cfg, val=[0.3, 0.25, 0.9, 0.4])
+    entry = json.loads(path.read_text())
+    entry["traces"] = {"hypernetwork": {
+        "rounds": [20, 40, 60, 80], "embedding_norm_max": [5.0, 6.0, 17.5, 9.0],
+        "embedding_norm_mean": [2.0] * 4, "model_norm_mean": [16.0] * 4,
+        "model_spread": [1.5, 2.0, 11.25, 3.0]}}
+    path.write_text(json.dumps(entry))
+    lines = claims.traffic_trace_lines(False, None, None)
+    assert ("| panacea (lambda_d 0.01) | 250.0 (40) | 900.0 (round 60) | 5.00, 17.50 "
+            "(round 60) | 1.50, 11.25 (round 60) |") in lines

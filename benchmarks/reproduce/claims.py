@@ -63,7 +63,7 @@ import torch
 
 from pyg_fedgraph.experiment import ExperimentConfig, build_simulator
 from pyg_fedgraph.experiment.files import load_config
-from pyg_fedgraph.experiment.records import GroupingTrace
+from pyg_fedgraph.experiment.records import GroupingTrace, HypernetworkTrace
 from pyg_fedgraph.experiment.reporting import (
     RUNS_HEADER,
     RUNS_RULE,
@@ -2432,6 +2432,87 @@ def _rounds_cells(found: dict[int, dict[str, dict | None]], row: str) -> str:
                       for runs in found.values())
 
 
+#: Panacea's hypernetwork on the week, traced (:class:`~pyg_fedgraph.experiment.records.
+#: HypernetworkTrace`) over :data:`TRAFFIC_TRACE_ROUNDS` rounds at Panacea's METR-LA rate,
+#: seed 0: Table IV's Panacea (the generator's weight lambda_d at its default, 0.1), the
+#: same with a tenth of that weight, and Panacea-GN (no generator, lambda_d 0 in effect):
+#: whether the jumps of the week's Panacea curve come with the generator. Its name for
+#: ``--strategies`` (its runs start only with ``--datasets metr-la-week``), its rounds,
+#: and its rows (row -> Table IV variant, options).
+TRAFFIC_TRACE = "hypernetwork-trace"
+TRAFFIC_TRACE_ROUNDS = 400
+TRAFFIC_TRACE_ROWS: dict[str, tuple[str, dict[str, Any]]] = {
+    "panacea (lambda_d 0.1)": ("panacea", {}),
+    "panacea (lambda_d 0.01)": ("panacea", {"lambda_d": 0.01}),
+    "panacea-gn (no generator)": ("panacea-gn", {}),
+}
+
+
+def traffic_trace_config(row: str, lr: float) -> ExperimentConfig:
+    r"""The traced run of ``row`` (:data:`TRAFFIC_TRACE_ROWS`) on the week at
+    client learning rate ``lr``: its Table IV run's settings over
+    :data:`TRAFFIC_TRACE_ROUNDS` rounds, with the row's options."""
+    variant, options = TRAFFIC_TRACE_ROWS[row]
+    cfg = traffic_week_config(variant, lr, rounds=TRAFFIC_TRACE_ROUNDS)
+    return dataclasses.replace(cfg, overrides={**cfg.overrides, **options})
+
+
+def _peak(values: list[float], rounds: list[int], after: int = 0, digits: int = 2) -> str:
+    r"""The highest of ``values`` at a round after ``after``, with its round
+    (``digits`` decimals); ``"-"`` when there is none."""
+    later = [(v, r) for v, r in zip(values, rounds, strict=True) if r > after]
+    if not later:
+        return "-"
+    value, at = max(later)
+    return f"{value:.{digits}f} (round {at})"
+
+
+def traffic_trace_lines(run_missing: bool, strategies: list[str] | None,
+                        datasets: list[str] | None) -> list[str]:
+    r"""The traced rows (:data:`TRAFFIC_TRACE_ROWS`): per row, its best
+    validation MSE (x1e-3) with its round and the highest evaluation after it,
+    and from its trace the largest client embedding norm and the spread of the
+    generated models at the first evaluation and at their highest. Runs the
+    missing ones when ``run_missing`` and ``datasets`` name
+    :data:`TRAFFIC_WEEK` and ``strategies`` :data:`TRAFFIC_TRACE`."""
+    lr = chosen_rate("metr-la", "panacea")
+    run_it = (run_missing and datasets is not None and TRAFFIC_WEEK in datasets
+              and strategies is not None and TRAFFIC_TRACE in strategies)
+    rows = ["| row | validation MSE x1e-3: best (round) | highest after it (round) | largest "
+            "client embedding norm: first evaluation, highest (round) | spread of the "
+            "generated models: first evaluation, highest (round) |",
+            "|---|---:|---:|---:|---:|"]
+    for row in TRAFFIC_TRACE_ROWS:
+        if lr is None:
+            rows.append(f"| {row} | pending | pending | pending | pending |")
+            continue
+        cfg = traffic_trace_config(row, lr)
+        if run_it and RUNS.load(cfg) is None:
+            fresh_compiler(cfg)
+            RUNS.run(cfg, traces={"hypernetwork": HypernetworkTrace()})
+        entry = _traffic_left(cfg, fetch(
+            cfg, False, "traffic", f"{TRAFFIC_WEEK} {row} (traced), client lr {lr}, seed 0, "
+            f"{TRAFFIC_TRACE_ROUNDS} rounds", _traffic_args(TRAFFIC_WEEK, TRAFFIC_TRACE)))
+        trace = None if entry is None else entry.get("traces", {}).get("hypernetwork")
+        if entry is None or trace is None:
+            rows.append(f"| {row} | pending | pending | pending | pending |")
+            continue
+        every = int(cfg.overrides["eval_every"])
+        val = [1e3 * v for v in entry["val"]]
+        at = every * (val.index(min(val)) + 1)
+        later = _peak(val, [every * (k + 1) for k in range(len(val))], after=at, digits=1)
+        norm, spread, rounds = (trace["embedding_norm_max"], trace["model_spread"],
+                                trace["rounds"])
+        rows.append(f"| {row} | {min(val):.1f} ({at}) | {later} | {norm[0]:.2f}, "
+                    f"{_peak(norm, rounds)} | {spread[0]:.2f}, {_peak(spread, rounds)} |")
+    return [f"The jumps of the week's Panacea curve, traced: {TRAFFIC_TRACE_ROUNDS} rounds at "
+            f"Panacea's METR-LA rate, seed 0, each evaluation recording the largest norm of "
+            "the clients' encoder outputs z_i and the spread of the generated models (mean "
+            "distance of theta_i from their mean; `HypernetworkTrace`). Panacea-GN is Panacea "
+            "with the generator's weight lambda_d at 0; if the generator made the curve jump, "
+            "a tenth of its weight should jump less.", "", *rows, ""]
+
+
 def traffic_ablation_lines(run_missing: bool, strategies: list[str] | None,
                            datasets: list[str] | None, rate_only: bool = False) -> list[str]:
     r"""Panacea's Table IV on the recorded speeds: Panacea, Panacea-GN (no
@@ -2491,6 +2572,7 @@ def traffic_ablation_lines(run_missing: bool, strategies: list[str] | None,
     week_rows, week_reading = traffic_week_rows(run_missing, strategies, datasets, rate_only)
     rows += week_rows
     readings.append(week_reading)
+    traced = traffic_trace_lines(run_missing and not rate_only, strategies, datasets)
     return ["### Panacea's Table IV on the recorded speeds: what the graph adds", "",
             "Panacea-GN has Panacea's GCN encoder without its graph generator, Panacea-MLP "
             "neither (Panacea's hypernetwork and server step with Linear layers in place of "
@@ -2519,7 +2601,7 @@ def traffic_ablation_lines(run_missing: bool, strategies: list[str] | None,
             f"![Validation curves of Table IV's rows]({TRAFFIC_T4_FIGURE})", "",
             f"`{TRAFFIC_T4_FIGURE}` (written with this file): each row's mean validation MSE "
             "over the sensors at every evaluated round of its longest recorded run, one panel "
-            "per dataset.", ""]
+            "per dataset.", "", *traced]
 
 
 def traffic_week_rows(run_missing: bool, strategies: list[str] | None,

@@ -66,8 +66,9 @@ if TYPE_CHECKING:
     from pyg_fedgraph.engine.history import History, RoundRecord
     from pyg_fedgraph.simulation.simulator import Simulator
 
-__all__ = ["RecordCache", "LocalModelsCallback", "GroupingTrace", "client_grouping", "config_key",
-           "run_identity", "record_table", "EXECUTION_OVERRIDES", "RECORD_FIELDS", "TABLES"]
+__all__ = ["RecordCache", "LocalModelsCallback", "GroupingTrace", "HypernetworkTrace",
+           "client_grouping", "config_key", "run_identity", "record_table", "EXECUTION_OVERRIDES",
+           "RECORD_FIELDS", "TABLES"]
 
 log = logging.getLogger(__name__)
 
@@ -424,6 +425,63 @@ class GroupingTrace:
         self.rounds = list(state["rounds"])
         self.labels = [list(x) for x in state["labels"]]
         self.norms = list(state.get("norms", []))
+
+
+class HypernetworkTrace:
+    r"""Round callback: the clients of a graph hypernetwork
+    (:class:`~pyg_fedgraph.nn.GCNHypernetwork`, the ``hypernetwork`` of
+    :class:`~pyg_fedgraph.strategies.Panacea` and its variants) after every
+    evaluated round, to see whether the generated models run apart before a
+    jump of the validation curve: the largest and the mean norm of the encoder
+    outputs :math:`\lVert\mathbf{z}_i\rVert` over the clients, the mean
+    norm of the generated models :math:`\lVert\theta_i\rVert`, and their
+    spread :math:`\frac{1}{N}\sum_i \lVert\theta_i - \bar\theta\rVert`
+    (:math:`\bar\theta` the mean model; held-out clients included). Kept by
+    the run's checkpoints (a :class:`~pyg_fedgraph.experiment.runner.
+    StatefulCallback`) and, through :meth:`RecordCache.run`'s ``traces``, in
+    the run's record.
+
+    Example:
+        >>> from pyg_fedgraph.experiment.records import HypernetworkTrace
+        >>> sorted(HypernetworkTrace().state_dict())
+        ['embedding_norm_max', 'embedding_norm_mean', 'model_norm_mean', 'model_spread', 'rounds']
+    """
+
+    FIELDS = ("embedding_norm_max", "embedding_norm_mean", "model_norm_mean", "model_spread")
+
+    def __init__(self) -> None:
+        self.rounds: list[int] = []
+        self.values: dict[str, list[float]] = {name: [] for name in self.FIELDS}
+
+    def __call__(self, sim: Simulator, record: RoundRecord) -> None:
+        import torch
+
+        from pyg_fedgraph.nn import GCNHypernetwork
+
+        strategy = sim.strategy
+        hn = getattr(strategy, "hypernetwork", None)
+        if not isinstance(hn, GCNHypernetwork):
+            raise TypeError(f"HypernetworkTrace reads a GCNHypernetwork (Panacea's); strategy "
+                            f"{type(strategy).__name__} has {type(hn).__name__}")
+        ctx = strategy.ctx
+        edge_index, edge_weight = ((ctx.edge_index, ctx.edge_weight)
+                                   if hn.encoder == "gcn" and ctx is not None else (None, None))
+        with torch.no_grad():
+            z = hn.embed(edge_index, edge_weight)
+            theta = hn.generate(z)
+            norms = z.norm(dim=1)
+            figures = (norms.max(), norms.mean(), theta.norm(dim=1).mean(),
+                       (theta - theta.mean(dim=0)).norm(dim=1).mean())
+        self.rounds.append(int(record.round))
+        for name, value in zip(self.FIELDS, figures, strict=True):
+            self.values[name].append(round(float(value), 5))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"rounds": list(self.rounds), **{k: list(v) for k, v in self.values.items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.rounds = list(state["rounds"])
+        self.values = {name: list(state[name]) for name in self.FIELDS}
 
 
 def _clients_at_best(history: History, metric: str | None = None,

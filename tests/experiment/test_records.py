@@ -464,3 +464,36 @@ def test_two_processes_writing_one_table_lose_no_record(tmp_path):
             cfg = ExperimentConfig(dataset="digits", strategy="fedavg", clients=clients,
                                    seed=seed)
             assert cache.load(cfg) == made_up(cfg, clients / 100)
+
+
+def test_the_hypernetwork_trace_reads_panaceas_clients_each_evaluated_round():
+    from pyg_fedgraph.experiment import build_simulator
+    from pyg_fedgraph.experiment.records import HypernetworkTrace
+
+    cfg = ExperimentConfig(dataset="fl60", strategy="panacea", rounds=2, clients=12,
+                           overrides={"steps": 2})
+    trace = HypernetworkTrace()
+    sim = build_simulator(cfg, callbacks=[trace])
+    sim.run()
+    state = trace.state_dict()
+    assert state["rounds"] == [r.round for r in sim.history.records] != []
+    assert all(len(state[k]) == len(state["rounds"]) for k in HypernetworkTrace.FIELDS)
+    # The last evaluation, recomputed another way: the encoder's outputs over the prior
+    # graph, and the models the strategy hands its clients (held-out ones included).
+    strategy = sim.strategy
+    with torch.no_grad():
+        z = strategy.hypernetwork.embed(strategy.ctx.edge_index, strategy.ctx.edge_weight)
+        theta = strategy.personalized_params(torch.arange(sim.dataset.num_clients))
+    norms = z.norm(dim=1)
+    assert state["embedding_norm_max"][-1] == pytest.approx(float(norms.max()), abs=1e-5)
+    assert state["embedding_norm_mean"][-1] == pytest.approx(float(norms.mean()), abs=1e-5)
+    assert state["model_norm_mean"][-1] == pytest.approx(float(theta.norm(dim=1).mean()),
+                                                         abs=1e-4)
+    spread = sum(float((t - theta.mean(dim=0)).norm()) for t in theta) / len(theta)
+    assert state["model_spread"][-1] == pytest.approx(spread, abs=1e-4) and spread > 0
+    resumed = HypernetworkTrace()
+    resumed.load_state_dict(json.loads(json.dumps(state)))   # as a checkpoint keeps it
+    assert resumed.state_dict() == state
+    fedavg = build_simulator(dataclasses.replace(cfg, strategy="fedavg", rounds=1))
+    with pytest.raises(TypeError, match="reads a GCNHypernetwork .*FedAvg has NoneType"):
+        HypernetworkTrace()(fedavg, sim.history.records[-1])
