@@ -400,8 +400,9 @@ def test_the_queue_holds_one_line_per_dataset_and_strategy_of_the_plan(claims):
     week = [s for d, s in planned if d == claims.TRAFFIC_WEEK]
     assert sorted(p for p in planned if p[0] != claims.TRAFFIC_WEEK) == sorted(
         (d, s) for d in claims.TRAFFIC_DATA for s in (*claims.TRAFFIC_STRATEGIES, variants))
-    # The week's rows, each once over its lines.
-    assert sorted(r for s in week for r in s.split(",")) == sorted(claims.TRAFFIC_WEEK_ROWS)
+    # The week's rows, each once over its lines, and its traced rows.
+    assert sorted(r for s in week for r in s.split(",")) == sorted(
+        [*claims.TRAFFIC_WEEK_ROWS, claims.TRAFFIC_TRACE])
 
 
 def test_sensor_wins_count_the_sensors_where_one_is_below_the_other(claims):
@@ -780,7 +781,7 @@ def test_the_traced_rows_run_only_when_named_and_read_their_traces(claims, recor
 
     def run(cfg, **kw):  # RecordCache.run without training
         ran.append((cfg, sorted(kw.get("traces") or {})))
-        return {}
+        return None
 
     monkeypatch.setattr(claims.RUNS, "run", run)
     for strategies, datasets in ((["hypernetwork-trace"], ["metr-la"]),
@@ -791,19 +792,30 @@ def test_the_traced_rows_run_only_when_named_and_read_their_traces(claims, recor
     assert [(c.overrides.get("lambda_d"), c.overrides.get("graph_generator"), t)
             for c, t in ran] == [(None, None, ["hypernetwork"]),
                                  (0.01, None, ["hypernetwork"]),
+                                 (0.0, None, ["hypernetwork"]),
                                  (None, False, ["hypernetwork"])]
     # A record with its trace (every 20 rounds): the best validation MSE 0.25 at round
-    # 40, the highest after it 0.9 at round 60; the trace's first values and highest.
+    # 40, the highest after it 0.9 at round 60 (a NaN evaluation, round 80, skipped);
+    # the trace's first values and highest (None, a diverged value, skipped).
     from pyg_fedgraph.experiment.records import config_key
 
     path = records / f"{config_key(cfg)}.json"
-    write(records, cfg, val=[0.3, 0.25, 0.9, 0.4])
+    write(records, cfg, {"best_round": 40, "val_best": 0.25},
+          val=[0.3, 0.25, 0.9, math.nan, 0.4])
     entry = json.loads(path.read_text())
     entry["traces"] = {"hypernetwork": {
-        "rounds": [20, 40, 60, 80], "embedding_norm_max": [5.0, 6.0, 17.5, 9.0],
-        "embedding_norm_mean": [2.0] * 4, "model_norm_mean": [16.0] * 4,
-        "model_spread": [1.5, 2.0, 11.25, 3.0]}}
+        "rounds": [20, 40, 60, 80, 100], "embedding_norm_max": [5.0, 6.0, 17.5, None, 9.0],
+        "embedding_norm_mean": [2.0] * 5, "model_norm_mean": [16.0] * 5,
+        "model_spread": [1.5, 2.0, 11.25, None, 3.0]}}
     path.write_text(json.dumps(entry))
     lines = claims.traffic_trace_lines(False, None, None)
     assert ("| panacea (lambda_d 0.01) | 250.0 (40) | 900.0 (round 60) | 5.00, 17.50 "
             "(round 60) | 1.50, 11.25 (round 60) |") in lines
+    # The same run recorded without its trace: said, not left pending for ever.
+    del entry["traces"]
+    path.write_text(json.dumps(entry))
+    assert ("| panacea (lambda_d 0.01) | no trace in its record | - | - | - |"
+            in claims.traffic_trace_lines(False, None, None))
+    # A run that stopped at a round between evaluations has its last one there.
+    assert claims.evaluated_rounds({"config": {"rounds": 50, "overrides": {"eval_every": 20}},
+                                    "val": [1.0, 1.0, 1.0]}) == [20, 40, 50]

@@ -118,16 +118,17 @@ COMMAND = "python benchmarks/reproduce/claims.py --no-write"
 
 def fetch(cfg: ExperimentConfig, run_it: bool, section: str, what: str, args: str,
           twin: ExperimentConfig | None = None,
-          runner: ExperimentConfig | None = None) -> dict | None:
-    r"""The cached outcome of ``cfg``, run first when ``run_it``; when it is
-    neither cached nor run, it is listed in :data:`PENDING` under ``section``
-    with the command (``args`` after :data:`COMMAND`) that runs it, or
-    resumes it from its checkpoint (``runner``'s, for a run another one
-    produces)."""
+          runner: ExperimentConfig | None = None,
+          traces: dict[str, Any] | None = None) -> dict | None:
+    r"""The cached outcome of ``cfg``, run first when ``run_it`` (with the
+    round callbacks ``traces``, kept in its record); when it is neither cached
+    nor run, it is listed in :data:`PENDING` under ``section`` with the
+    command (``args`` after :data:`COMMAND`) that runs it, or resumes it from
+    its checkpoint (``runner``'s, for a run another one produces)."""
     if run_it:
         if RUNS.load(cfg) is None:
             fresh_compiler(cfg)
-        entry = RUNS.run(cfg, local_models_as=twin)
+        entry = RUNS.run(cfg, local_models_as=twin, traces=traces)
         # As read back from its file: a section reads the same with or without the run.
         return RUNS.load(cfg) or entry
     entry = RUNS.load(cfg)
@@ -2435,7 +2436,9 @@ def _rounds_cells(found: dict[int, dict[str, dict | None]], row: str) -> str:
 #: Panacea's hypernetwork on the week, traced (:class:`~pyg_fedgraph.experiment.records.
 #: HypernetworkTrace`) over :data:`TRAFFIC_TRACE_ROUNDS` rounds at Panacea's METR-LA rate,
 #: seed 0: Table IV's Panacea (the generator's weight lambda_d at its default, 0.1), the
-#: same with a tenth of that weight, and Panacea-GN (no generator, lambda_d 0 in effect):
+#: same with a tenth of that weight and with none (the generator built, so the hypernetwork
+#: starts as Panacea's, but its loss weighted 0), and Panacea-GN (no generator built: its
+#: hypernetwork's initial values differ, the random stream not drawing the generator's):
 #: whether the jumps of the week's Panacea curve come with the generator. Its name for
 #: ``--strategies`` (its runs start only with ``--datasets metr-la-week``), its rounds,
 #: and its rows (row -> Table IV variant, options).
@@ -2444,6 +2447,7 @@ TRAFFIC_TRACE_ROUNDS = 400
 TRAFFIC_TRACE_ROWS: dict[str, tuple[str, dict[str, Any]]] = {
     "panacea (lambda_d 0.1)": ("panacea", {}),
     "panacea (lambda_d 0.01)": ("panacea", {"lambda_d": 0.01}),
+    "panacea (lambda_d 0)": ("panacea", {"lambda_d": 0.0}),
     "panacea-gn (no generator)": ("panacea-gn", {}),
 }
 
@@ -2457,14 +2461,31 @@ def traffic_trace_config(row: str, lr: float) -> ExperimentConfig:
     return dataclasses.replace(cfg, overrides={**cfg.overrides, **options})
 
 
-def _peak(values: list[float], rounds: list[int], after: int = 0, digits: int = 2) -> str:
-    r"""The highest of ``values`` at a round after ``after``, with its round
-    (``digits`` decimals); ``"-"`` when there is none."""
-    later = [(v, r) for v, r in zip(values, rounds, strict=True) if r > after]
+def _peak(values: list[float | None], rounds: list[int], after: int = 0,
+          digits: int = 2) -> str:
+    r"""The highest finite value of ``values`` at a round after ``after``,
+    with its round (``digits`` decimals); ``"-"`` when there is none."""
+    later = [(v, r) for v, r in zip(values, rounds, strict=True)
+             if r > after and v is not None and math.isfinite(v)]
     if not later:
         return "-"
     value, at = max(later)
     return f"{value:.{digits}f} (round {at})"
+
+
+def _first(values: list[float | None]) -> str:
+    r"""The first of ``values`` with two decimals (``"-"`` when it is missing
+    or not finite)."""
+    v = values[0] if values else None
+    return "-" if v is None or not math.isfinite(v) else f"{v:.2f}"
+
+
+def evaluated_rounds(entry: dict) -> list[int]:
+    r"""The rounds of a run record's ``val`` curve: every ``eval_every`` rounds
+    of its configuration and its last round."""
+    rounds, every = entry["config"]["rounds"], int(entry["config"]["overrides"].get(
+        "eval_every", 1))
+    return [min(every * (k + 1), rounds) for k in range(len(entry["val"]))]
 
 
 def traffic_trace_lines(run_missing: bool, strategies: list[str] | None,
@@ -2479,38 +2500,43 @@ def traffic_trace_lines(run_missing: bool, strategies: list[str] | None,
     run_it = (run_missing and datasets is not None and TRAFFIC_WEEK in datasets
               and strategies is not None and TRAFFIC_TRACE in strategies)
     rows = ["| row | validation MSE x1e-3: best (round) | highest after it (round) | largest "
-            "client embedding norm: first evaluation, highest (round) | spread of the "
-            "generated models: first evaluation, highest (round) |",
+            "encoder output norm max_i ‖z_i‖: first evaluation, highest (round) | spread of "
+            "the generated models: first evaluation, highest (round) |",
             "|---|---:|---:|---:|---:|"]
     for row in TRAFFIC_TRACE_ROWS:
         if lr is None:
             rows.append(f"| {row} | pending | pending | pending | pending |")
+            PENDING.setdefault("traffic", []).append(
+                (f"{TRAFFIC_WEEK} {row} (traced), after Panacea's METR-LA rate choice",
+                 f"{COMMAND} {_traffic_args(TRAFFIC_WEEK, TRAFFIC_TRACE)}", None))
             continue
         cfg = traffic_trace_config(row, lr)
-        if run_it and RUNS.load(cfg) is None:
-            fresh_compiler(cfg)
-            RUNS.run(cfg, traces={"hypernetwork": HypernetworkTrace()})
         entry = _traffic_left(cfg, fetch(
-            cfg, False, "traffic", f"{TRAFFIC_WEEK} {row} (traced), client lr {lr}, seed 0, "
-            f"{TRAFFIC_TRACE_ROUNDS} rounds", _traffic_args(TRAFFIC_WEEK, TRAFFIC_TRACE)))
-        trace = None if entry is None else entry.get("traces", {}).get("hypernetwork")
-        if entry is None or trace is None:
+            cfg, run_it, "traffic", f"{TRAFFIC_WEEK} {row} (traced), client lr {lr}, seed 0, "
+            f"{TRAFFIC_TRACE_ROUNDS} rounds", _traffic_args(TRAFFIC_WEEK, TRAFFIC_TRACE),
+            traces={"hypernetwork": HypernetworkTrace()}))
+        if entry is None:
             rows.append(f"| {row} | pending | pending | pending | pending |")
             continue
-        every = int(cfg.overrides["eval_every"])
-        val = [1e3 * v for v in entry["val"]]
-        at = every * (val.index(min(val)) + 1)
-        later = _peak(val, [every * (k + 1) for k in range(len(val))], after=at, digits=1)
+        trace = entry.get("traces", {}).get("hypernetwork")
+        if trace is None:  # a record of the same run made without the trace
+            rows.append(f"| {row} | no trace in its record | - | - | - |")
+            continue
+        val = [1e3 * v if v is not None and math.isfinite(v) else None for v in entry["val"]]
+        at = entry["summary"]["best_round"]
+        best = 1e3 * entry["summary"]["val_best"]
+        later = _peak(val, evaluated_rounds(entry), after=at, digits=1)
         norm, spread, rounds = (trace["embedding_norm_max"], trace["model_spread"],
                                 trace["rounds"])
-        rows.append(f"| {row} | {min(val):.1f} ({at}) | {later} | {norm[0]:.2f}, "
-                    f"{_peak(norm, rounds)} | {spread[0]:.2f}, {_peak(spread, rounds)} |")
+        rows.append(f"| {row} | {best:.1f} ({at}) | {later} | {_first(norm)}, "
+                    f"{_peak(norm, rounds)} | {_first(spread)}, {_peak(spread, rounds)} |")
     return [f"The jumps of the week's Panacea curve, traced: {TRAFFIC_TRACE_ROUNDS} rounds at "
             f"Panacea's METR-LA rate, seed 0, each evaluation recording the largest norm of "
             "the clients' encoder outputs z_i and the spread of the generated models (mean "
-            "distance of theta_i from their mean; `HypernetworkTrace`). Panacea-GN is Panacea "
-            "with the generator's weight lambda_d at 0; if the generator made the curve jump, "
-            "a tenth of its weight should jump less.", "", *rows, ""]
+            "distance of theta_i from their mean; `HypernetworkTrace`). lambda_d 0 keeps the "
+            "generator's parameters (so the hypernetwork starts as Panacea's) but not its "
+            "loss; Panacea-GN builds no generator, so its initial values differ too.", "",
+            *rows, ""]
 
 
 def traffic_ablation_lines(run_missing: bool, strategies: list[str] | None,
@@ -2671,7 +2697,7 @@ def _longest_runs(found: dict[int, dict[str, dict | None]]
                   ) -> dict[str, tuple[int, dict | None]]:
     r"""Each row of ``found`` (rounds -> row -> record) with its longest
     recorded run: ``(rounds, record)``, ``(0, None)`` where none is."""
-    rows = next(iter(found.values()), {})
+    rows = dict.fromkeys(row for runs in found.values() for row in runs)
     return {row: next(((rounds, runs[row]) for rounds, runs in
                        sorted(found.items(), reverse=True) if runs.get(row) is not None),
                       (0, None))
@@ -2736,6 +2762,8 @@ def traffic_t4_figure(panels: dict[str, dict[int, dict[str, dict | None]]]):
     has a curve."""
     from pyg_fedgraph.viz import _plt
 
+    if not panels:
+        return None
     plt = _plt()
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 4.0), squeeze=False)
     drawn = False
@@ -2744,8 +2772,7 @@ def traffic_t4_figure(panels: dict[str, dict[int, dict[str, dict | None]]]):
             val = [] if entry is None else entry.get("val", [])
             if not val:
                 continue
-            every = int(entry["config"]["overrides"].get("eval_every", 1))
-            ax.plot([every * (k + 1) for k in range(len(val))], [1e3 * v for v in val],
+            ax.plot(evaluated_rounds(entry), [1e3 * v for v in val],
                     color=f"C{colour}", linewidth=1.2, label=row)
             drawn = True
         ax.set_title(title, fontsize=9)
@@ -3195,7 +3222,9 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--strategies", default=None,
                         help="comma list: restrict the Fashion-MNIST sections to them; in "
                              "sections A-C, run only their missing runs (the others are read "
-                             "from their records)")
+                             "from their records); in section O (traffic) also Table IV's "
+                             "panacea-gn and panacea-mlp, and hypernetwork-trace (the traced "
+                             "week rows, with --datasets metr-la-week)")
     parser.add_argument("--levels", default=None,
                         help="comma list of heterogeneity levels of sections G-I to run")
     parser.add_argument("--seeds", default=None,
@@ -3353,6 +3382,9 @@ def main(argv: list[str] | None = None) -> str:
         print(f"written to {save_report(text, out)}")
         if "traffic" in sections and (fig := traffic_t4_figure(TRAFFIC_T4_FOUND)) is not None:
             fig.savefig(out.with_name(TRAFFIC_T4_FIGURE), dpi=110)
+            import matplotlib.pyplot as plt
+
+            plt.close(fig)
             print(f"written to {out.with_name(TRAFFIC_T4_FIGURE)}")
     return text
 

@@ -49,6 +49,7 @@ import datetime as dt
 import hashlib
 import json
 import logging
+import math
 import os
 import re
 import sys
@@ -433,10 +434,12 @@ class HypernetworkTrace:
     :class:`~pyg_fedgraph.strategies.Panacea` and its variants) after every
     evaluated round, to see whether the generated models run apart before a
     jump of the validation curve: the largest and the mean norm of the encoder
-    outputs :math:`\lVert\mathbf{z}_i\rVert` over the clients, the mean
+    outputs :math:`\lVert\mathbf{z}_i\rVert` over the clients (their
+    embeddings after the encoder; ``embedding_norm_*``), the mean
     norm of the generated models :math:`\lVert\theta_i\rVert`, and their
     spread :math:`\frac{1}{N}\sum_i \lVert\theta_i - \bar\theta\rVert`
-    (:math:`\bar\theta` the mean model; held-out clients included). Kept by
+    (:math:`\bar\theta` the mean model; held-out clients included; a value
+    that is not finite is kept as ``None``). Kept by
     the run's checkpoints (a :class:`~pyg_fedgraph.experiment.runner.
     StatefulCallback`) and, through :meth:`RecordCache.run`'s ``traces``, in
     the run's record.
@@ -451,7 +454,7 @@ class HypernetworkTrace:
 
     def __init__(self) -> None:
         self.rounds: list[int] = []
-        self.values: dict[str, list[float]] = {name: [] for name in self.FIELDS}
+        self.values: dict[str, list[float | None]] = {name: [] for name in self.FIELDS}
 
     def __call__(self, sim: Simulator, record: RoundRecord) -> None:
         import torch
@@ -464,8 +467,13 @@ class HypernetworkTrace:
             raise TypeError(f"HypernetworkTrace reads a GCNHypernetwork (Panacea's); strategy "
                             f"{type(strategy).__name__} has {type(hn).__name__}")
         ctx = strategy.ctx
-        edge_index, edge_weight = ((ctx.edge_index, ctx.edge_weight)
-                                   if hn.encoder == "gcn" and ctx is not None else (None, None))
+        edge_index = edge_weight = None
+        if hn.encoder == "gcn":
+            if ctx is None or ctx.edge_index is None:
+                raise ValueError("HypernetworkTrace needs the strategy's prior client graph "
+                                 "(its GCN encoder reads it): the strategy has not been set "
+                                 "up on a federation with one")
+            edge_index, edge_weight = ctx.edge_index, ctx.edge_weight
         with torch.no_grad():
             z = hn.embed(edge_index, edge_weight)
             theta = hn.generate(z)
@@ -474,7 +482,8 @@ class HypernetworkTrace:
                        (theta - theta.mean(dim=0)).norm(dim=1).mean())
         self.rounds.append(int(record.round))
         for name, value in zip(self.FIELDS, figures, strict=True):
-            self.values[name].append(round(float(value), 5))
+            v = float(value)  # NaN or Inf (a diverged hypernetwork) kept as None, as JSON can
+            self.values[name].append(round(v, 5) if math.isfinite(v) else None)
 
     def state_dict(self) -> dict[str, Any]:
         return {"rounds": list(self.rounds), **{k: list(v) for k, v in self.values.items()}}

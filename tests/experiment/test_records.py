@@ -470,13 +470,14 @@ def test_the_hypernetwork_trace_reads_panaceas_clients_each_evaluated_round():
     from pyg_fedgraph.experiment import build_simulator
     from pyg_fedgraph.experiment.records import HypernetworkTrace
 
-    cfg = ExperimentConfig(dataset="fl60", strategy="panacea", rounds=2, clients=12,
-                           overrides={"steps": 2})
+    cfg = ExperimentConfig(dataset="fl60", strategy="panacea", rounds=3, clients=12,
+                           novel_clients=0.25, overrides={"steps": 2, "eval_every": 2})
     trace = HypernetworkTrace()
     sim = build_simulator(cfg, callbacks=[trace])
     sim.run()
     state = trace.state_dict()
-    assert state["rounds"] == [r.round for r in sim.history.records] != []
+    assert state["rounds"] == [2, 3]                    # the evaluated rounds only
+    assert bool(sim.strategy.hypernetwork.held_out.any())
     assert all(len(state[k]) == len(state["rounds"]) for k in HypernetworkTrace.FIELDS)
     # The last evaluation, recomputed another way: the encoder's outputs over the prior
     # graph, and the models the strategy hands its clients (held-out ones included).
@@ -497,3 +498,13 @@ def test_the_hypernetwork_trace_reads_panaceas_clients_each_evaluated_round():
     fedavg = build_simulator(dataclasses.replace(cfg, strategy="fedavg", rounds=1))
     with pytest.raises(TypeError, match="reads a GCNHypernetwork .*FedAvg has NoneType"):
         HypernetworkTrace()(fedavg, sim.history.records[-1])
+    # A diverged hypernetwork: its figures are kept as None (JSON has no NaN), not NaN.
+    with torch.no_grad():
+        strategy.hypernetwork.embedding.fill_(float("nan"))
+    diverged = HypernetworkTrace()
+    diverged(sim, sim.history.records[-1])
+    assert diverged.state_dict()["model_spread"] == [None]
+    json.dumps(diverged.state_dict(), allow_nan=False)
+    strategy.ctx = None
+    with pytest.raises(ValueError, match="needs the strategy's prior client graph"):
+        HypernetworkTrace()(sim, sim.history.records[-1])
