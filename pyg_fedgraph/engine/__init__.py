@@ -11,6 +11,7 @@ from pyg_fedgraph.engine.history import (
 )
 from pyg_fedgraph.engine.rounds import (
     STATE_FORMAT,
+    Rejection,
     RoundEngine,
     RoundUpdate,
     sample_clients,
@@ -27,6 +28,7 @@ from pyg_fedgraph.engine.validation import (
 __all__ = [
     "RoundEngine",
     "RoundUpdate",
+    "Rejection",
     "STATE_FORMAT",
     "sample_clients",
     "snapshot",

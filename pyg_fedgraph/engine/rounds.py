@@ -27,7 +27,7 @@ import logging
 import math
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -44,8 +44,8 @@ from pyg_fedgraph.train.config import LocalConfig
 from pyg_fedgraph.train.jobs import EvaluatePlan, TrainPlan
 from pyg_fedgraph.utils.seeds import make_generator
 
-__all__ = ["RoundEngine", "RoundUpdate", "sample_clients", "num_sampled", "snapshot",
-           "STATE_FORMAT"]
+__all__ = ["RoundEngine", "RoundUpdate", "Rejection", "sample_clients", "num_sampled",
+           "snapshot", "STATE_FORMAT"]
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +72,15 @@ def sample_clients(candidates: Tensor, fraction: float, generator: torch.Generat
         return candidates.clone()
     pick = torch.randperm(n, generator=generator)[:k]
     return candidates[pick].sort().values
+
+
+class Rejection(NamedTuple):
+    r"""One upload the engine rejected (see
+    :class:`~pyg_fedgraph.engine.UpdateValidator`): the round, the client
+    that sent it and why (``"non-finite values"``, ``"absurd norm: ..."``)."""
+    round: int
+    client: int
+    reason: str
 
 
 @dataclass
@@ -191,6 +200,16 @@ class RoundEngine:
         self.round = 0
         #: Uploads accepted since the start of the run.
         self.accepted_total = 0
+        #: Every upload rejected since :attr:`rejections_from` (a
+        #: :class:`Rejection` each, in the order of the rounds), whether or not
+        #: the round was evaluated: the history's ``num_rejected`` counts only
+        #: evaluated rounds, and the log only names the first rounds at
+        #: WARNING level.
+        self.rejections: list[Rejection] = []
+        #: The first round :attr:`rejections` covers: 1, or the round after
+        #: the checkpoint a run resumed from when that checkpoint was written
+        #: by a version that did not keep them.
+        self.rejections_from = 1
         self._said_nothing_accepted = False
         strategy.check_federation(n, self.num_sampled, edge_index is not None)
         strategy.to(place)  # its parameters and buffers (and the optimizers built in setup)
@@ -252,6 +271,9 @@ class RoundEngine:
         if k:
             check = self.validator.check(params, reference=start, client_id=clients, rnd=rnd)
             accepted, reasons = check.keep.cpu(), check.reasons
+            senders = clients.tolist()
+            self.rejections.extend(Rejection(int(rnd), senders[i], str(reasons[i]))
+                                   for i in (~accepted).nonzero().view(-1).tolist())
         else:
             accepted, reasons = torch.zeros(0, dtype=torch.bool), []
         kept = accepted.nonzero().view(-1)
@@ -354,6 +376,9 @@ class RoundEngine:
             "num_params": self.layout.num_params,
             "held_out": self.held_out,
             "accepted_total": self.accepted_total,
+            # Plain lists (not named tuples), so that torch.load(weights_only=True) reads them.
+            "rejections": [list(r) for r in self.rejections],
+            "rejections_from": self.rejections_from,
             "table": self.table.state_dict(),
             "history": self.history.state_dict(),
             "novel_history": (None if self.novel_history is None
@@ -385,6 +410,12 @@ class RoundEngine:
             self.novel_history.load_state_dict(state["novel_history"])
         self.accepted_total = int(state["accepted_total"])
         self.round = int(state["round"])
+        if "rejections" in state:
+            self.rejections = [Rejection(int(r), int(c), str(why))
+                               for r, c, why in state["rejections"]]
+            self.rejections_from = int(state["rejections_from"])
+        else:  # written before the engine kept its rejections: unknown up to its round
+            self.rejections, self.rejections_from = [], self.round + 1
 
     def __repr__(self) -> str:
         return (f"{self.__class__.__name__}({self._name}, clients={self.num_clients}, "

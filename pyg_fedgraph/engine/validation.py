@@ -168,8 +168,10 @@ class UpdateValidator:
     and applies a policy: ``"drop"`` keeps the others and logs one warning
     line per round naming the rejected clients and reasons (after
     :attr:`warn_rounds` such rounds, further ones are logged at INFO level so
-    that a run rejecting everything does not flood the log; the history's
-    ``num_rejected`` counts them all), ``"raise"`` stops the run with a
+    that a run rejecting everything does not flood the log; the round
+    engine's :attr:`~pyg_fedgraph.engine.RoundEngine.rejections` keeps them
+    all, and the history's ``num_rejected`` counts those of each evaluated
+    round), ``"raise"`` stops the run with a
     :class:`ValueError` naming the clients and reasons.
 
     Args:

@@ -68,8 +68,8 @@ if TYPE_CHECKING:
     from pyg_fedgraph.simulation.simulator import Simulator
 
 __all__ = ["RecordCache", "LocalModelsCallback", "GroupingTrace", "HypernetworkTrace",
-           "client_grouping", "config_key", "run_identity", "record_table", "EXECUTION_OVERRIDES",
-           "RECORD_FIELDS", "TABLES"]
+           "client_grouping", "rejections_entry", "config_key", "run_identity", "record_table",
+           "EXECUTION_OVERRIDES", "RECORD_FIELDS", "TABLES"]
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,9 @@ log = logging.getLogger(__name__)
 #: inside another run, ``novel_client_metrics`` only when clients are held out,
 #: ``traces`` only with :meth:`RecordCache.run`'s ``traces``, ``final_self_weight``
 #: and the like from
-#: :meth:`Strategy.diagnostics <pyg_fedgraph.strategies.Strategy.diagnostics>`).
+#: :meth:`Strategy.diagnostics <pyg_fedgraph.strategies.Strategy.diagnostics>`;
+#: ``rejections``, every upload the run rejected, in records made since
+#: 2026-11-28: see :func:`rejections_entry`).
 RECORD_FIELDS = ("config", "summary", "val", "test", "test_clients", "test_client_metrics",
                  "graph", "seconds", "cpu_seconds", "load", "torch_threads", "torch", "device",
                  "cpu_capability", "date")
@@ -460,22 +462,15 @@ class HypernetworkTrace:
         import torch
 
         from pyg_fedgraph.nn import GCNHypernetwork
+        from pyg_fedgraph.strategies.panacea import Panacea
 
         strategy = sim.strategy
         hn = getattr(strategy, "hypernetwork", None)
-        if not isinstance(hn, GCNHypernetwork):
+        if not isinstance(hn, GCNHypernetwork) or not isinstance(strategy, Panacea):
             raise TypeError(f"HypernetworkTrace reads a GCNHypernetwork (Panacea's); strategy "
                             f"{type(strategy).__name__} has {type(hn).__name__}")
-        ctx = strategy.ctx
-        edge_index = edge_weight = None
-        if hn.encoder == "gcn":
-            if ctx is None or ctx.edge_index is None:
-                raise ValueError("HypernetworkTrace needs the strategy's prior client graph "
-                                 "(its GCN encoder reads it): the strategy has not been set "
-                                 "up on a federation with one")
-            edge_index, edge_weight = ctx.edge_index, ctx.edge_weight
+        z = strategy.client_embeddings()
         with torch.no_grad():
-            z = hn.embed(edge_index, edge_weight)
             theta = hn.generate(z)
             norms = z.norm(dim=1)
             figures = (norms.max(), norms.mean(), theta.norm(dim=1).mean(),
@@ -491,6 +486,25 @@ class HypernetworkTrace:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.rounds = list(state["rounds"])
         self.values = {name: list(state[name]) for name in self.FIELDS}
+
+
+def rejections_entry(sim: Simulator) -> dict[str, Any]:
+    r"""A record's ``rejections``: ``{"from_round": r, "uploads": [[round,
+    client, reason], ...]}``, every upload of ``sim``'s run rejected from
+    round ``r`` on (:attr:`~pyg_fedgraph.engine.RoundEngine.rejections`; ``r``
+    is 1 unless the run resumed a checkpoint written before they were kept).
+    The history's ``num_rejected`` counts only evaluated rounds.
+
+    Example:
+        >>> from pyg_fedgraph.experiment import ExperimentConfig, build_simulator
+        >>> sim = build_simulator(ExperimentConfig(dataset="digits", strategy="fedavg",
+        ...                                        rounds=2))
+        >>> _ = sim.run()
+        >>> rejections_entry(sim)
+        {'from_round': 1, 'uploads': []}
+    """
+    return {"from_round": sim.engine.rejections_from,
+            "uploads": [list(r) for r in sim.rejections]}
 
 
 def _clients_at_best(history: History, metric: str | None = None,
@@ -922,9 +936,10 @@ class RecordCache:
         extra = dict(sim.strategy.diagnostics())
         if traces:
             extra["traces"] = {name: trace.state_dict() for name, trace in traces.items()}
+        rejections = rejections_entry(sim)
         entry = self._entry(cfg, sim.summary(), sim.history, sim.strategy.collaboration_graph(),
                             result.seconds, result.cpu_seconds, result.load_start, device,
-                            novel=sim.novel_history, **extra)
+                            novel=sim.novel_history, rejections=rejections, **extra)
         self._store(cfg, entry)
         if second is not None and local_models_as is not None:
             summary = second.summary()
@@ -933,7 +948,7 @@ class RecordCache:
                 summary["test_benign"] = summary["test"]
             self._store(local_models_as, self._entry(
                 local_models_as, summary, second, None, result.seconds, result.cpu_seconds,
-                result.load_start, device, derived_from=config_key(cfg),
+                result.load_start, device, rejections=rejections, derived_from=config_key(cfg),
                 note=f"evaluated inside the {cfg.strategy} run (identical training), see "
                      "LocalModelsCallback"))
         checkpoint.unlink(missing_ok=True)

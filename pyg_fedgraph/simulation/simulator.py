@@ -16,7 +16,13 @@ from pyg_fedgraph.attacks import Attack, triggered_test_split
 from pyg_fedgraph.data.federated_dataset import FederatedDataset
 from pyg_fedgraph.data.objective import Objective
 from pyg_fedgraph.engine.history import History, RoundRecord
-from pyg_fedgraph.engine.rounds import STATE_FORMAT, RoundEngine, sample_clients, snapshot
+from pyg_fedgraph.engine.rounds import (
+    STATE_FORMAT,
+    Rejection,
+    RoundEngine,
+    sample_clients,
+    snapshot,
+)
 from pyg_fedgraph.engine.validation import (
     DEFAULT_MAX_NORM,
     RejectPolicy,
@@ -340,6 +346,13 @@ class Simulator:
     @property
     def validator(self) -> UpdateValidator:
         return self.engine.validator
+
+    @property
+    def rejections(self) -> list[Rejection]:
+        r"""Every upload rejected so far (round, client, reason), evaluated
+        round or not: :attr:`RoundEngine.rejections
+        <pyg_fedgraph.engine.RoundEngine.rejections>`."""
+        return self.engine.rejections
 
     # ---------------------------------------------------------------- rounds
     def run(self, rounds: int | None = None) -> History:

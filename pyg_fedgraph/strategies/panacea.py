@@ -233,6 +233,21 @@ class Panacea(ServerOptimizerState, Strategy):
         with torch.no_grad():
             return self._generate(hn, clients.to(torch.long))
 
+    def client_embeddings(self) -> Tensor:
+        r"""The encoder outputs :math:`\mathbf{z}_i` of every client
+        :math:`(N, H)` (held-out clients included), from the current
+        hypernetwork over the prior graph (GCN encoder) or from the client
+        embeddings alone (MLP encoder), without gradient; the generated
+        models are their images under the head
+        (:meth:`~pyg_fedgraph.nn.GCNHypernetwork.generate`)."""
+        hn = self._require_hypernetwork()
+        edge_index, edge_weight = self._graph() if self.encoder == "gcn" else (None, None)
+        if self.encoder == "gcn" and edge_index is None:
+            raise ValueError(f"{type(self).__name__}'s GCN encoder needs the federation's "
+                             f"prior client graph, and this one has none")
+        with torch.no_grad():
+            return hn.embed(edge_index, edge_weight)
+
     def collaboration_graph(self) -> Tensor | None:
         r"""The GCN propagation matrix
         :math:`\hat{\mathbf{D}}^{-1/2}\hat{\mathbf{A}}\hat{\mathbf{D}}^{-1/2}`

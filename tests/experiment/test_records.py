@@ -239,6 +239,26 @@ def legacy(cache: RecordCache, key: str, entry: dict) -> Path:
     return path
 
 
+def test_a_record_names_every_rejected_upload_across_a_resume(tmp_path, crash_in_round_3):
+    # An absurd learning rate: every local training ends in Inf/NaN or an absurd norm.
+    cfg = dataclasses.replace(configs()[0], overrides={**OVERRIDES, "lr": 1e30,
+                                                       "eval_every": 3})
+    cache = RecordCache(tmp_path / "records", tmp_path / "ckpt")
+    with pytest.raises(Crash):
+        cache.run(cfg)
+    crash_in_round_3()
+    entry = cache.run(cfg)
+    fresh = RecordCache(tmp_path / "fresh", tmp_path / "fresh-ckpt").run(cfg)
+    assert entry["rejections"] == fresh["rejections"]
+    assert entry["rejections"]["from_round"] == 1
+    uploads = entry["rejections"]["uploads"]
+    # Rounds 1 and 2 come from the checkpoint; rounds 1, 2 and 4 were not evaluated.
+    assert sorted({r for r, _, _ in uploads}) == [1, 2, 3, 4]
+    assert all(0 <= c < 3 and ("non-finite" in why or "absurd norm" in why)
+               for _, c, why in uploads)
+    json.dumps(entry["rejections"], allow_nan=False)
+
+
 def test_records_of_one_family_share_one_table_a_line_each_sorted_by_key(tmp_path):
     a, b = configs(seed=0)[0], configs(seed=1)[0]
     image = dataclasses.replace(a, dataset="fashion-mnist")
@@ -505,6 +525,6 @@ def test_the_hypernetwork_trace_reads_panaceas_clients_each_evaluated_round():
     diverged(sim, sim.history.records[-1])
     assert diverged.state_dict()["model_spread"] == [None]
     json.dumps(diverged.state_dict(), allow_nan=False)
-    strategy.ctx = None
-    with pytest.raises(ValueError, match="needs the strategy's prior client graph"):
+    strategy.ctx = dataclasses.replace(strategy.ctx, edge_index=None, edge_weight=None)
+    with pytest.raises(ValueError, match="GCN encoder needs the federation's prior client"):
         HypernetworkTrace()(sim, sim.history.records[-1])

@@ -156,9 +156,9 @@ class Spy(FedAvg):
         super().aggregate_train(rnd, graph)
 
 
-def simulate(attack, **kwargs):
+def simulate(attack, rounds=2, **kwargs):
     torch.manual_seed(0)
-    return Simulator(two_group_dataset(), MLP(2, 8, 2), Spy(), rounds=2,
+    return Simulator(two_group_dataset(), MLP(2, 8, 2), Spy(), rounds=rounds,
                      local=LocalConfig(lr=0.1, batch_size=4, steps=2),
                      attack=attack, **kwargs)
 
@@ -201,3 +201,40 @@ def test_round_with_every_upload_rejected_is_still_evaluated():
     assert sim.strategy.seen == []  # aggregation skipped
     assert torch.equal(sim.strategy.global_params, global_before)
     assert len(sim.history) == 2 and math.isnan(sim.history.records[0].train_loss)
+
+
+def test_the_engine_keeps_every_rejection_evaluated_round_or_not():
+    sim = simulate(Attack("same-value", 0.5, value=math.nan), rounds=5, eval_every=3)
+    sim.run()
+    bad = sorted(sim.malicious.tolist())
+    assert len(bad) == 3
+    # Every round's rejected uploads, although only rounds 3 and 5 are evaluated.
+    assert [(r.round, r.client) for r in sim.rejections] == [
+        (t, c) for t in range(1, 6) for c in bad]
+    assert {r.reason for r in sim.rejections} == {
+        f"non-finite values: {sim.engine.layout.num_params} of "
+        f"{sim.engine.layout.num_params} parameters are NaN or Inf"}
+    assert [r.round for r in sim.history.records] == [3, 5]
+    assert [r.extra["num_rejected"] for r in sim.history.records] == [3, 3]
+    assert sim.engine.rejections_from == 1
+
+
+def test_rejections_resume_with_the_state_and_old_states_say_from_when():
+    whole = simulate(Attack("same-value", 0.5, value=math.inf), rounds=4)
+    whole.run()
+    first = simulate(Attack("same-value", 0.5, value=math.inf), rounds=4)
+    first.run(2)
+    state = first.state_dict()
+    assert [r[0] for r in state["rejections"]] == [1, 1, 1, 2, 2, 2]
+    resumed = simulate(Attack("same-value", 0.5, value=math.inf), rounds=4)
+    resumed.load_state_dict(state)
+    resumed.run()
+    assert resumed.rejections == whole.rejections
+    assert resumed.engine.rejections_from == 1
+    # A checkpoint written before the engine kept them: known from the next round on.
+    del state["rejections"], state["rejections_from"]
+    old = simulate(Attack("same-value", 0.5, value=math.inf), rounds=4)
+    old.load_state_dict(state)
+    old.run()
+    assert old.engine.rejections_from == 3
+    assert old.rejections == [r for r in whole.rejections if r.round >= 3]

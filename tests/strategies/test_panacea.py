@@ -1,3 +1,4 @@
+import dataclasses
 import json
 
 import pytest
@@ -273,6 +274,29 @@ def test_collaboration_graph_is_gcn_propagation():
     assert torch.allclose(w[0, 0], 1 / deg[0]) and torch.allclose(w[0, 2], torch.tensor(0.0))
     assert torch.allclose(w[1, 0], 1 / (deg[1] * deg[0]).sqrt())
     assert torch.allclose(w, w.t())
+
+
+def test_client_embeddings_are_what_the_head_turns_into_the_models():
+    everyone = torch.arange(5)
+    for cls, graph in ((Panacea, RING), (Panacea, PATH), (PFedHN, RING), (PFedHN, None)):
+        strategy = cls(**SMALL)
+        strategy.setup(_context(edge_index=graph))
+        z = strategy.client_embeddings()
+        assert z.shape == (5, SMALL["hidden_channels"]) and not z.requires_grad
+        assert torch.allclose(strategy.hypernetwork.generate(z),
+                              strategy.personalized_params(everyone), atol=1e-6)
+    ring, path, mlp = Panacea(**SMALL), Panacea(**SMALL), PFedHN(**SMALL)
+    ring.setup(_context(edge_index=RING))
+    path.setup(_context(edge_index=PATH))
+    mlp.setup(_context(edge_index=RING))
+    # The same initial embeddings (one seed): only the GCN encoder reads the graph.
+    assert not torch.allclose(ring.client_embeddings(), path.client_embeddings())
+    assert torch.equal(mlp.client_embeddings(), mlp.hypernetwork.embed())
+    ring.ctx = dataclasses.replace(ring.ctx, edge_index=None)
+    with pytest.raises(ValueError, match="GCN encoder needs the federation's prior client"):
+        ring.client_embeddings()
+    with pytest.raises(RuntimeError, match="setup"):
+        Panacea(**SMALL).client_embeddings()
 
 
 def test_cli_novel_clients_writes_test_novel(tmp_path):
