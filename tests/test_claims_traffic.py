@@ -819,3 +819,22 @@ def test_the_traced_rows_run_only_when_named_and_read_their_traces(claims, recor
     # A run that stopped at a round between evaluations has its last one there.
     assert claims.evaluated_rounds({"config": {"rounds": 50, "overrides": {"eval_every": 20}},
                                     "val": [1.0, 1.0, 1.0]}) == [20, 40, 50]
+
+
+def test_the_rejections_line_counts_each_strategys_uploads_and_old_records(claims):
+    def record(uploads=None, start=1):
+        if uploads is None:
+            return {}
+        return {"rejections": {"from_round": start,
+                               "uploads": [[r, c, "non-finite values"] for r, c in uploads]}}
+
+    assert claims.traffic_rejections({}) == ""
+    line = claims.traffic_rejections({
+        "panacea": [record([(366, 2), (383, 0), (383, 4)]), record([]), record(None)],
+        "fedavg": [record([], start=461)],
+        "ditto": [record(None), record(None)]})
+    assert line == ("panacea 3 in 2 runs (rounds 366, 383); fedavg 0 in 1 run (counted from "
+                    "round 461 on in 1 of them); not kept by the runs made before 2026-11-28 "
+                    "(panacea 1, ditto 2)")
+    many = claims.traffic_rejections({"pfedme": [record([(r, 0) for r in range(1, 11)])]})
+    assert many == "pfedme 10 in 1 run (rounds 1, 2, 3, 4, 5, 6, 7, 8, ...)"

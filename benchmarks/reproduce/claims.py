@@ -2011,6 +2011,7 @@ def traffic_dataset_lines(dataset: str, run_missing: bool, strategies: list[str]
     # run of Table II, and the rate choice's run at the chosen rate.
     seed0: dict[str, dict | None] = {}
     preview: dict[str, dict | None] = {}
+    made: dict[str, list[dict]] = {}  # every 800-round record of Tables II and III
     for name in TRAFFIC_STRATEGIES:
         run_it = run_missing and (strategies is None or name in strategies)
         lr, grid_runs = traffic_rate(dataset, name, run_it)
@@ -2040,6 +2041,7 @@ def traffic_dataset_lines(dataset: str, run_missing: bool, strategies: list[str]
                        for cfg in (traffic_config(dataset, name, lr, seed=s, novel=novel)
                                    for s in (seeds if not novel else TRAFFIC_SEEDS[:1]))]
                 done = [e for e in got if e is not None]
+                made.setdefault(name, []).extend(done)
                 runs[novel] = done if len(done) == len(got) else None
         means[name] = traffic_mean(runs[False])
         seed0[name] = runs[False][0] if runs[False] else None
@@ -2078,8 +2080,44 @@ def traffic_dataset_lines(dataset: str, run_missing: bool, strategies: list[str]
               for found, what in ((seed0, "800 rounds, seed 0"),
                                   (preview, f"the preview's {TRAFFIC_RATE_ROUNDS} rounds"))
               if (line := traffic_val_selection(found))],
+            *(["- Uploads rejected in the 800-round runs (a client's 50 local steps ending "
+               "in non-finite or absurd parameters: left out of the aggregation, the client "
+               "keeps its previous model): " + line + "."]
+              if (line := traffic_rejections(made)) else []),
             f"- What the figures mean in mph: {traffic_meaning(dataset, means.get('panacea'))}",
             ""]
+
+
+def traffic_rejections(runs: dict[str, list[dict]]) -> str:
+    r"""The uploads the runs of ``runs`` (strategy -> its records) had
+    rejected, from each record's ``rejections``
+    (:func:`~pyg_fedgraph.experiment.records.rejections_entry`): per strategy
+    how many in how many runs, in which rounds, and from which round on a
+    run counted them (one resumed from a checkpoint written before the
+    engine kept them); then the runs whose record is older than that; ``""``
+    when there is no record."""
+    parts, unkept = [], []
+    for name, entries in runs.items():
+        kept = [e["rejections"] for e in entries if "rejections" in e]
+        if len(kept) < len(entries):
+            unkept.append(f"{name} {len(entries) - len(kept)}")
+        if not kept:
+            continue
+        uploads = [u for k in kept for u in k["uploads"]]
+        rounds = sorted({int(u[0]) for u in uploads})
+        late = sorted(int(k["from_round"]) for k in kept if int(k["from_round"]) > 1)
+        notes = []
+        if rounds:
+            notes.append(f"round{'s' if len(rounds) > 1 else ''} "
+                         + ", ".join(map(str, rounds[:8])) + (", ..." if len(rounds) > 8 else ""))
+        if late:
+            notes.append("counted from round " + ", ".join(map(str, late))
+                         + f" on in {len(late)} of them")
+        parts.append(f"{name} {len(uploads)} in {len(kept)} run{'s' if len(kept) > 1 else ''}"
+                     + (f" ({'; '.join(notes)})" if notes else ""))
+    if unkept:
+        parts.append("not kept by the runs made before 2026-11-28 (" + ", ".join(unkept) + ")")
+    return "; ".join(parts)
 
 
 def traffic_val_selection(entries: dict[str, dict | None]) -> str:
