@@ -516,6 +516,23 @@ def test_the_preview_compares_panacea_and_fedavg_ft_sensor_by_sensor(claims, rec
     assert ("- Sensors where fedavg-ft below panacea 1/3 (the preview's 200 rounds; test MSE"
             in text)
     assert "(800 rounds, seed 0;" not in text  # no 800-round run recorded
+    # Panacea's seed-0 800-round run of Table II in (its seeds 1 and 2 and Table III not).
+    write(records, claims.traffic_config("metr-la", "panacea", 0.1, seed=0),
+          {"val_best": 0.15}, metrics=mph([0.1, 0.3, 0.2]))
+    text = "\n".join(claims.traffic_section(run_missing=False))
+    assert "(800 rounds, seed 0;" not in text  # nothing to set it against yet
+    assert ("- The same goal on the 800-round runs of seed 0 recorded so far (the table waits "
+            "for each strategy's every seed; a preview, not the table's result): pending "
+            "(fedavg, fedavg-ft, per-fedavg, pfedme, ditto, sfl, pfedhn not yet run)\n"
+            in text)
+    assert "| panacea | 0.1 | 1.0 ± 0.2 | pending |" in text
+    write(records, claims.traffic_config("metr-la", "fedavg-ft", 0.1, seed=0),
+          {"val_best": 0.15}, metrics=mph([0.2, 0.2, 0.3]))
+    text = "\n".join(claims.traffic_section(run_missing=False))
+    assert "- Sensors where panacea below fedavg-ft 2/3 (800 rounds, seed 0; test MSE" in text
+    assert ("recorded so far (the table waits for each strategy's every seed; a preview, not "
+            "the table's result): pending (fedavg, per-fedavg, pfedme, ditto, sfl, pfedhn not "
+            "yet run); so far in the paper's order: panacea 200.0, fedavg-ft 233.3.\n") in text
 
 
 def panacea_and_pfedhn_chose(claims, records: Path, tests: dict[str, list[float]],
