@@ -402,7 +402,7 @@ def test_the_queue_holds_one_line_per_dataset_and_strategy_of_the_plan(claims):
         (d, s) for d in claims.TRAFFIC_DATA for s in (*claims.TRAFFIC_STRATEGIES, variants))
     # The week's rows, each once over its lines, and its traced rows.
     assert sorted(r for s in week for r in s.split(",")) == sorted(
-        [*claims.TRAFFIC_WEEK_ROWS, claims.TRAFFIC_TRACE])
+        [*claims.TRAFFIC_WEEK_ROWS, claims.TRAFFIC_TRACE, claims.TRAFFIC_CLIENT_TRACE])
 
 
 def test_sensor_wins_count_the_sensors_where_one_is_below_the_other(claims):
@@ -855,3 +855,69 @@ def test_the_rejections_line_counts_each_strategys_uploads_and_old_records(claim
                     "(panacea 1, ditto 2)")
     many = claims.traffic_rejections({"pfedme": [record([(r, 0) for r in range(1, 11)])]})
     assert many == "pfedme 10 in 1 run (rounds 1, 2, 3, 4, 5, 6, 7, 8, ...)"
+
+
+def test_spearman_ranks_with_ties_and_says_nan_for_a_constant(claims):
+    assert claims.spearman([1.0, 2.0, 2.0, 3.0], [10.0, 20.0, 20.0, 30.0]) == pytest.approx(1.0)
+    assert claims.spearman([1.0, 2.0, 3.0], [3.0, 2.0, 1.0]) == pytest.approx(-1.0)
+    # Ranks 0, 2.5, 2.5, 1 against 0, 1, 2, 3 (means 1.5): covariance 1.5, variances
+    # 4.5 and 5, so 1.5 / sqrt(22.5) = 0.316.
+    assert claims.spearman([1.0, 5.0, 5.0, 2.0], [1.0, 2.0, 3.0, 4.0]) == pytest.approx(
+        1.5 / math.sqrt(4.5 * 5.0))
+    assert math.isnan(claims.spearman([1.0, 1.0], [1.0, 2.0]))
+
+
+def test_the_per_client_rows_find_who_ran_away_and_check_the_shared_training(
+        claims, records, monkeypatch):
+    row = "panacea (lambda_d 0.1)"
+    lines = claims.traffic_client_trace_lines(False, None, None)
+    assert f"| {row}" + " | pending" * 8 + " |" in lines
+    for lr in claims.PANACEA_LR_GRID:
+        write(records, claims.traffic_config("metr-la", "panacea", lr, rounds=200),
+              {"val_best": 0.2 if lr == 0.1 else 0.5})
+    from pyg_fedgraph.experiment.records import config_key
+
+    cfg = claims.traffic_client_trace_config(row, 0.1)
+    assert cfg.overrides["eval_every"] == 10 and cfg.rounds == 400
+    assert config_key(cfg) != config_key(claims.traffic_trace_config(row, 0.1))
+    ran: list = []
+
+    def run(cfg, **kw):  # RecordCache.run without training
+        ran.append((cfg.overrides.get("lambda_d"),
+                    [t.per_client for t in (kw.get("traces") or {}).values()]))
+        return None
+
+    monkeypatch.setattr(claims.RUNS, "run", run)
+    claims.traffic_client_trace_lines(True, ["hypernetwork-trace"], ["metr-la-week"])
+    assert ran == []
+    claims.traffic_client_trace_lines(True, ["hypernetwork-clients"], ["metr-la-week"])
+    assert ran == [(None, [True]), (0.0, [True])]
+    # Four clients, evaluated at rounds 10-40; best round 20, the spread highest at 30.
+    # There, client 1 is the farthest (4.0), the least reached (1 round) and has the
+    # largest initial norm (3.0); it carries 0.6 of the validation rise of 0.8.
+    monkeypatch.setattr(claims, "TRAFFIC_FARTHEST", 1)
+    write(records, cfg, {"best_round": 20, "val_best": 0.2}, val=[0.3, 0.2, 0.4, 0.3])
+    path = records / f"{config_key(cfg)}.json"
+    entry = json.loads(path.read_text())
+    flat = [1.0] * 4
+    entry["traces"] = {"hypernetwork": {
+        "rounds": [10, 20, 30, 40], "embedding_norm_max": [1.0] * 4,
+        "embedding_norm_mean": [1.0] * 4, "model_norm_mean": [1.0] * 4,
+        "model_spread": [1.0, 2.0, 5.0, None], "counted": 40, "clients": {
+            "model_distance": [flat, flat, [0.5, 4.0, 1.0, 2.0], flat],
+            "reached": [flat, flat, [9.0, 1.0, 6.0, 3.0], flat],
+            "input_norm": [flat, flat, [1.0, 3.0, 2.0, 1.5], flat],
+            "embedding_norm": [flat] * 4,
+            "val": [flat, [0.2] * 4, [0.25, 0.8, 0.2, 0.35], flat]}}}
+    path.write_text(json.dumps(entry))
+    # The row's traced run, every 20 rounds: the same at round 20, not at 40.
+    write(records, claims.traffic_trace_config(row, 0.1), {"best_round": 20, "val_best": 0.2},
+          val=[0.2, 0.31])
+    text = "\n".join(claims.traffic_client_trace_lines(False, None, None))
+    assert (f"| {row} | 200.0 (20) | 400.0 (round 30) | 5.00 (30) | -1.00 | 0.80 | 1 / 4.5 | "
+            "3.00 / 1.75 | 75% |") in text
+    assert f"- The same training as the traced rows above: {row}: 1 of 2 shared " in text
+    del entry["traces"]["hypernetwork"]["clients"]
+    path.write_text(json.dumps(entry))
+    assert (f"| {row} | no per-client trace in its record" + " | -" * 7 + " |"
+            in claims.traffic_client_trace_lines(False, None, None))

@@ -2585,6 +2585,150 @@ def traffic_trace_lines(run_missing: bool, strategies: list[str] | None,
             *rows, ""]
 
 
+#: Two traced rows again, client by client (``HypernetworkTrace(per_client=True)``),
+#: evaluated every :data:`TRAFFIC_CLIENT_TRACE_EVERY` rounds: the jump (lambda_d 0.1) and its
+#: exact control (lambda_d 0). Each client's initial embedding norm, encoder output norm,
+#: distance of its model to the mean model, validation MSE, and the rounds whose accepted
+#: clients reach its embedding through the GCN: whether the clients whose models run away
+#: are those the sampled clients' feedback rarely reaches, while the generator's loss moves
+#: every embedding. Its name for ``--strategies`` (with ``--datasets metr-la-week``).
+TRAFFIC_CLIENT_TRACE = "hypernetwork-clients"
+TRAFFIC_CLIENT_TRACE_ROWS = ("panacea (lambda_d 0.1)", "panacea (lambda_d 0)")
+TRAFFIC_CLIENT_TRACE_EVERY = 10
+#: The clients farthest from the mean model that the per-client rows single out.
+TRAFFIC_FARTHEST = 10
+
+
+def traffic_client_trace_config(row: str, lr: float) -> ExperimentConfig:
+    r"""The per-client traced run of ``row``: :func:`traffic_trace_config`'s,
+    evaluated every :data:`TRAFFIC_CLIENT_TRACE_EVERY` rounds (evaluating
+    trains nothing, so its training is that of the row's traced run)."""
+    cfg = traffic_trace_config(row, lr)
+    return dataclasses.replace(cfg, overrides={**cfg.overrides,
+                                               "eval_every": TRAFFIC_CLIENT_TRACE_EVERY})
+
+
+def spearman(a: list[float], b: list[float]) -> float:
+    r"""Spearman's rank correlation of ``a`` and ``b`` (ties share their
+    mean rank); NaN when either is constant."""
+    def ranks(x: list[float]) -> list[float]:
+        order = sorted(range(len(x)), key=lambda i: x[i])
+        out = [0.0] * len(x)
+        i = 0
+        while i < len(order):
+            j = i
+            while j + 1 < len(order) and x[order[j + 1]] == x[order[i]]:
+                j += 1
+            for k in range(i, j + 1):
+                out[order[k]] = (i + j) / 2
+            i = j + 1
+        return out
+
+    ra, rb = ranks(a), ranks(b)
+    ma, mb = statistics.fmean(ra), statistics.fmean(rb)
+    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb, strict=True))
+    var = math.sqrt(sum((x - ma) ** 2 for x in ra) * sum((y - mb) ** 2 for y in rb))
+    return cov / var if var else math.nan
+
+
+def client_trace_figures(entry: dict, trace: dict) -> dict[str, Any]:
+    r"""What a per-client trace says at the evaluation where the generated
+    models are farthest apart (the peak of the spread): that round and
+    spread; Spearman's rho, over the clients, of their distance to the mean
+    model against the rounds that reached their embedding and against their
+    initial embedding norm; the :data:`TRAFFIC_FARTHEST` farthest clients'
+    median reached rounds and initial norm against all clients'; and their
+    share of the rise of the summed validation MSE from the best round to the
+    peak (NaN when it did not rise). Clients with a missing value are left
+    out."""
+    rounds, clients = trace["rounds"], trace["clients"]
+    spread = [v if v is not None else -math.inf for v in trace["model_spread"]]
+    at = max(range(len(rounds)), key=lambda k: spread[k])
+    best = rounds.index(entry["summary"]["best_round"])
+    columns = ("model_distance", "reached", "input_norm")
+    keep = [i for i in range(len(clients["reached"][at]))
+            if all(clients[c][at][i] is not None for c in columns)
+            and clients["val"][at][i] is not None and clients["val"][best][i] is not None]
+    dist, reach, norm = ([clients[c][at][i] for i in keep] for c in columns)
+    far = sorted(range(len(keep)), key=lambda k: -dist[k])[:TRAFFIC_FARTHEST]
+    rise = [clients["val"][at][i] - clients["val"][best][i] for i in keep]
+    total = sum(rise)
+    return {"round": rounds[at], "spread": trace["model_spread"][at],
+            "rho_reach": spearman(dist, reach), "rho_norm": spearman(dist, norm),
+            "far_reach": statistics.median(reach[k] for k in far),
+            "all_reach": statistics.median(reach),
+            "far_norm": statistics.median(norm[k] for k in far),
+            "all_norm": statistics.median(norm),
+            "far_share": sum(rise[k] for k in far) / total if total > 0 else math.nan,
+            "clients": len(keep)}
+
+
+def traffic_client_trace_lines(run_missing: bool, strategies: list[str] | None,
+                               datasets: list[str] | None) -> list[str]:
+    r"""The per-client traced rows (:data:`TRAFFIC_CLIENT_TRACE_ROWS`): per
+    row, its best validation MSE with its round, the highest evaluation
+    after it, and :func:`client_trace_figures`; then whether its validation
+    curve agrees with the row's traced run (every 20 rounds) where both
+    evaluate, as the same training should. Runs the missing ones when
+    ``run_missing`` and ``datasets`` name :data:`TRAFFIC_WEEK` and
+    ``strategies`` :data:`TRAFFIC_CLIENT_TRACE`."""
+    lr = chosen_rate("metr-la", "panacea")
+    run_it = (run_missing and datasets is not None and TRAFFIC_WEEK in datasets
+              and strategies is not None and TRAFFIC_CLIENT_TRACE in strategies)
+    rows = ["| row | validation MSE x1e-3: best (round) | highest after it (round) | largest "
+            "spread of the models (round) | rho: distance to the mean model vs rounds "
+            "reached | rho: distance vs initial norm ‖e_i‖ | the "
+            f"{TRAFFIC_FARTHEST} farthest: median rounds reached / all clients' | the "
+            f"{TRAFFIC_FARTHEST} farthest: median ‖e_i‖ / all clients' | the "
+            f"{TRAFFIC_FARTHEST} farthest's share of the validation rise |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    agree = []
+    pending = " | pending" * 8 + " |"
+    for row in TRAFFIC_CLIENT_TRACE_ROWS:
+        if lr is None:
+            rows.append(f"| {row}{pending}")
+            continue
+        cfg = traffic_client_trace_config(row, lr)
+        entry = _traffic_left(cfg, fetch(
+            cfg, run_it, "traffic", f"{TRAFFIC_WEEK} {row} (traced per client, evaluated "
+            f"every {TRAFFIC_CLIENT_TRACE_EVERY} rounds), client lr {lr}, seed 0, "
+            f"{TRAFFIC_TRACE_ROUNDS} rounds", _traffic_args(TRAFFIC_WEEK, TRAFFIC_CLIENT_TRACE),
+            traces={"hypernetwork": HypernetworkTrace(per_client=True)}))
+        trace = None if entry is None else entry.get("traces", {}).get("hypernetwork")
+        if entry is None or trace is None or "clients" not in trace:
+            rows.append(f"| {row}{pending}" if entry is None
+                        else f"| {row} | no per-client trace in its record" + " | -" * 7 + " |")
+            continue
+        val = [1e3 * v if v is not None and math.isfinite(v) else None for v in entry["val"]]
+        at = entry["summary"]["best_round"]
+        later = _peak(val, evaluated_rounds(entry), after=at, digits=1)
+        f = client_trace_figures(entry, trace)
+        rows.append(f"| {row} | {1e3 * entry['summary']['val_best']:.1f} ({at}) | {later} | "
+                    f"{f['spread']:.2f} ({f['round']}) | {f['rho_reach']:.2f} | "
+                    f"{f['rho_norm']:.2f} | {f['far_reach']:g} / {f['all_reach']:g} | "
+                    f"{f['far_norm']:.2f} / {f['all_norm']:.2f} | "
+                    + ("-" if math.isnan(f["far_share"]) else f"{100 * f['far_share']:.0f}%")
+                    + " |")
+        twin = RUNS.load(traffic_trace_config(row, lr))
+        if twin is not None:
+            mine = dict(zip(evaluated_rounds(entry), entry["val"], strict=True))
+            pairs = [(mine[r], v) for r, v in zip(evaluated_rounds(twin), twin["val"],
+                                                   strict=True) if r in mine]
+            same = sum(a == b or (a is not None and b is not None and not math.isfinite(a)
+                                  and not math.isfinite(b)) for a, b in pairs)
+            agree.append(f"{row}: {same} of {len(pairs)} shared evaluations identical")
+    return [f"The same traced rows again, client by client (`HypernetworkTrace(per_client="
+            f"True)`), evaluated every {TRAFFIC_CLIENT_TRACE_EVERY} rounds: at the evaluation "
+            "where the generated models lie farthest apart, whether the clients whose models "
+            "ran away are those whose embeddings the sampled clients' feedback rarely "
+            "reached (a client's embedding is reached in a round when it lies within the 3 "
+            "GCN layers' hops upstream of a client whose upload the round accepted; the "
+            "generator's loss moves every embedding at each server step) or those with large "
+            "initial embeddings. rho is Spearman's over the 207 clients.", "", *rows, "",
+            *([f"- The same training as the traced rows above: {'; '.join(agree)}.", ""]
+              if agree else [])]
+
+
 def traffic_ablation_lines(run_missing: bool, strategies: list[str] | None,
                            datasets: list[str] | None, rate_only: bool = False) -> list[str]:
     r"""Panacea's Table IV on the recorded speeds: Panacea, Panacea-GN (no
@@ -2645,6 +2789,7 @@ def traffic_ablation_lines(run_missing: bool, strategies: list[str] | None,
     rows += week_rows
     readings.append(week_reading)
     traced = traffic_trace_lines(run_missing and not rate_only, strategies, datasets)
+    traced += traffic_client_trace_lines(run_missing and not rate_only, strategies, datasets)
     return ["### Panacea's Table IV on the recorded speeds: what the graph adds", "",
             "Panacea-GN has Panacea's GCN encoder without its graph generator, Panacea-MLP "
             "neither (Panacea's hypernetwork and server step with Linear layers in place of "
@@ -3269,8 +3414,9 @@ def main(argv: list[str] | None = None) -> str:
                         help="comma list: restrict the Fashion-MNIST sections to them; in "
                              "sections A-C, run only their missing runs (the others are read "
                              "from their records); in section O (traffic) also Table IV's "
-                             "panacea-gn and panacea-mlp, and hypernetwork-trace (the traced "
-                             "week rows, with --datasets metr-la-week)")
+                             "panacea-gn and panacea-mlp, and hypernetwork-trace and "
+                             "hypernetwork-clients (the traced week rows, with --datasets "
+                             "metr-la-week)")
     parser.add_argument("--levels", default=None,
                         help="comma list of heterogeneity levels of sections G-I to run")
     parser.add_argument("--seeds", default=None,

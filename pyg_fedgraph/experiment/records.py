@@ -446,17 +446,75 @@ class HypernetworkTrace:
     StatefulCallback`) and, through :meth:`RecordCache.run`'s ``traces``, in
     the run's record.
 
+    With ``per_client=True`` it also keeps, under ``clients``, one list of
+    :math:`N` values per evaluated round for each of
+    :attr:`CLIENT_FIELDS` (4 decimals; ``None`` where not finite): the norm of
+    each client's initial embedding :math:`\lVert\mathbf{e}_i\rVert` (the
+    encoder's input), of its encoder output :math:`\lVert\mathbf{z}_i
+    \rVert`, the distance of its model to the mean model
+    :math:`\lVert\theta_i - \bar\theta\rVert`, its validation value of the
+    run's primary metric, and ``reached``: in how many rounds so far the
+    clients' feedback reached its embedding. The server step's loss on the
+    models of the clients whose upload it accepted in round :math:`t`
+    (:math:`S_t`) reaches :math:`\mathbf{e}_j` when :math:`j` lies within
+    :math:`L` hops upstream of :math:`S_t` on the prior graph (:math:`L` the
+    number of GCN layers; :math:`j \in S_t` only with the MLP encoder); the
+    rounds' samples are the engine's seeded draws, less the rejected uploads.
+
+    Args:
+        per_client (bool, optional): keep the per-client values too
+            (default: :obj:`False`).
+
     Example:
         >>> from pyg_fedgraph.experiment.records import HypernetworkTrace
         >>> sorted(HypernetworkTrace().state_dict())
         ['embedding_norm_max', 'embedding_norm_mean', 'model_norm_mean', 'model_spread', 'rounds']
+        >>> sorted(HypernetworkTrace(per_client=True).state_dict()["clients"])
+        ['embedding_norm', 'input_norm', 'model_distance', 'reached', 'val']
     """
 
     FIELDS = ("embedding_norm_max", "embedding_norm_mean", "model_norm_mean", "model_spread")
+    CLIENT_FIELDS = ("input_norm", "embedding_norm", "model_distance", "val", "reached")
 
-    def __init__(self) -> None:
+    def __init__(self, per_client: bool = False) -> None:
+        self.per_client = per_client
         self.rounds: list[int] = []
         self.values: dict[str, list[float | None]] = {name: [] for name in self.FIELDS}
+        self.clients: dict[str, list[list[float | None]]] = {
+            name: [] for name in self.CLIENT_FIELDS}
+        self._reached: list[int] | None = None  # rounds each client was reached, so far
+        self._counted = 0  # the last round counted in _reached
+
+    @staticmethod
+    def _finite(values: Any, digits: int) -> list[float | None]:
+        return [round(v, digits) if math.isfinite(v) else None
+                for v in (float(x) for x in values)]
+
+    def _count_reach(self, sim: Simulator, strategy: Any, upto: int) -> list[int]:
+        r"""Adds to each client's count the rounds up to ``upto`` whose
+        accepted clients reach its embedding (see the class docstring)."""
+        import torch
+
+        n = sim.dataset.num_clients
+        reached = torch.tensor(self._reached or [0] * n)
+        hn = strategy.hypernetwork
+        edge_index = None
+        if hn.encoder == "gcn" and sim.engine.ctx.edge_index is not None:
+            edge_index = sim.engine.ctx.edge_index.cpu()
+        rejected: dict[int, set[int]] = {}
+        for r in sim.engine.rejections:
+            rejected.setdefault(r.round, set()).add(r.client)
+        for rnd in range(self._counted + 1, upto + 1):
+            mark = torch.zeros(n, dtype=torch.bool)
+            sampled = [c for c in sim.engine.sample(rnd).tolist()
+                       if c not in rejected.get(rnd, set())]
+            mark[sampled] = True
+            if edge_index is not None:
+                for _ in range(hn.num_gnn_layers):  # messages flow source -> target
+                    mark = mark.clone().index_fill_(0, edge_index[0][mark[edge_index[1]]], True)
+            reached += mark.long()
+        self._counted = upto
+        return reached.tolist()
 
     def __call__(self, sim: Simulator, record: RoundRecord) -> None:
         import torch
@@ -473,19 +531,37 @@ class HypernetworkTrace:
         with torch.no_grad():
             theta = hn.generate(z)
             norms = z.norm(dim=1)
-            figures = (norms.max(), norms.mean(), theta.norm(dim=1).mean(),
-                       (theta - theta.mean(dim=0)).norm(dim=1).mean())
+            distance = (theta - theta.mean(dim=0)).norm(dim=1)
+            figures = (norms.max(), norms.mean(), theta.norm(dim=1).mean(), distance.mean())
         self.rounds.append(int(record.round))
         for name, value in zip(self.FIELDS, figures, strict=True):
             v = float(value)  # NaN or Inf (a diverged hypernetwork) kept as None, as JSON can
             self.values[name].append(round(v, 5) if math.isfinite(v) else None)
+        if self.per_client:
+            self._reached = self._count_reach(sim, strategy, int(record.round))
+            columns = {"input_norm": hn.embedding.detach().norm(dim=1), "embedding_norm": norms,
+                       "model_distance": distance, "val": record.val[sim.history.metric]}
+            for name, column in columns.items():
+                self.clients[name].append(self._finite(column.cpu().tolist(), 4))
+            self.clients["reached"].append([float(c) for c in self._reached])
 
     def state_dict(self) -> dict[str, Any]:
-        return {"rounds": list(self.rounds), **{k: list(v) for k, v in self.values.items()}}
+        state: dict[str, Any] = {"rounds": list(self.rounds),
+                                 **{k: list(v) for k, v in self.values.items()}}
+        if self.per_client:
+            state["clients"] = {k: [list(row) for row in v] for k, v in self.clients.items()}
+            state["counted"] = self._counted
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.rounds = list(state["rounds"])
         self.values = {name: list(state[name]) for name in self.FIELDS}
+        if self.per_client:
+            self.clients = {name: [list(row) for row in state["clients"][name]]
+                            for name in self.CLIENT_FIELDS}
+            self._counted = int(state["counted"])
+            last = self.clients["reached"][-1] if self.clients["reached"] else None
+            self._reached = None if last is None else [int(c or 0) for c in last]
 
 
 def rejections_entry(sim: Simulator) -> dict[str, Any]:

@@ -528,3 +528,60 @@ def test_the_hypernetwork_trace_reads_panaceas_clients_each_evaluated_round():
     strategy.ctx = dataclasses.replace(strategy.ctx, edge_index=None, edge_weight=None)
     with pytest.raises(ValueError, match="GCN encoder needs the federation's prior client"):
         HypernetworkTrace()(sim, sim.history.records[-1])
+
+
+def test_the_per_client_trace_counts_the_rounds_that_reach_each_embedding():
+    from pyg_fedgraph.engine import Rejection
+    from pyg_fedgraph.experiment import build_simulator
+    from pyg_fedgraph.experiment.records import HypernetworkTrace
+
+    cfg = ExperimentConfig(dataset="fl60", strategy="panacea", rounds=3, clients=12,
+                           overrides={"steps": 2, "eval_every": 2,
+                                      "num_gnn_layers": 2})
+    trace = HypernetworkTrace(per_client=True)
+    sim = build_simulator(cfg, callbacks=[trace])
+    n = sim.dataset.num_clients
+    # A directed path 0 -> 1 -> ... -> 11 as the prior graph: client i's loss reaches the
+    # embeddings of i, i - 1 and i - 2 through 2 GCN layers (not those of i + 1, i + 2).
+    path = torch.arange(n)
+    sim.engine.ctx.edge_index = torch.stack([path[:-1], path[1:]])
+    sim.engine.ctx.edge_weight = None
+    first = sim.engine.sample(1).tolist()
+    # A rejected upload (made up) does not reach anything through its client.
+    sim.engine.rejections.append(Rejection(1, first[0], "made up"))
+    sim.run(2)
+    resumed = HypernetworkTrace(per_client=True)
+    resumed.load_state_dict(json.loads(json.dumps(trace.state_dict())))
+    sim.callbacks.append(resumed)
+    sim.run()
+    state = trace.state_dict()
+    assert resumed.state_dict() == state            # a resumed trace goes on counting
+    assert state["rounds"] == [2, 3]
+    clients = state["clients"]
+    assert all(len(clients[k]) == 2 and all(len(row) == n for row in clients[k])
+               for k in HypernetworkTrace.CLIENT_FIELDS)
+    # The reach by hand: (I + A)^L with A[i, j] = 1 for an edge j -> i.
+    edge_index = sim.engine.ctx.edge_index.cpu()
+    a = torch.eye(n)
+    a[edge_index[1], edge_index[0]] = 1.0
+    hops = torch.linalg.matrix_power(a, 2)
+    counts, expected = torch.zeros(n), []
+    for rnd in (1, 2, 3):
+        sampled = [c for c in sim.engine.sample(rnd).tolist()
+                   if (rnd, c) != (1, first[0])]
+        counts += (hops[sampled].sum(dim=0) > 0).float()
+        if rnd in (2, 3):
+            expected.append(counts.tolist())
+    assert clients["reached"] == expected
+    assert len(set(expected[-1])) > 1 and set(expected[-1]) <= {0.0, 1.0, 2.0, 3.0}
+    # The per-client columns against the summary figures and the strategy.
+    last = {k: torch.tensor(v[-1]) for k, v in clients.items()}
+    assert float(last["model_distance"].mean()) == pytest.approx(state["model_spread"][-1],
+                                                                 abs=1e-3)
+    assert float(last["embedding_norm"].max()) == pytest.approx(
+        state["embedding_norm_max"][-1], abs=1e-3)
+    hn = sim.strategy.hypernetwork
+    assert torch.allclose(last["input_norm"], hn.embedding.detach().norm(dim=1), atol=1e-4)
+    assert torch.allclose(last["val"], sim.history.records[-1].val[sim.history.metric],
+                          atol=1e-4)
+    assert "clients" not in HypernetworkTrace().state_dict()
