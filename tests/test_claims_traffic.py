@@ -917,6 +917,13 @@ def test_the_per_client_rows_find_who_ran_away_and_check_the_shared_training(
     assert (f"| {row} | 200.0 (20) | 400.0 (round 30) | 5.00 (30) | -1.00 | 0.80 | 1 / 4.5 | "
             "3.00 / 1.75 | 75% |") in text
     assert f"- The same training as the traced rows above: {row}: 1 of 2 shared " in text
+    assert "rho is Spearman's over the 4 clients with every value finite;" in text
+    assert "within the 3 GCN layers' hops upstream" in text   # Panacea's default
+    # With the best round at 30 no evaluation after it has a spread: no figures.
+    entry["summary"]["best_round"] = 30
+    path.write_text(json.dumps(entry))
+    assert (f"| {row} | 200.0 (30) | 300.0 (round 40)" + " | -" * 6 + " |"
+            in claims.traffic_client_trace_lines(False, None, None))
     del entry["traces"]["hypernetwork"]["clients"]
     path.write_text(json.dumps(entry))
     assert (f"| {row} | no per-client trace in its record" + " | -" * 7 + " |"

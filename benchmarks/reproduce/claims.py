@@ -46,6 +46,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as dt
+import inspect
 import json
 import logging
 import math
@@ -2012,7 +2013,7 @@ def traffic_dataset_lines(dataset: str, run_missing: bool, strategies: list[str]
     seed0: dict[str, dict | None] = {}
     preview: dict[str, dict | None] = {}
     made: dict[str, list[dict]] = {}  # every 800-round record of Tables II and III
-    first: dict[str, float | None] = {}  # the mean of each seed-0 800-round run recorded
+    seed0_means: dict[str, float | None] = {}  # the mean of each seed-0 800-round run in
     for name in TRAFFIC_STRATEGIES:
         run_it = run_missing and (strategies is None or name in strategies)
         lr, grid_runs = traffic_rate(dataset, name, run_it)
@@ -2046,7 +2047,8 @@ def traffic_dataset_lines(dataset: str, run_missing: bool, strategies: list[str]
                 runs[novel] = done if len(done) == len(got) else None
                 if not novel:  # seed 0's run, read before the other seeds' are in
                     seed0[name] = got[0]
-                    first[name] = traffic_mean(got[:1]) if got[0] is not None else None
+                    seed0_means[name] = (traffic_mean(got[:1]) if got[0] is not None
+                                         else None)
         means[name] = traffic_mean(runs[False])
         paper2 = PANACEA_TRAFFIC_T2[dataset].get(name)
         paper3 = PANACEA_TRAFFIC_T3[dataset].get(name)
@@ -2068,8 +2070,8 @@ def traffic_dataset_lines(dataset: str, run_missing: bool, strategies: list[str]
             f"- Goal (Panacea's ordering of Table II): {traffic_goal(dataset, means)}",
             *([f"- The same goal on the 800-round runs of seed 0 recorded so far (the "
                "table waits for each strategy's every seed; a preview, not the table's "
-               f"result): {traffic_goal(dataset, first)}"]
-              if any(v is not None for v in first.values())
+               f"result): {traffic_goal(dataset, seed0_means)}"]
+              if any(v is not None for v in seed0_means.values())
               and any(means.get(n) is None for n in TRAFFIC_TABLE3) else []),
             f"- The same goal at the rate choice's {TRAFFIC_RATE_ROUNDS} rounds (each "
             "strategy's run at its chosen rate, seed 0, test MSE x1e-3 at its best "
@@ -2088,9 +2090,10 @@ def traffic_dataset_lines(dataset: str, run_missing: bool, strategies: list[str]
               for found, what in ((seed0, "800 rounds, seed 0"),
                                   (preview, f"the preview's {TRAFFIC_RATE_ROUNDS} rounds"))
               if (line := traffic_val_selection(found))],
-            *(["- Uploads rejected in the 800-round runs (a client's 50 local steps ending "
-               "in non-finite or absurd parameters: left out of the aggregation, the client "
-               "keeps its previous model): " + line + "."]
+            *(["- Uploads rejected in the 800-round runs of Tables II and III (a client's "
+               "50 local steps ending in non-finite or absurd parameters: left out of the "
+               "aggregation, the client keeps its previous model; a run counted from a later "
+               "round, resumed from an older checkpoint, gives a lower bound): " + line + "."]
               if (line := traffic_rejections(made)) else []),
             f"- What the figures mean in mph: {traffic_meaning(dataset, means.get('panacea'))}",
             ""]
@@ -2631,24 +2634,32 @@ def spearman(a: list[float], b: list[float]) -> float:
     return cov / var if var else math.nan
 
 
-def client_trace_figures(entry: dict, trace: dict) -> dict[str, Any]:
-    r"""What a per-client trace says at the evaluation where the generated
-    models are farthest apart (the peak of the spread): that round and
-    spread; Spearman's rho, over the clients, of their distance to the mean
-    model against the rounds that reached their embedding and against their
-    initial embedding norm; the :data:`TRAFFIC_FARTHEST` farthest clients'
-    median reached rounds and initial norm against all clients'; and their
+def client_trace_figures(entry: dict, trace: dict) -> dict[str, Any] | None:
+    r"""What a per-client trace says at the evaluation after the best
+    validation round where the generated models are farthest apart (the
+    peak of the spread): that round and spread; Spearman's rho, over the
+    clients, of their distance to the mean model against the rounds that
+    reached their embedding and against the norm of their input embedding
+    (the encoder's learned input); the :data:`TRAFFIC_FARTHEST` farthest
+    clients' median reached rounds and input norm against all clients'; their
     share of the rise of the summed validation MSE from the best round to the
-    peak (NaN when it did not rise). Clients with a missing value are left
-    out."""
+    peak (NaN when it did not rise); and how many clients these are over
+    (those with a missing value are left out). ``None`` when the trace has no
+    evaluation after the best round (or not the best round itself)."""
     rounds, clients = trace["rounds"], trace["clients"]
-    spread = [v if v is not None else -math.inf for v in trace["model_spread"]]
-    at = max(range(len(rounds)), key=lambda k: spread[k])
+    if entry["summary"].get("best_round") not in rounds:
+        return None
     best = rounds.index(entry["summary"]["best_round"])
+    later = [k for k in range(best + 1, len(rounds)) if trace["model_spread"][k] is not None]
+    if not later:
+        return None
+    at = max(later, key=lambda k: trace["model_spread"][k])
     columns = ("model_distance", "reached", "input_norm")
     keep = [i for i in range(len(clients["reached"][at]))
             if all(clients[c][at][i] is not None for c in columns)
             and clients["val"][at][i] is not None and clients["val"][best][i] is not None]
+    if not keep:
+        return None
     dist, reach, norm = ([clients[c][at][i] for i in keep] for c in columns)
     far = sorted(range(len(keep)), key=lambda k: -dist[k])[:TRAFFIC_FARTHEST]
     rise = [clients["val"][at][i] - clients["val"][best][i] for i in keep]
@@ -2683,6 +2694,7 @@ def traffic_client_trace_lines(run_missing: bool, strategies: list[str] | None,
             f"{TRAFFIC_FARTHEST} farthest's share of the validation rise |",
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     agree = []
+    over_clients: set[int] = set()  # the clients each row's figures are over
     pending = " | pending" * 8 + " |"
     for row in TRAFFIC_CLIENT_TRACE_ROWS:
         if lr is None:
@@ -2703,6 +2715,11 @@ def traffic_client_trace_lines(run_missing: bool, strategies: list[str] | None,
         at = entry["summary"]["best_round"]
         later = _peak(val, evaluated_rounds(entry), after=at, digits=1)
         f = client_trace_figures(entry, trace)
+        if f is None:
+            rows.append(f"| {row} | {1e3 * entry['summary']['val_best']:.1f} ({at}) | {later}"
+                        + " | -" * 6 + " |")
+            continue
+        over_clients.add(f["clients"])
         rows.append(f"| {row} | {1e3 * entry['summary']['val_best']:.1f} ({at}) | {later} | "
                     f"{f['spread']:.2f} ({f['round']}) | {f['rho_reach']:.2f} | "
                     f"{f['rho_norm']:.2f} | {f['far_reach']:g} / {f['all_reach']:g} | "
@@ -2717,14 +2734,20 @@ def traffic_client_trace_lines(run_missing: bool, strategies: list[str] | None,
             same = sum(a == b or (a is not None and b is not None and not math.isfinite(a)
                                   and not math.isfinite(b)) for a, b in pairs)
             agree.append(f"{row}: {same} of {len(pairs)} shared evaluations identical")
+    layers = inspect.signature(STRATEGIES["panacea"]).parameters["num_gnn_layers"].default
+    over = ("the clients" if len(over_clients) != 1
+            else f"the {min(over_clients)} clients with every value finite")
     return [f"The same traced rows again, client by client (`HypernetworkTrace(per_client="
             f"True)`), evaluated every {TRAFFIC_CLIENT_TRACE_EVERY} rounds: at the evaluation "
-            "where the generated models lie farthest apart, whether the clients whose models "
-            "ran away are those whose embeddings the sampled clients' feedback rarely "
-            "reached (a client's embedding is reached in a round when it lies within the 3 "
-            "GCN layers' hops upstream of a client whose upload the round accepted; the "
-            "generator's loss moves every embedding at each server step) or those with large "
-            "initial embeddings. rho is Spearman's over the 207 clients.", "", *rows, "",
+            "after the best validation round where the generated models lie farthest apart, "
+            "whether the clients whose models ran away are those whose input embeddings e_i "
+            "(the encoder's learned input) the sampled clients' feedback rarely reached (in "
+            f"a round, e_i is reached when client i lies within the {layers} GCN layers' hops "
+            "upstream of a client whose upload the round accepted; with lambda_d > 0 the "
+            "generator's loss also moves every embedding at each server step, and Adam's "
+            "momentum moves embeddings in rounds that do not reach them) or those with large "
+            f"input embeddings. rho is Spearman's over {over}; the validation rise is that of "
+            "the summed validation MSE from the best round to that evaluation.", "", *rows, "",
             *([f"- The same training as the traced rows above: {'; '.join(agree)}.", ""]
               if agree else [])]
 

@@ -459,7 +459,15 @@ class HypernetworkTrace:
     (:math:`S_t`) reaches :math:`\mathbf{e}_j` when :math:`j` lies within
     :math:`L` hops upstream of :math:`S_t` on the prior graph (:math:`L` the
     number of GCN layers; :math:`j \in S_t` only with the MLP encoder); the
-    rounds' samples are the engine's seeded draws, less the rejected uploads.
+    rounds' clients are the simulator's seeded draws
+    (:meth:`~pyg_fedgraph.Simulator.replied_clients`), less the rejected
+    uploads. ``reached`` follows only that gradient path: the graph
+    generator's loss (``lambda_d > 0``) reaches nearly every embedding at
+    every server step, an optimizer with momentum (Adam) keeps moving an
+    embedding in rounds that do not reach it, held-out clients' embeddings
+    never train although they may be counted, and before the engine's
+    ``rejections_from`` (a resumed old checkpoint) rejected uploads count as
+    accepted.
 
     Args:
         per_client (bool, optional): keep the per-client values too
@@ -506,7 +514,7 @@ class HypernetworkTrace:
             rejected.setdefault(r.round, set()).add(r.client)
         for rnd in range(self._counted + 1, upto + 1):
             mark = torch.zeros(n, dtype=torch.bool)
-            sampled = [c for c in sim.engine.sample(rnd).tolist()
+            sampled = [c for c in sim.replied_clients(rnd).tolist()
                        if c not in rejected.get(rnd, set())]
             mark[sampled] = True
             if edge_index is not None:
@@ -557,6 +565,10 @@ class HypernetworkTrace:
         self.rounds = list(state["rounds"])
         self.values = {name: list(state[name]) for name in self.FIELDS}
         if self.per_client:
+            if "clients" not in state:
+                raise ValueError("this HypernetworkTrace(per_client=True) was given the state "
+                                 "of a trace without per-client values; build it with "
+                                 "per_client=False to read that state")
             self.clients = {name: [list(row) for row in state["clients"][name]]
                             for name in self.CLIENT_FIELDS}
             self._counted = int(state["counted"])

@@ -354,6 +354,14 @@ class Simulator:
         <pyg_fedgraph.engine.RoundEngine.rejections>`."""
         return self.engine.rejections
 
+    def replied_clients(self, rnd: int) -> Tensor:
+        r"""The clients that trained and replied in round ``rnd`` :math:`(K,)`:
+        the engine's sample less those that dropped out, both drawn from the
+        run's seeded streams, so any round's set is known without running it
+        (their uploads may still be rejected: :attr:`rejections`)."""
+        sampled = self.engine.sample(rnd)
+        return sampled[self._survivors(rnd, sampled.numel())]
+
     # ---------------------------------------------------------------- rounds
     def run(self, rounds: int | None = None) -> History:
         r"""Runs up to round ``rounds`` (default: the constructor's) and

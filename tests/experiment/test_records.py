@@ -585,3 +585,32 @@ def test_the_per_client_trace_counts_the_rounds_that_reach_each_embedding():
     assert torch.allclose(last["val"], sim.history.records[-1].val[sim.history.metric],
                           atol=1e-4)
     assert "clients" not in HypernetworkTrace().state_dict()
+    with pytest.raises(ValueError, match="state of a trace without per-client values"):
+        HypernetworkTrace(per_client=True).load_state_dict(HypernetworkTrace().state_dict())
+    # The direction, checked by autograd rather than by hand: the generated models of round
+    # 3's clients have a gradient only on the embeddings the trace counts as reached.
+    hn.zero_grad()
+    sampled = sim.replied_clients(3)
+    hn(sim.engine.ctx.edge_index, clients=sampled).sum().backward()
+    touched = (hn.embedding.grad != 0).any(dim=1)
+    counted = torch.tensor(expected[-1]) > torch.tensor(expected[0])  # reached in round 3
+    assert torch.equal(touched, counted) and bool(touched[sampled].all())
+
+
+def test_replied_clients_are_the_sample_less_the_dropped_ones():
+    from pyg_fedgraph.experiment import build_simulator
+
+    seen: dict[int, list[int]] = {}
+    cfg = ExperimentConfig(dataset="digits", strategy="fedavg", clients=8, rounds=6,
+                           dropout=0.5, overrides={"steps": 1, "sample_fraction": 0.5})
+    sim = build_simulator(cfg)
+    aggregate = sim.strategy.aggregate_train
+
+    def spy(rnd, graph):
+        seen[rnd] = graph.client_id.tolist()
+        aggregate(rnd, graph)
+    sim.strategy.aggregate_train = spy
+    sim.run()
+    replied = {r: sim.replied_clients(r).tolist() for r in range(1, 7)}
+    assert seen == {r: c for r, c in replied.items() if c}
+    assert any(len(c) < len(sim.engine.sample(r)) for r, c in replied.items())
