@@ -871,7 +871,7 @@ def test_the_per_client_rows_find_who_ran_away_and_check_the_shared_training(
         claims, records, monkeypatch):
     row = "panacea (lambda_d 0.1)"
     lines = claims.traffic_client_trace_lines(False, None, None)
-    assert f"| {row}" + " | pending" * 8 + " |" in lines
+    assert f"| {row}" + " | pending" * 10 + " |" in lines
     for lr in claims.PANACEA_LR_GRID:
         write(records, claims.traffic_config("metr-la", "panacea", lr, rounds=200),
               {"val_best": 0.2 if lr == 0.1 else 0.5})
@@ -894,11 +894,17 @@ def test_the_per_client_rows_find_who_ran_away_and_check_the_shared_training(
     assert ran == [(None, [True]), (0.0, [True])]
     # Four clients, evaluated at rounds 10-40; best round 20, the spread highest at 30.
     # There, client 1 is the farthest (4.0), the least reached (1 round) and has the
-    # largest initial norm (3.0); it carries 0.6 of the validation rise of 0.8.
+    # largest input norm (3.0); it carries 0.6 of the validation rise of 0.8. Its encoder
+    # output norm at round 20 is the second largest (rank 1); at round 30 the output
+    # norms rank as the distances but for clients 2 and 3 swapped (rho 0.8).
     monkeypatch.setattr(claims, "TRAFFIC_FARTHEST", 1)
     write(records, cfg, {"best_round": 20, "val_best": 0.2}, val=[0.3, 0.2, 0.4, 0.3])
     path = records / f"{config_key(cfg)}.json"
     entry = json.loads(path.read_text())
+    # The prior graph as the record keeps it (the GCN's propagation matrix): edges
+    # 0 -> 1, 1 -> 0, 2 -> 3 (row i: the weights client i gives its neighbours).
+    entry["graph"] = [[0.5, 0.5, 0.0, 0.0], [0.5, 0.5, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0],
+                      [0.0, 0.0, 0.7, 0.3]]
     flat = [1.0] * 4
     entry["traces"] = {"hypernetwork": {
         "rounds": [10, 20, 30, 40], "embedding_norm_max": [1.0] * 4,
@@ -907,24 +913,31 @@ def test_the_per_client_rows_find_who_ran_away_and_check_the_shared_training(
             "model_distance": [flat, flat, [0.5, 4.0, 1.0, 2.0], flat],
             "reached": [flat, flat, [9.0, 1.0, 6.0, 3.0], flat],
             "input_norm": [flat, flat, [1.0, 3.0, 2.0, 1.5], flat],
-            "embedding_norm": [flat] * 4,
+            "embedding_norm": [flat, [1.0, 3.0, 4.0, 2.0], [0.5, 4.0, 2.0, 1.0], flat],
             "val": [flat, [0.2] * 4, [0.25, 0.8, 0.2, 0.35], flat]}}}
     path.write_text(json.dumps(entry))
     # The row's traced run, every 20 rounds: the same at round 20, not at 40.
     write(records, claims.traffic_trace_config(row, 0.1), {"best_round": 20, "val_best": 0.2},
           val=[0.2, 0.31])
     text = "\n".join(claims.traffic_client_trace_lines(False, None, None))
-    assert (f"| {row} | 200.0 (20) | 400.0 (round 30) | 5.00 (30) | -1.00 | 0.80 | 1 / 4.5 | "
-            "3.00 / 1.75 | 75% |") in text
+    # One farthest client: no pair, 0 edges among it, 0 expected.
+    assert (f"| {row} | 200.0 (20) | 400.0 (round 30) | 5.00 (30) | 75% | 0 (0.0) | -1.00 | "
+            "0.80 | 0.80 | 1 / 4.5 | 1 |") in text
+    # The two farthest (1 and 3): no edge between them; 3 of the 12 ordered pairs are
+    # edges, so 3 x 2 / 12 = 0.5 expected; their ranks by output norm 1 and 2 (median 1.5).
+    monkeypatch.setattr(claims, "TRAFFIC_FARTHEST", 2)
+    text = "\n".join(claims.traffic_client_trace_lines(False, None, None))
+    assert (f"| {row} | 200.0 (20) | 400.0 (round 30) | 5.00 (30) | 94% | 0 (0.5) | -1.00 | "
+            "0.80 | 0.80 | 2 / 4.5 | 1.5 |") in text
     assert f"- The same training as the traced rows above: {row}: 1 of 2 shared " in text
     assert "rho is Spearman's over the 4 clients with every value finite;" in text
     assert "within the 3 GCN layers' hops upstream" in text   # Panacea's default
     # With the best round at 30 no evaluation after it has a spread: no figures.
     entry["summary"]["best_round"] = 30
     path.write_text(json.dumps(entry))
-    assert (f"| {row} | 200.0 (30) | 300.0 (round 40)" + " | -" * 6 + " |"
+    assert (f"| {row} | 200.0 (30) | 300.0 (round 40)" + " | -" * 8 + " |"
             in claims.traffic_client_trace_lines(False, None, None))
     del entry["traces"]["hypernetwork"]["clients"]
     path.write_text(json.dumps(entry))
-    assert (f"| {row} | no per-client trace in its record" + " | -" * 7 + " |"
+    assert (f"| {row} | no per-client trace in its record" + " | -" * 9 + " |"
             in claims.traffic_client_trace_lines(False, None, None))

@@ -2644,13 +2644,18 @@ def client_trace_figures(entry: dict, trace: dict) -> dict[str, Any] | None:
     validation round where the generated models are farthest apart (the
     peak of the spread): that round and spread; Spearman's rho, over the
     clients, of their distance to the mean model against the rounds that
-    reached their embedding and against the norm of their input embedding
-    (the encoder's learned input); the :data:`TRAFFIC_FARTHEST` farthest
-    clients' median reached rounds and input norm against all clients'; their
-    share of the rise of the summed validation MSE from the best round to the
-    peak (NaN when it did not rise); and how many clients these are over
-    (those with a missing value are left out). ``None`` when the trace has no
-    evaluation after the best round (or not the best round itself)."""
+    reached their embedding, against the norm of their input embedding
+    (the encoder's learned input) and against that of their encoder output;
+    the :data:`TRAFFIC_FARTHEST` farthest clients' median reached rounds
+    against all clients', their median rank by encoder output norm at the
+    best round (0: the largest), their share of the rise of the summed
+    validation MSE from the best round to the peak (NaN when it did not
+    rise), and the prior graph's edges among them (the nonzero off-diagonal
+    entries of the record's ``graph``, the GCN's propagation matrix) with the
+    number expected among as many clients drawn at random (NaN without a
+    graph); and how many clients these are over (those with a missing value
+    are left out). ``None`` when the trace has no evaluation after the best
+    round (or not the best round itself)."""
     rounds, clients = trace["rounds"], trace["clients"]
     if entry["summary"].get("best_round") not in rounds:
         return None
@@ -2659,24 +2664,34 @@ def client_trace_figures(entry: dict, trace: dict) -> dict[str, Any] | None:
     if not later:
         return None
     at = max(later, key=lambda k: trace["model_spread"][k])
-    columns = ("model_distance", "reached", "input_norm")
+    columns = ("model_distance", "reached", "input_norm", "embedding_norm")
     keep = [i for i in range(len(clients["reached"][at]))
             if all(clients[c][at][i] is not None for c in columns)
-            and clients["val"][at][i] is not None and clients["val"][best][i] is not None]
+            and clients["val"][at][i] is not None and clients["val"][best][i] is not None
+            and clients["embedding_norm"][best][i] is not None]
     if not keep:
         return None
-    dist, reach, norm = ([clients[c][at][i] for i in keep] for c in columns)
+    dist, reach, norm, out = ([clients[c][at][i] for i in keep] for c in columns)
     far = sorted(range(len(keep)), key=lambda k: -dist[k])[:TRAFFIC_FARTHEST]
     rise = [clients["val"][at][i] - clients["val"][best][i] for i in keep]
     total = sum(rise)
+    by_output = sorted(range(len(keep)), key=lambda k: -clients["embedding_norm"][best][keep[k]])
+    rank = {k: r for r, k in enumerate(by_output)}
+    graph, edges, expected = entry.get("graph"), math.nan, math.nan
+    if graph is not None:
+        n = len(graph)
+        members = [keep[k] for k in far]
+        edges = sum(graph[i][j] != 0 for i in members for j in members if i != j)
+        total_edges = sum(graph[i][j] != 0 for i in range(n) for j in range(n) if i != j)
+        expected = total_edges * len(far) * (len(far) - 1) / (n * (n - 1))
     return {"round": rounds[at], "spread": trace["model_spread"][at],
             "rho_reach": spearman(dist, reach), "rho_norm": spearman(dist, norm),
+            "rho_output": spearman(dist, out),
             "far_reach": statistics.median(reach[k] for k in far),
             "all_reach": statistics.median(reach),
-            "far_norm": statistics.median(norm[k] for k in far),
-            "all_norm": statistics.median(norm),
+            "far_rank": statistics.median(rank[k] for k in far),
             "far_share": sum(rise[k] for k in far) / total if total > 0 else math.nan,
-            "clients": len(keep)}
+            "edges": edges, "expected_edges": expected, "clients": len(keep)}
 
 
 def traffic_client_trace_lines(run_missing: bool, strategies: list[str] | None,
@@ -2691,16 +2706,18 @@ def traffic_client_trace_lines(run_missing: bool, strategies: list[str] | None,
     lr = chosen_rate("metr-la", "panacea")
     run_it = (run_missing and datasets is not None and TRAFFIC_WEEK in datasets
               and strategies is not None and TRAFFIC_CLIENT_TRACE in strategies)
+    far = TRAFFIC_FARTHEST
     rows = ["| row | validation MSE x1e-3: best (round) | highest after it (round) | largest "
-            "spread of the models (round) | rho: distance to the mean model vs rounds "
-            "reached | rho: distance vs initial norm ‖e_i‖ | the "
-            f"{TRAFFIC_FARTHEST} farthest: median rounds reached / all clients' | the "
-            f"{TRAFFIC_FARTHEST} farthest: median ‖e_i‖ / all clients' | the "
-            f"{TRAFFIC_FARTHEST} farthest's share of the validation rise |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            f"spread of the models (round) | the {far} farthest's share of the validation "
+            f"rise | prior-graph edges among the {far} farthest (expected among {far} drawn "
+            "at random) | rho: distance to the mean model vs rounds reached | rho: distance "
+            "vs input norm ‖e_i‖ | rho: distance vs output norm ‖z_i‖ | the "
+            f"{far} farthest: median rounds reached / all clients' | the {far} farthest: "
+            "median rank by ‖z_i‖ at the best round (0: largest) |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     agree = []
     over_clients: set[int] = set()  # the clients each row's figures are over
-    pending = " | pending" * 8 + " |"
+    pending = " | pending" * 10 + " |"
     for row in TRAFFIC_CLIENT_TRACE_ROWS:
         if lr is None:
             rows.append(f"| {row}{pending}")
@@ -2714,7 +2731,7 @@ def traffic_client_trace_lines(run_missing: bool, strategies: list[str] | None,
         trace = None if entry is None else entry.get("traces", {}).get("hypernetwork")
         if entry is None or trace is None or "clients" not in trace:
             rows.append(f"| {row}{pending}" if entry is None
-                        else f"| {row} | no per-client trace in its record" + " | -" * 7 + " |")
+                        else f"| {row} | no per-client trace in its record" + " | -" * 9 + " |")
             continue
         val = [1e3 * v if v is not None and math.isfinite(v) else None for v in entry["val"]]
         at = entry["summary"]["best_round"]
@@ -2722,15 +2739,16 @@ def traffic_client_trace_lines(run_missing: bool, strategies: list[str] | None,
         f = client_trace_figures(entry, trace)
         if f is None:
             rows.append(f"| {row} | {1e3 * entry['summary']['val_best']:.1f} ({at}) | {later}"
-                        + " | -" * 6 + " |")
+                        + " | -" * 8 + " |")
             continue
         over_clients.add(f["clients"])
+        share = "-" if math.isnan(f["far_share"]) else f"{100 * f['far_share']:.0f}%"
+        edges = ("-" if math.isnan(f["expected_edges"])
+                 else f"{f['edges']} ({f['expected_edges']:.1f})")
         rows.append(f"| {row} | {1e3 * entry['summary']['val_best']:.1f} ({at}) | {later} | "
-                    f"{f['spread']:.2f} ({f['round']}) | {f['rho_reach']:.2f} | "
-                    f"{f['rho_norm']:.2f} | {f['far_reach']:g} / {f['all_reach']:g} | "
-                    f"{f['far_norm']:.2f} / {f['all_norm']:.2f} | "
-                    + ("-" if math.isnan(f["far_share"]) else f"{100 * f['far_share']:.0f}%")
-                    + " |")
+                    f"{f['spread']:.2f} ({f['round']}) | {share} | {edges} | "
+                    f"{f['rho_reach']:.2f} | {f['rho_norm']:.2f} | {f['rho_output']:.2f} | "
+                    f"{f['far_reach']:g} / {f['all_reach']:g} | {f['far_rank']:g} |")
         twin = RUNS.load(traffic_trace_config(row, lr))
         if twin is not None:
             mine = dict(zip(evaluated_rounds(entry), entry["val"], strict=True))
@@ -2750,9 +2768,11 @@ def traffic_client_trace_lines(run_missing: bool, strategies: list[str] | None,
             f"a round, e_i is reached when client i lies within the {layers} GCN layers' hops "
             "upstream of a client whose upload the round accepted; with lambda_d > 0 the "
             "generator's loss also moves every embedding at each server step, and Adam's "
-            "momentum moves embeddings in rounds that do not reach them) or those with large "
-            f"input embeddings. rho is Spearman's over {over}; the validation rise is that of "
-            "the summed validation MSE from the best round to that evaluation.", "", *rows, "",
+            "momentum moves embeddings in rounds that do not reach them), those with large "
+            "input embeddings or encoder outputs z_i, or one neighbourhood of the road graph "
+            "(its directed edges among them, against the number among as many sensors drawn "
+            f"at random). rho is Spearman's over {over}; the validation rise is that of the "
+            "summed validation MSE from the best round to that evaluation.", "", *rows, "",
             *([f"- The same training as the traced rows above: {'; '.join(agree)}.", ""]
               if agree else [])]
 
