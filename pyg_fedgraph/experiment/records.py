@@ -131,6 +131,11 @@ TABLES: dict[str, str] = {"digits": "digits", "topology": "digits",
 #: of 2 datasets x 12 settings x 14 strategies x 3 seeds holds about 3.7 MB of
 #: records, over the 2 MB a table should stay under).
 BY_PARTITION = frozenset({"planetoid"})
+#: Families whose records split further by dataset and number of rounds (the traffic
+#: reproduction's 20-, 200-, 400- and 800-round runs of METR-LA and PEMS-BAY: a PEMS-BAY
+#: record of 67 sensors' metrics holds about 20 kB, a traced run of all 207 METR-LA
+#: sensors 60-350 kB, 3.8 MB planned in all).
+BY_ROUNDS = frozenset({"traffic"})
 
 _TABLE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _KEY_HEAD = '{"key":'
@@ -143,7 +148,9 @@ def record_table(config: Mapping[str, Any]) -> str:
     ``"config"``, as :meth:`ExperimentConfig.to_dict` gives it): the
     dataset's family in :data:`TABLES` (for a family of
     :data:`BY_PARTITION`, ``<family>-<dataset>-<partition>``, e.g.
-    ``planetoid-cora-metis``), else the dataset's own name (lower case, runs
+    ``planetoid-cora-metis``; for a family of :data:`BY_ROUNDS`,
+    ``<family>-<dataset>-<rounds>``, e.g. ``traffic-metr-la-800``), else the
+    dataset's own name (lower case, runs
     of other characters than letters, digits and ``.`` made one ``-``): each
     FL-60 variant (``fl60``, ``fl60-grda-file``, ...) has its own table,
     which keeps every table of the repository's records under 2 MB."""
@@ -153,6 +160,8 @@ def record_table(config: Mapping[str, Any]) -> str:
         if family in BY_PARTITION:
             partition = str(config.get("partition") or "none")
             return f"{family}-{_name(dataset)}-{_name(partition)}"
+        if family in BY_ROUNDS:
+            return f"{family}-{_name(dataset)}-{_name(str(config.get('rounds') or 'none'))}"
         return family
     return _name(dataset)
 

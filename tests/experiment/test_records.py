@@ -292,8 +292,12 @@ def test_the_table_rule_and_an_explicit_table():
         "fl60", "fl60-grda-file-graph", "digits", "topology", "cora", "citeseer", "metr-la",
         "pems-bay", "tu", "fashion-mnist", "My data/set")] == [
         "fl60", "fl60-grda-file-graph", "digits", "digits", "planetoid-cora-none",
-        "planetoid-citeseer-none", "traffic", "traffic",
+        "planetoid-citeseer-none", "traffic-metr-la-none", "traffic-pems-bay-none",
         "tu", "fashion-mnist", "my-data-set"]
+    # The traffic records split by dataset and rounds, to keep tables under 2 MB.
+    assert [record_table({"dataset": d, "rounds": r}) for d, r in (
+        ("metr-la", 800), ("pems-bay", 20), ("metr-la", 400))] == [
+        "traffic-metr-la-800", "traffic-pems-bay-20", "traffic-metr-la-400"]
     # Planetoid's records split by dataset and partition, to keep tables under 2 MB.
     assert [record_table({"dataset": d, "partition": p}) for d, p in (
         ("cora", "metis"), ("citeseer", "overlapping"), ("pubmed", "random-nodes"),
