@@ -2595,11 +2595,12 @@ def traffic_trace_lines(run_missing: bool, strategies: list[str] | None,
 
 #: Two traced rows again, client by client (``HypernetworkTrace(per_client=True)``),
 #: evaluated every :data:`TRAFFIC_CLIENT_TRACE_EVERY` rounds: the jump (lambda_d 0.1) and its
-#: exact control (lambda_d 0). Each client's initial embedding norm, encoder output norm,
+#: exact control (lambda_d 0). Each client's input embedding norm, encoder output norm,
 #: distance of its model to the mean model, validation MSE, and the rounds whose accepted
 #: clients reach its embedding through the GCN: whether the clients whose models run away
-#: are those the sampled clients' feedback rarely reaches, while the generator's loss moves
-#: every embedding. Its name for ``--strategies`` (with ``--datasets metr-la-week``).
+#: are those the sampled clients' feedback rarely reaches (the generator's loss moves every
+#: embedding), one neighbourhood of the road graph, or those with large embeddings. Its name
+#: for ``--strategies`` (with ``--datasets metr-la-week``).
 TRAFFIC_CLIENT_TRACE = "hypernetwork-clients"
 TRAFFIC_CLIENT_TRACE_ROWS = ("panacea (lambda_d 0.1)", "panacea (lambda_d 0)")
 TRAFFIC_CLIENT_TRACE_EVERY = 10
