@@ -519,8 +519,9 @@ class HypernetworkTrace:
         if hn.encoder == "gcn" and sim.engine.ctx.edge_index is not None:
             edge_index = sim.engine.ctx.edge_index.cpu()
         rejected: dict[int, set[int]] = {}
-        for r in sim.engine.rejections:
-            rejected.setdefault(r.round, set()).add(r.client)
+        for r in sim.engine.rejections:  # those of the rounds not yet counted
+            if self._counted < r.round <= upto:
+                rejected.setdefault(r.round, set()).add(r.client)
         for rnd in range(self._counted + 1, upto + 1):
             mark = torch.zeros(n, dtype=torch.bool)
             sampled = [c for c in sim.replied_clients(rnd).tolist()

@@ -359,8 +359,14 @@ class Simulator:
         the engine's sample less those that dropped out, both drawn from the
         run's seeded streams, so any round's set is known without running it
         (their uploads may still be rejected: :attr:`rejections`)."""
+        sampled, rows = self._sampled_and_replied(rnd)
+        return sampled[rows]
+
+    def _sampled_and_replied(self, rnd: int) -> tuple[Tensor, Tensor]:
+        r"""Round ``rnd``'s seeded sample :math:`(S,)` and the rows of it that
+        did not drop out :math:`(K,)`."""
         sampled = self.engine.sample(rnd)
-        return sampled[self._survivors(rnd, sampled.numel())]
+        return sampled, self._survivors(rnd, sampled.numel())
 
     # ---------------------------------------------------------------- rounds
     def run(self, rounds: int | None = None) -> History:
@@ -379,10 +385,9 @@ class Simulator:
         t0 = time.perf_counter()
         engine = self.engine
         rnd = engine.round + 1
-        sampled = engine.sample(rnd)
-        plan = engine.configure_train(rnd, sampled)
         # Clients that drop out return nothing and keep their local model.
-        rows = self._survivors(rnd, sampled.numel())
+        sampled, rows = self._sampled_and_replied(rnd)
+        plan = engine.configure_train(rnd, sampled)
         if rows.numel() != sampled.numel():
             plan = plan.select(rows)
         clients = sampled[rows]

@@ -241,10 +241,7 @@ class Panacea(ServerOptimizerState, Strategy):
         models are their images under the head
         (:meth:`~pyg_fedgraph.nn.GCNHypernetwork.generate`)."""
         hn = self._require_hypernetwork()
-        edge_index, edge_weight = self._graph() if self.encoder == "gcn" else (None, None)
-        if self.encoder == "gcn" and edge_index is None:
-            raise ValueError(f"{type(self).__name__}'s GCN encoder needs the federation's "
-                             f"prior client graph, and this one has none")
+        edge_index, edge_weight = self._encoder_graph()
         with torch.no_grad():
             return hn.embed(edge_index, edge_weight)
 
@@ -272,8 +269,19 @@ class Panacea(ServerOptimizerState, Strategy):
         ctx = self._require_setup()
         return ctx.edge_index, ctx.edge_weight
 
+    def _encoder_graph(self) -> tuple[Tensor | None, Tensor | None]:
+        r"""The graph the encoder reads: the prior client graph for the GCN
+        encoder, ``(None, None)`` for the MLP encoder."""
+        if self.encoder != "gcn":
+            return None, None
+        edge_index, edge_weight = self._graph()
+        if edge_index is None:
+            raise ValueError(f"{type(self).__name__}'s GCN encoder needs the federation's "
+                             f"prior client graph, and this one has none")
+        return edge_index, edge_weight
+
     def _generate(self, hn: GCNHypernetwork, clients: Tensor) -> Tensor:
-        edge_index, edge_weight = self._graph() if self.encoder == "gcn" else (None, None)
+        edge_index, edge_weight = self._encoder_graph()
         return hn(edge_index, edge_weight, clients=clients)
 
     def _negative_edges(self, edge_index: Tensor, rnd: int, step: int) -> Tensor:
