@@ -941,3 +941,63 @@ def test_the_per_client_rows_find_who_ran_away_and_check_the_shared_training(
     path.write_text(json.dumps(entry))
     assert (f"| {row} | no per-client trace in its record" + " | -" * 9 + " |"
             in claims.traffic_client_trace_lines(False, None, None))
+
+
+def test_the_novel_probe_runs_only_when_named_and_reads_its_best_round(claims, records,
+                                                                      monkeypatch):
+    for lr in claims.PANACEA_LR_GRID:
+        for name in ("panacea", "fedavg-ft"):
+            write(records, claims.traffic_config("metr-la", name, lr, rounds=200),
+                  {"val_best": 0.2 if lr == 0.1 else 0.5})
+    cfg = claims.traffic_novel_probe_config("metr-la", 0.1)
+    table3 = claims.traffic_config("metr-la", "panacea", 0.1, novel=True)
+    # The same training as Panacea's Table III run, every evaluation in full.
+    assert cfg.overrides == {**table3.overrides, "test_at": "every"}
+    assert table3.overrides["test_at"] == "best" and cfg.novel_clients == 0.2
+    ran: list = []
+
+    def run(cfg, **kw):  # RecordCache.run without training
+        ran.append((cfg, sorted(kw.get("traces") or {})))
+        return None
+
+    monkeypatch.setattr(claims.RUNS, "run", run)
+    for strategies, datasets in ((["panacea"], ["metr-la"]), (None, None),
+                                 (["novel-probe"], ["pems-bay"])):
+        claims.traffic_novel_probe_lines(True, strategies, datasets)
+    assert ran == []
+    claims.traffic_novel_probe_lines(True, ["novel-probe"], ["metr-la"])
+    assert ran == [(cfg, ["novel"])]
+    # A record of it: 2 novel sensors (3, 7), 3 trained (0, 1, 2), evaluated at rounds
+    # 20 and 40, the best round 40 with its cross table.
+    from pyg_fedgraph.experiment.records import config_key
+
+    write(records, cfg, {"best_round": 40, "val_best": 0.2})
+    path = records / f"{config_key(cfg)}.json"
+    entry = json.loads(path.read_text())
+    entry["traces"] = {"novel": {
+        "metric": "mse_norm", "rounds": [20, 40], "held_out": [3, 7], "trained": [0, 1, 2],
+        "neighbours": [2, None],
+        "val": {"own": [[9, 9], [0.5, 0.6]], "mean": [[9, 9], [0.3, 0.3]],
+                "neighbour": [[9, None], [0.2, None]]},
+        "test": {"own": [[9, 9], [0.8, 1.0]], "mean": [[9, 9], [0.4, 0.2]],
+                 "neighbour": [[9, None], [0.3, None]]},
+        # trained-major: row j is trained client j's model on sensors 3 and 7.
+        "cross": {"round": 40, "val": [[0.5, 0.1], [0.4, None], [0.2, 0.3]],
+                  "test": [[0.6, 0.15], [0.1, 0.5], [0.3, 0.35]]}}}
+    path.write_text(json.dumps(entry))
+    write(records, table3, {"best_round": 760}, novel={"mse_norm": [0.7, 0.9]})
+    write(records, claims.traffic_config("metr-la", "fedavg-ft", 0.1, novel=True),
+          {"best_round": 780}, novel={"mse_norm": [0.25, 0.45]})
+    lines = claims.traffic_novel_probe_lines(False, None, None)
+    # Sensor 3: the best on validation is client 2 (0.2; test 0.3), the best on test
+    # client 1 (0.1); sensor 7: client 0 (0.1 -> 0.15), client 1's None skipped.
+    assert "| 3 | 800.0 | 400.0 | 300.0 (2) | 300.0 (2) | 100.0 | 250.0 |" in lines
+    assert "| 7 | 1000.0 | 200.0 | - (-) | 150.0 (0) | 150.0 | 450.0 |" in lines
+    assert "| mean | 900.0 | 300.0 | 300.0 | 225.0 | 125.0 | 350.0 |" in lines
+    assert any("own models: 900.0 at its best round 40; Panacea's Table III record: 800.0 "
+               "(round 760)" in line for line in lines)
+    # A probe without the best round's cross table: said, not misread.
+    entry["traces"]["novel"]["cross"]["round"] = 20
+    path.write_text(json.dumps(entry))
+    assert any("holds no probe of the best round" in line
+               for line in claims.traffic_novel_probe_lines(False, None, None))

@@ -64,7 +64,7 @@ import torch
 
 from pyg_fedgraph.experiment import ExperimentConfig, build_simulator
 from pyg_fedgraph.experiment.files import load_config
-from pyg_fedgraph.experiment.records import GroupingTrace, HypernetworkTrace
+from pyg_fedgraph.experiment.records import GroupingTrace, HypernetworkTrace, NovelClientProbe
 from pyg_fedgraph.experiment.reporting import (
     RUNS_HEADER,
     RUNS_RULE,
@@ -2778,6 +2778,129 @@ def traffic_client_trace_lines(run_missing: bool, strategies: list[str] | None,
               if agree else [])]
 
 
+#: Why a strategy's models for Table III's novel sensors are what they are: Panacea's Table
+#: III run again, evaluated in full at every evaluation (``test_at="every"``: the same
+#: training and figures, so a key of its own) with a
+#: :class:`~pyg_fedgraph.experiment.records.NovelClientProbe`, which also evaluates on each
+#: novel sensor the mean of the trained sensors' generated models, its strongest trained
+#: neighbour's, and every trained sensor's. Its name for ``--strategies`` (its runs start
+#: only when named), and the datasets it runs on.
+TRAFFIC_NOVEL_PROBE = "novel-probe"
+TRAFFIC_NOVEL_PROBE_DATASETS = ("metr-la",)
+
+
+def traffic_novel_probe_config(dataset: str, lr: float) -> ExperimentConfig:
+    r"""Panacea's Table III run on ``dataset`` at client learning rate ``lr``,
+    evaluated in full at every evaluation (see :data:`TRAFFIC_NOVEL_PROBE`)."""
+    cfg = traffic_config(dataset, "panacea", lr, novel=True)
+    return dataclasses.replace(cfg, overrides={**cfg.overrides, "test_at": "every"})
+
+
+def novel_probe_figures(entry: dict, probe: dict) -> dict[str, Any] | None:
+    r"""The probe's figures at the run's best validation round (the round
+    Table III reports): per novel sensor (in ``probe["held_out"]``'s order)
+    its own generated model's test MSE (``own``), the mean model's
+    (``mean``), the strongest trained neighbour's (``neighbour``, with its id
+    in ``neighbours``), and the trained model with the lowest validation MSE
+    on it (``chosen``, its id in ``chosen_ids``) and the one with the lowest
+    test MSE (``oracle``); ``None`` when the probe holds no evaluation of
+    that round or no cross table of it."""
+    at = entry["summary"]["best_round"]
+    cross = probe.get("cross") or {}
+    if at not in probe["rounds"] or cross.get("round") != at:
+        return None
+    k = probe["rounds"].index(at)
+    trained, h = probe["trained"], len(probe["held_out"])
+    inf = math.inf
+    chosen = [min(range(len(trained)), key=lambda j: cross["val"][j][i]
+                  if cross["val"][j][i] is not None else inf) for i in range(h)]
+    return {"own": probe["test"]["own"][k], "mean": probe["test"]["mean"][k],
+            "neighbour": probe["test"]["neighbour"][k], "neighbours": probe["neighbours"],
+            "chosen": [cross["test"][j][i] for i, j in enumerate(chosen)],
+            "chosen_ids": [trained[j] for j in chosen],
+            "oracle": [min((cross["test"][j][i] for j in range(len(trained))
+                            if cross["test"][j][i] is not None), default=None)
+                       for i in range(h)]}
+
+
+def traffic_novel_probe_lines(run_missing: bool, strategies: list[str] | None,
+                              datasets: list[str] | None) -> list[str]:
+    r"""Per dataset of :data:`TRAFFIC_NOVEL_PROBE_DATASETS`, a table of the
+    novel sensors at the best validation round of Panacea's probed Table III
+    run (:func:`novel_probe_figures`) beside FedAvg-FT's Table III run, and a
+    line comparing the probed run with Panacea's Table III record. Runs the
+    missing ones when ``run_missing`` and ``strategies`` name
+    :data:`TRAFFIC_NOVEL_PROBE` (and ``datasets`` the dataset, or none)."""
+    out: list[str] = ["### Table III's novel sensors: the generated models against trained "
+                      "ones", ""]
+    for dataset in TRAFFIC_NOVEL_PROBE_DATASETS:
+        lr = chosen_rate(dataset, "panacea")
+        if lr is None:
+            continue
+        run_it = (run_missing and strategies is not None and TRAFFIC_NOVEL_PROBE in strategies
+                  and (datasets is None or dataset in datasets))
+        cfg = traffic_novel_probe_config(dataset, lr)
+        entry = _traffic_left(cfg, fetch(
+            cfg, run_it, "traffic", f"{dataset} panacea, Table III probed (novel sensors), "
+            f"client lr {lr}, seed 0", _traffic_args(dataset, TRAFFIC_NOVEL_PROBE),
+            traces={"novel": NovelClientProbe("mse_norm")}))
+        probe = None if entry is None else entry.get("traces", {}).get("novel")
+        f = None if entry is None or probe is None else novel_probe_figures(entry, probe)
+        head = (f"Why Panacea's generated models lose on {TRAFFIC_NAMES[dataset]}'s novel "
+                f"sensors (Table III): its Table III run again (client lr {lr}, seed 0, 800 "
+                "rounds, every evaluation in full: the same training), each evaluation also "
+                "trying on each novel sensor the mean of the trained sensors' generated "
+                "models, the generated model of its strongest trained neighbour on the road "
+                "graph (largest w_ji + w_ij), and every trained sensor's generated model "
+                "(`NovelClientProbe`); test MSE x1e-3 at the run's best validation round, "
+                "beside FedAvg-FT's Table III run (fine-tuned on the novel sensor's own "
+                "training windows).")
+        if f is None:
+            out += [head, "", "Pending: " + ("its run" if entry is None else
+                                             "its record holds no probe of the best round"),
+                    ""]
+            continue
+        ft_lr = chosen_rate(dataset, "fedavg-ft")
+        ft = None if ft_lr is None else RUNS.load(traffic_config(dataset, "fedavg-ft", ft_lr,
+                                                                 novel=True))
+        ft_values = (None if ft is None
+                     else ft.get("novel_client_metrics", {}).get("mse_norm"))
+        record = RUNS.load(traffic_config(dataset, "panacea", lr, novel=True))
+
+        def cell(v: float | None) -> str:
+            return "-" if v is None or not math.isfinite(v) else f"{1e3 * v:.1f}"
+
+        rows = ["| novel sensor (client) | own generated model | mean of the trained "
+                "sensors' models | strongest trained neighbour's (client) | the trained "
+                "model best on validation (client) | the best trained model on test | "
+                "FedAvg-FT |", "|---|---:|---:|---:|---:|---:|---:|"]
+        columns: dict[str, list[float | None]] = {k: f[k] for k in (
+            "own", "mean", "neighbour", "chosen", "oracle")}
+        columns["fedavg-ft"] = list(ft_values) if ft_values else [None] * len(f["own"])
+        for i, client in enumerate(probe["held_out"]):
+            nb = f["neighbours"][i]
+            rows.append(f"| {client} | {cell(f['own'][i])} | {cell(f['mean'][i])} | "
+                        f"{cell(f['neighbour'][i])} ({'-' if nb is None else nb}) | "
+                        f"{cell(f['chosen'][i])} ({f['chosen_ids'][i]}) | "
+                        f"{cell(f['oracle'][i])} | {cell(columns['fedavg-ft'][i])} |")
+
+        def mean(values: list[float | None]) -> str:
+            finite = [v for v in values if v is not None and math.isfinite(v)]
+            return "-" if not finite else f"{1e3 * statistics.fmean(finite):.1f}"
+
+        rows.append("| mean | " + " | ".join(mean(columns[k]) for k in (
+            "own", "mean", "neighbour", "chosen", "oracle", "fedavg-ft")) + " |")
+        same = ("-" if record is None else
+                f"{cell(traffic_mean([record], 'novel_client_metrics'))} (round "
+                f"{record['summary']['best_round']})")
+        out += [head, "", *rows, "",
+                f"- The probed run's own models: {mean(f['own'])} at its best round "
+                f"{entry['summary']['best_round']}; Panacea's Table III record: {same} (the "
+                "same training; runs that differ only in floating-point rounding, a torch "
+                "version or compiled kernels, may part over 800 rounds).", ""]
+    return out
+
+
 def traffic_ablation_lines(run_missing: bool, strategies: list[str] | None,
                            datasets: list[str] | None, rate_only: bool = False) -> list[str]:
     r"""Panacea's Table IV on the recorded speeds: Panacea, Panacea-GN (no
@@ -3050,6 +3173,8 @@ def traffic_section(run_missing: bool, strategies: list[str] | None = None,
         lines += traffic_dataset_lines(
             dataset, run_missing and not reduced and (datasets is None or dataset in datasets),
             strategies, rate_only)
+    lines += traffic_novel_probe_lines(run_missing and not reduced and not rate_only,
+                                       strategies, datasets)
     lines += traffic_sfl_lines(run_missing and not reduced, strategies, datasets)
     lines += traffic_ablation_lines(run_missing and not reduced, strategies, datasets, rate_only)
     protocol = TRAFFIC_PROTOCOL
@@ -3465,7 +3590,8 @@ def main(argv: list[str] | None = None) -> str:
                              "from their records); in section O (traffic) also Table IV's "
                              "panacea-gn and panacea-mlp, and hypernetwork-trace and "
                              "hypernetwork-clients (the traced week rows, with --datasets "
-                             "metr-la-week)")
+                             "metr-la-week), and novel-probe (Panacea's Table III run probed "
+                             "on its novel sensors)")
     parser.add_argument("--levels", default=None,
                         help="comma list of heterogeneity levels of sections G-I to run")
     parser.add_argument("--seeds", default=None,

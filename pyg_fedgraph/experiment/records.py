@@ -586,6 +586,159 @@ class HypernetworkTrace:
             self._reached = None if last is None else [int(c or 0) for c in last]
 
 
+class NovelClientProbe:
+    r"""Round callback for runs with held-out (novel) clients
+    (``novel_clients``, the Table III protocol of Panacea): whether the models
+    a strategy gives the clients it never trained are worse than models it
+    trained for others. After every evaluated round it evaluates each novel
+    client :math:`i \in \mathcal{H}` on its validation and test splits with
+    three models, keeping ``metric`` (default: the run's primary one):
+
+    - ``own``: the model the strategy gives :math:`i` (for a hypernetwork,
+      the one it generates for :math:`i`; what the run's novel-client history
+      reports);
+    - ``mean``: the mean :math:`\frac{1}{|\mathcal{T}|}\sum_{j \in
+      \mathcal{T}} \theta_j` of the models of the trained clients
+      :math:`\mathcal{T}` (a model of the federation as a whole);
+    - ``neighbour``: the model of :math:`i`'s strongest trained neighbour on
+      the prior graph, :math:`\arg\max_{j \in \mathcal{T}} (w_{ji} + w_{ij})`
+      (edge weights, 1 where the graph has none; ``None`` for a client with no
+      trained neighbour or a federation without a graph).
+
+    At the first evaluated round and at every round the run's history makes
+    its best (the round whose figures are reported), it also evaluates every
+    trained client's model on every novel client (``cross``:
+    :math:`|\mathcal{T}| \times |\mathcal{H}|` values per split), from which
+    the best trained model for a novel client can be chosen on validation.
+    Values are rounded to 6 decimals, ``None`` where not finite. Kept by the
+    run's checkpoints and, through :meth:`RecordCache.run`'s ``traces``, in
+    the run's record.
+
+    Args:
+        metric (str, optional): the metric kept (default: the run's primary
+            metric, :attr:`History.metric <pyg_fedgraph.engine.History>`).
+
+    Example:
+        >>> from pyg_fedgraph.experiment.records import NovelClientProbe
+        >>> sorted(NovelClientProbe().state_dict())
+        ['cross', 'held_out', 'metric', 'neighbours', 'rounds', 'test', 'trained', 'val']
+    """
+
+    MODELS = ("own", "mean", "neighbour")
+
+    def __init__(self, metric: str | None = None) -> None:
+        self.metric = metric
+        self.rounds: list[int] = []
+        self.held_out: list[int] = []
+        self.trained: list[int] = []
+        self.neighbours: list[int | None] = []
+        self.val: dict[str, list[list[float | None]]] = {m: [] for m in self.MODELS}
+        self.test: dict[str, list[list[float | None]]] = {m: [] for m in self.MODELS}
+        self.cross: dict[str, Any] = {}
+
+    @staticmethod
+    def _finite(values: Any) -> list[float | None]:
+        return [round(v, 6) if math.isfinite(v) else None
+                for v in (float(x) for x in values)]
+
+    @staticmethod
+    def strongest_neighbours(edge_index: Any, edge_weight: Any, held_out: Any,
+                             trained: Any, num_nodes: int) -> list[int | None]:
+        r"""For each client of ``held_out``, the client of ``trained`` with the
+        largest :math:`w_{ji} + w_{ij}` on the graph (``edge_weight``
+        ``None``: weight 1 per edge; the lowest index among equals), or
+        ``None`` where no trained client is adjacent."""
+        import torch
+
+        if edge_index is None:
+            return [None] * len(held_out)
+        edge_index = edge_index.cpu()
+        weight = (torch.ones(edge_index.size(1)) if edge_weight is None
+                  else edge_weight.detach().cpu().float())
+        dense = torch.zeros(num_nodes, num_nodes)
+        dense.index_put_((edge_index[0], edge_index[1]), weight, accumulate=True)
+        both = dense + dense.t()
+        trained = torch.as_tensor(trained, dtype=torch.long)
+        out: list[int | None] = []
+        for i in torch.as_tensor(held_out, dtype=torch.long).tolist():
+            w = both[trained, i]
+            out.append(int(trained[int(w.argmax())]) if bool((w > 0).any()) else None)
+        return out
+
+    def _setup(self, sim: Simulator) -> None:
+        import torch
+
+        held = sim.held_out.cpu()
+        if held.numel() == 0:
+            raise ValueError("NovelClientProbe needs a run with held-out clients "
+                             "(novel_clients > 0); this one holds none out")
+        n = sim.dataset.num_clients
+        mask = torch.ones(n, dtype=torch.bool)
+        mask[held] = False
+        self.held_out = held.tolist()
+        self.trained = mask.nonzero().view(-1).tolist()
+        ctx = sim.engine.ctx
+        self.neighbours = self.strongest_neighbours(ctx.edge_index, ctx.edge_weight,
+                                                    self.held_out, self.trained, n)
+
+    def __call__(self, sim: Simulator, record: RoundRecord) -> None:
+        import torch
+
+        if not self.held_out:
+            self._setup(sim)
+        params, buffers = sim.personalized_models()
+        held = torch.tensor(self.held_out)
+        trained = torch.tensor(self.trained)
+        h = held.numel()
+        has = [j is not None for j in self.neighbours]
+        near = torch.tensor([j for j in self.neighbours if j is not None], dtype=torch.long)
+        models = torch.cat([params[held], params[trained].mean(dim=0).expand(h, -1),
+                            params[near]])
+        rows = torch.cat([held, held, held[torch.tensor(has, dtype=torch.bool)]])
+        bufs = buffers[rows]
+        metric = self.metric = self.metric or sim.history.metric
+        self.rounds.append(int(record.round))
+        for split, out in (("val", self.val), ("test", self.test)):
+            values = self._finite(sim.trainer.evaluate(rows, models, bufs, split)[metric].cpu())
+            out["own"].append(values[:h])
+            out["mean"].append(values[h:2 * h])
+            found = iter(values[2 * h:])
+            out["neighbour"].append([next(found) if ok else None for ok in has])
+        if len(self.rounds) == 1 or sim.history.best_index == len(sim.history) - 1:
+            # Every trained model on every novel client: |T| x |H| rows, trained-major.
+            t = trained.numel()
+            rows = held.repeat(t)
+            models = params[trained].repeat_interleave(h, dim=0)
+            bufs = buffers[rows]
+            cross: dict[str, Any] = {"round": int(record.round)}
+            for split in ("val", "test"):
+                values = self._finite(
+                    sim.trainer.evaluate(rows, models, bufs, split)[metric].cpu())
+                cross[split] = [values[k * h:(k + 1) * h] for k in range(t)]
+            self.cross = cross
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"metric": self.metric, "rounds": list(self.rounds),
+                "held_out": list(self.held_out),
+                "trained": list(self.trained), "neighbours": list(self.neighbours),
+                "val": {m: [list(r) for r in v] for m, v in self.val.items()},
+                "test": {m: [list(r) for r in v] for m, v in self.test.items()},
+                "cross": dict(self.cross)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.metric is not None and state["metric"] not in (None, self.metric):
+            raise ValueError(f"this NovelClientProbe keeps {self.metric!r}; the state given "
+                             f"keeps {state['metric']!r}")
+        self.metric = state["metric"] or self.metric
+        self.rounds = list(state["rounds"])
+        self.held_out = list(state["held_out"])
+        self.trained = list(state["trained"])
+        self.neighbours = list(state["neighbours"])
+        self.val = {m: [list(r) for r in state["val"][m]] for m in self.MODELS}
+        self.test = {m: [list(r) for r in state["test"][m]] for m in self.MODELS}
+        self.cross = dict(state["cross"])
+
+
 def rejections_entry(sim: Simulator) -> dict[str, Any]:
     r"""A record's ``rejections``: ``{"from_round": r, "uploads": [[round,
     client, reason], ...]}``, every upload of ``sim``'s run rejected from

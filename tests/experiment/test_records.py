@@ -618,3 +618,70 @@ def test_replied_clients_are_the_sample_less_the_dropped_ones():
     replied = {r: sim.replied_clients(r).tolist() for r in range(1, 7)}
     assert seen == {r: c for r, c in replied.items() if c}
     assert any(len(c) < len(sim.engine.sample(r)) for r, c in replied.items())
+
+
+def test_the_novel_client_probe_against_the_run_and_by_hand():
+    from pyg_fedgraph.experiment import build_simulator
+    from pyg_fedgraph.experiment.records import NovelClientProbe
+
+    cfg = ExperimentConfig(dataset="fl60", strategy="panacea", rounds=4, clients=10,
+                           novel_clients=0.2, overrides={"steps": 2, "eval_every": 1})
+    probe = NovelClientProbe("loss")  # continuous, unlike the primary metric (accuracy)
+    sim = build_simulator(cfg, callbacks=[probe])
+    sim.run(2)
+    resumed = NovelClientProbe("loss")
+    resumed.load_state_dict(json.loads(json.dumps(probe.state_dict())))
+    sim.callbacks.append(resumed)
+    sim.run()
+    state = probe.state_dict()
+    assert resumed.state_dict() == state                     # a resumed probe goes on
+    json.dumps(state, allow_nan=False)
+    held, trained = sim.held_out.tolist(), state["trained"]
+    assert state["held_out"] == held and len(held) == 2
+    assert sorted(held + trained) == list(range(10)) and state["rounds"] == [1, 2, 3, 4]
+    metric = "loss"
+    # "own" is what the run's novel-client history reports, round by round.
+    for k, record in enumerate(sim.novel_history.records):
+        for split, values in (("val", record.val), ("test", record.test)):
+            assert getattr(probe, split)["own"][k] == pytest.approx(
+                values[metric][held].tolist(), abs=1e-5)
+    # "mean" by hand: the trained clients' generated models averaged, evaluated on each.
+    params, buffers = sim.personalized_models()
+    mean = params[trained].mean(dim=0, keepdim=True).expand(len(held), -1)
+    by_hand = sim.trainer.evaluate(torch.tensor(held), mean, buffers[held], "test")[metric]
+    assert state["test"]["mean"][-1] == pytest.approx(by_hand.tolist(), abs=1e-5)
+    # The strongest neighbours, from the prior graph by hand.
+    ctx = sim.engine.ctx
+    adj = torch.zeros(10, 10)
+    w = torch.ones(ctx.edge_index.size(1)) if ctx.edge_weight is None else ctx.edge_weight
+    adj.index_put_(tuple(ctx.edge_index.cpu()), w.cpu().float(), accumulate=True)
+    for i, j in zip(held, state["neighbours"], strict=True):
+        column = (adj + adj.t())[trained, i]
+        assert j == (trained[int(column.argmax())] if bool((column > 0).any()) else None)
+    # The cross table is that of the best round, and its rows agree with "neighbour".
+    cross = state["cross"]
+    assert cross["round"] == sim.history.records[sim.history.best_index].round
+    at = state["rounds"].index(cross["round"])
+    assert len(cross["test"]) == len(trained) and all(len(r) == 2 for r in cross["test"])
+    for i, j in enumerate(state["neighbours"]):
+        if j is not None:
+            assert cross["val"][trained.index(j)][i] == pytest.approx(
+                state["val"]["neighbour"][at][i], abs=1e-5)
+    assert state["metric"] == "loss"
+    with pytest.raises(ValueError, match="keeps 'accuracy'; the state given keeps 'loss'"):
+        NovelClientProbe("accuracy").load_state_dict(state)
+    with pytest.raises(ValueError, match="needs a run with held-out clients"):
+        NovelClientProbe()(build_simulator(dataclasses.replace(cfg, novel_clients=0.0)),
+                           sim.history.records[-1])
+
+
+def test_the_strongest_neighbour_by_hand():
+    from pyg_fedgraph.experiment.records import NovelClientProbe
+
+    # 0 -> 1 (0.2), 2 -> 0 (0.5), 0 -> 3 (0.4), 3 -> 0 (0.4): for 0, client 3 (0.8) beats 2.
+    edge_index = torch.tensor([[0, 2, 0, 3], [1, 0, 3, 0]])
+    weight = torch.tensor([0.2, 0.5, 0.4, 0.4])
+    pick = NovelClientProbe.strongest_neighbours
+    assert pick(edge_index, weight, [0, 4], [1, 2, 3], 5) == [3, None]
+    assert pick(edge_index, None, [0], [1, 2], 5) == [1]    # weight 1 each: the lowest index
+    assert pick(None, None, [0, 4], [1, 2, 3], 5) == [None, None]
