@@ -616,7 +616,7 @@ class NovelClientProbe:
 
     Args:
         metric (str, optional): the metric kept (default: the run's primary
-            metric, :attr:`History.metric <pyg_fedgraph.engine.History>`).
+            metric, the ``metric`` of its :class:`~pyg_fedgraph.engine.History`).
 
     Example:
         >>> from pyg_fedgraph.experiment.records import NovelClientProbe
