@@ -994,6 +994,10 @@ def test_the_novel_probe_runs_only_when_named_and_reads_its_best_round(claims, r
     assert "| 3 | 800.0 | 400.0 | 300.0 (2) | 300.0 (2) | 100.0 | 250.0 |" in lines
     assert "| 7 | 1000.0 | 200.0 | - (-) | 150.0 (0) | 150.0 | 450.0 |" in lines
     assert "| mean | 900.0 | 300.0 | 300.0 | 225.0 | 125.0 | 350.0 |" in lines
+    assert any(line.endswith("by evaluation: first (round 20) 9000.0 / 9000.0 / 9000.0; "
+                             "best (round 40) 900.0 / 300.0 / 300.0; last (round 40) 900.0 / "
+                             "300.0 / 300.0; own below the mean model at 0 of 2 evaluations.")
+               for line in lines)
     assert any("own models: 900.0 at its best round 40; Panacea's Table III record: 800.0 "
                "(round 760)" in line for line in lines)
     # A probe without the best round's cross table: said, not misread.

@@ -2893,7 +2893,20 @@ def traffic_novel_probe_lines(run_missing: bool, strategies: list[str] | None,
         same = ("-" if record is None else
                 f"{cell(traffic_mean([record], 'novel_client_metrics'))} (round "
                 f"{record['summary']['best_round']})")
+        over = []  # the novel sensors' mean test MSE by model, evaluation by evaluation
+        for k, rnd in enumerate(probe["rounds"]):
+            over.append((rnd, *(statistics.fmean(v) if (v := [x for x in probe["test"][m][k]
+                                                             if x is not None]) else math.nan
+                                for m in NovelClientProbe.MODELS)))
+        below = sum(own < avg for _, own, avg, _ in over)
+        picks = {"first": over[0], "best": over[probe["rounds"].index(
+            entry["summary"]["best_round"])], "last": over[-1]}
         out += [head, "", *rows, "",
+                "- The novel sensors' mean test MSE x1e-3 with their own generated models / "
+                "the mean model / their neighbours' models, by evaluation: " + "; ".join(
+                    f"{name} (round {v[0]}) " + " / ".join(cell(x) for x in v[1:])
+                    for name, v in picks.items())
+                + f"; own below the mean model at {below} of {len(over)} evaluations.",
                 f"- The probed run's own models: {mean(f['own'])} at its best round "
                 f"{entry['summary']['best_round']}; Panacea's Table III record: {same} (the "
                 "same training; runs that differ only in floating-point rounding, a torch "
