@@ -398,7 +398,9 @@ def test_the_queue_holds_one_line_per_dataset_and_strategy_of_the_plan(claims):
                and "--traffic-rate-choice" not in line]
     variants = ",".join(v for v in claims.TRAFFIC_ABLATION if v != "panacea")
     week = [s for d, s in planned if d == claims.TRAFFIC_WEEK]
-    assert sorted(p for p in planned if p[0] != claims.TRAFFIC_WEEK) == sorted(
+    probes = [p for p in planned if p[1] == claims.TRAFFIC_NOVEL_PROBE]
+    assert probes == [(d, claims.TRAFFIC_NOVEL_PROBE) for d in claims.TRAFFIC_NOVEL_PROBE_DATASETS]
+    assert sorted(p for p in planned if p[0] != claims.TRAFFIC_WEEK and p not in probes) == sorted(
         (d, s) for d in claims.TRAFFIC_DATA for s in (*claims.TRAFFIC_STRATEGIES, variants))
     # The week's rows, each once over its lines, and its traced rows.
     assert sorted(r for s in week for r in s.split(",")) == sorted(
@@ -945,6 +947,8 @@ def test_the_per_client_rows_find_who_ran_away_and_check_the_shared_training(
 
 def test_the_novel_probe_runs_only_when_named_and_reads_its_best_round(claims, records,
                                                                       monkeypatch):
+    assert "METR-LA: pending (after Panacea's rate choice)." in \
+        claims.traffic_novel_probe_lines(False, None, None)
     for lr in claims.PANACEA_LR_GRID:
         for name in ("panacea", "fedavg-ft"):
             write(records, claims.traffic_config("metr-la", name, lr, rounds=200),
@@ -993,13 +997,19 @@ def test_the_novel_probe_runs_only_when_named_and_reads_its_best_round(claims, r
     # client 1 (0.1); sensor 7: client 0 (0.1 -> 0.15), client 1's None skipped.
     assert "| 3 | 800.0 | 400.0 | 300.0 (2) | 300.0 (2) | 100.0 | 250.0 |" in lines
     assert "| 7 | 1000.0 | 200.0 | - (-) | 150.0 (0) | 150.0 | 450.0 |" in lines
-    assert "| mean | 900.0 | 300.0 | 300.0 | 225.0 | 125.0 | 350.0 |" in lines
-    assert any(line.endswith("by evaluation: first (round 20) 9000.0 / 9000.0 / 9000.0; "
-                             "best (round 40) 900.0 / 300.0 / 300.0; last (round 40) 900.0 / "
-                             "300.0 / 300.0; own below the mean model at 0 of 2 evaluations.")
+    assert "| mean | 900.0 | 300.0 | 300.0 (1 of 2) | 225.0 | 125.0 | 350.0 |" in lines
+    assert any(line.endswith("neighbour), by evaluation: first (round 20) 9000.0 / 9000.0 / "
+                             "9000.0; best (round 40) 900.0 / 300.0 / 300.0; last (round 40) "
+                             "900.0 / 300.0 / 300.0; own below the mean model at 0 of 2 "
+                             "evaluations.")
                for line in lines)
     assert any("own models: 900.0 at its best round 40; Panacea's Table III record: 800.0 "
                "(round 760)" in line for line in lines)
+    # A sensor with no finite validation value in any trained model: no choice made.
+    entry["traces"]["novel"]["cross"]["val"] = [[0.5, None], [0.4, None], [0.2, None]]
+    path.write_text(json.dumps(entry))
+    assert "| 7 | 1000.0 | 200.0 | - (-) | - (-) | 150.0 | 450.0 |" in \
+        claims.traffic_novel_probe_lines(False, None, None)
     # A probe without the best round's cross table: said, not misread.
     entry["traces"]["novel"]["cross"]["round"] = 20
     path.write_text(json.dumps(entry))

@@ -2811,13 +2811,15 @@ def novel_probe_figures(entry: dict, probe: dict) -> dict[str, Any] | None:
         return None
     k = probe["rounds"].index(at)
     trained, h = probe["trained"], len(probe["held_out"])
-    inf = math.inf
-    chosen = [min(range(len(trained)), key=lambda j: cross["val"][j][i]
-                  if cross["val"][j][i] is not None else inf) for i in range(h)]
+    chosen: list[int | None] = []  # per novel sensor, the row best on validation
+    for i in range(h):
+        vals = [(v, j) for j in range(len(trained)) if (v := cross["val"][j][i]) is not None]
+        chosen.append(min(vals)[1] if vals else None)
     return {"own": probe["test"]["own"][k], "mean": probe["test"]["mean"][k],
             "neighbour": probe["test"]["neighbour"][k], "neighbours": probe["neighbours"],
-            "chosen": [cross["test"][j][i] for i, j in enumerate(chosen)],
-            "chosen_ids": [trained[j] for j in chosen],
+            "chosen": [None if j is None else cross["test"][j][i]
+                       for i, j in enumerate(chosen)],
+            "chosen_ids": [None if j is None else trained[j] for j in chosen],
             "oracle": [min((cross["test"][j][i] for j in range(len(trained))
                             if cross["test"][j][i] is not None), default=None)
                        for i in range(h)]}
@@ -2836,6 +2838,7 @@ def traffic_novel_probe_lines(run_missing: bool, strategies: list[str] | None,
     for dataset in TRAFFIC_NOVEL_PROBE_DATASETS:
         lr = chosen_rate(dataset, "panacea")
         if lr is None:
+            out += [f"{TRAFFIC_NAMES[dataset]}: pending (after Panacea's rate choice).", ""]
             continue
         run_it = (run_missing and strategies is not None and TRAFFIC_NOVEL_PROBE in strategies
                   and (datasets is None or dataset in datasets))
@@ -2846,12 +2849,13 @@ def traffic_novel_probe_lines(run_missing: bool, strategies: list[str] | None,
             traces={"novel": NovelClientProbe("mse_norm")}))
         probe = None if entry is None else entry.get("traces", {}).get("novel")
         f = None if entry is None or probe is None else novel_probe_figures(entry, probe)
-        head = (f"Why Panacea's generated models lose on {TRAFFIC_NAMES[dataset]}'s novel "
-                f"sensors (Table III): its Table III run again (client lr {lr}, seed 0, 800 "
-                "rounds, every evaluation in full: the same training), each evaluation also "
-                "trying on each novel sensor the mean of the trained sensors' generated "
-                "models, the generated model of its strongest trained neighbour on the road "
-                "graph (largest w_ji + w_ij), and every trained sensor's generated model "
+        head = (f"{TRAFFIC_NAMES[dataset]}: Panacea's generated models for the novel sensors "
+                f"of Table III against models it trained for others. Its Table III run again "
+                f"(client lr {lr}, seed 0, 800 rounds, every evaluation in full: the same "
+                "training), each evaluation also trying on each novel sensor the mean of the "
+                "trained sensors' generated models and the generated model of its strongest "
+                "trained neighbour on the road graph (largest w_ji + w_ij), and the first and "
+                "each new best evaluation every trained sensor's generated model "
                 "(`NovelClientProbe`); test MSE x1e-3 at the run's best validation round, "
                 "beside FedAvg-FT's Table III run (fine-tuned on the novel sensor's own "
                 "training windows).")
@@ -2881,12 +2885,14 @@ def traffic_novel_probe_lines(run_missing: bool, strategies: list[str] | None,
             nb = f["neighbours"][i]
             rows.append(f"| {client} | {cell(f['own'][i])} | {cell(f['mean'][i])} | "
                         f"{cell(f['neighbour'][i])} ({'-' if nb is None else nb}) | "
-                        f"{cell(f['chosen'][i])} ({f['chosen_ids'][i]}) | "
+                        f"{cell(f['chosen'][i])} "
+                        f"({'-' if f['chosen_ids'][i] is None else f['chosen_ids'][i]}) | "
                         f"{cell(f['oracle'][i])} | {cell(columns['fedavg-ft'][i])} |")
 
         def mean(values: list[float | None]) -> str:
             finite = [v for v in values if v is not None and math.isfinite(v)]
-            return "-" if not finite else f"{1e3 * statistics.fmean(finite):.1f}"
+            part = "" if len(finite) == len(values) else f" ({len(finite)} of {len(values)})"
+            return "-" if not finite else f"{1e3 * statistics.fmean(finite):.1f}{part}"
 
         rows.append("| mean | " + " | ".join(mean(columns[k]) for k in (
             "own", "mean", "neighbour", "chosen", "oracle", "fedavg-ft")) + " |")
@@ -2903,7 +2909,8 @@ def traffic_novel_probe_lines(run_missing: bool, strategies: list[str] | None,
             entry["summary"]["best_round"])], "last": over[-1]}
         out += [head, "", *rows, "",
                 "- The novel sensors' mean test MSE x1e-3 with their own generated models / "
-                "the mean model / their neighbours' models, by evaluation: " + "; ".join(
+                "the mean model / their neighbours' models (over the sensors with a trained "
+                "neighbour), by evaluation: " + "; ".join(
                     f"{name} (round {v[0]}) " + " / ".join(cell(x) for x in v[1:])
                     for name, v in picks.items())
                 + f"; own below the mean model at {below} of {len(over)} evaluations.",

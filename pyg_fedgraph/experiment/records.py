@@ -596,23 +596,28 @@ class NovelClientProbe:
 
     - ``own``: the model the strategy gives :math:`i` (for a hypernetwork,
       the one it generates for :math:`i`; what the run's novel-client history
-      reports);
+      reports, unless the strategy evaluates with more than its models, as
+      kNN-Per's evaluator does: the probe evaluates the models alone);
     - ``mean``: the mean :math:`\frac{1}{|\mathcal{T}|}\sum_{j \in
       \mathcal{T}} \theta_j` of the models of the trained clients
-      :math:`\mathcal{T}` (a model of the federation as a whole);
-    - ``neighbour``: the model of :math:`i`'s strongest trained neighbour on
-      the prior graph, :math:`\arg\max_{j \in \mathcal{T}} (w_{ji} + w_{ij})`
-      (edge weights, 1 where the graph has none; ``None`` for a client with no
-      trained neighbour or a federation without a graph).
+      :math:`\mathcal{T}` (a model of the federation as a whole; its buffers,
+      such as BatchNorm statistics, the mean of theirs);
+    - ``neighbour``: the model (and buffers) of :math:`i`'s strongest trained
+      neighbour on the prior graph, :math:`\arg\max_{j \in \mathcal{T}}
+      (w_{ji} + w_{ij})` (edge weights, 1 where the graph has none; ``None``
+      for a client with no trained neighbour or a federation without a graph).
 
     At the first evaluated round and at every round the run's history makes
     its best (the round whose figures are reported), it also evaluates every
-    trained client's model on every novel client (``cross``:
-    :math:`|\mathcal{T}| \times |\mathcal{H}|` values per split), from which
+    trained client's model, with its own buffers, on every novel client
+    (``cross``: :math:`|\mathcal{T}| \times |\mathcal{H}|` values per
+    split, row :math:`j` the :math:`j`-th trained client's model), from which
     the best trained model for a novel client can be chosen on validation.
-    Values are rounded to 6 decimals, ``None`` where not finite. Kept by the
-    run's checkpoints and, through :meth:`RecordCache.run`'s ``traces``, in
-    the run's record.
+    Values are rounded to 6 decimals, ``None`` where not finite. The probe
+    draws from the global random streams only inside
+    :func:`torch.random.fork_rng` (rebuilding the models may fine-tune them),
+    so a probed run trains as an unprobed one. Kept by the run's checkpoints
+    and, through :meth:`RecordCache.run`'s ``traces``, in the run's record.
 
     Args:
         metric (str, optional): the metric kept (default: the run's primary
@@ -647,23 +652,25 @@ class NovelClientProbe:
         r"""For each client of ``held_out``, the client of ``trained`` with the
         largest :math:`w_{ji} + w_{ij}` on the graph (``edge_weight``
         ``None``: weight 1 per edge; the lowest index among equals), or
-        ``None`` where no trained client is adjacent."""
+        ``None`` where no trained client is adjacent. Memory :math:`O(|H| N)`."""
         import torch
 
+        held = torch.as_tensor(held_out, dtype=torch.long)
         if edge_index is None:
-            return [None] * len(held_out)
-        edge_index = edge_index.cpu()
-        weight = (torch.ones(edge_index.size(1)) if edge_weight is None
+            return [None] * held.numel()
+        src, dst = edge_index.cpu()
+        weight = (torch.ones(src.numel()) if edge_weight is None
                   else edge_weight.detach().cpu().float())
-        dense = torch.zeros(num_nodes, num_nodes)
-        dense.index_put_((edge_index[0], edge_index[1]), weight, accumulate=True)
-        both = dense + dense.t()
+        row = torch.full((num_nodes,), -1, dtype=torch.long)
+        row[held] = torch.arange(held.numel())
+        score = torch.zeros(held.numel(), num_nodes)
+        for mine, other in ((dst, src), (src, dst)):  # w_ji (into i), then w_ij (out of i)
+            keep = row[mine] >= 0
+            score.index_put_((row[mine][keep], other[keep]), weight[keep], accumulate=True)
         trained = torch.as_tensor(trained, dtype=torch.long)
-        out: list[int | None] = []
-        for i in torch.as_tensor(held_out, dtype=torch.long).tolist():
-            w = both[trained, i]
-            out.append(int(trained[int(w.argmax())]) if bool((w > 0).any()) else None)
-        return out
+        w = score[:, trained]
+        return [int(trained[int(w[k].argmax())]) if bool((w[k] > 0).any()) else None
+                for k in range(held.numel())]
 
     def _setup(self, sim: Simulator) -> None:
         import torch
@@ -686,31 +693,38 @@ class NovelClientProbe:
 
         if not self.held_out:
             self._setup(sim)
+        with torch.random.fork_rng(devices=[]):
+            self._probe(sim, int(record.round))
+
+    def _probe(self, sim: Simulator, rnd: int) -> None:
+        import torch
+
         params, buffers = sim.personalized_models()
         held = torch.tensor(self.held_out)
         trained = torch.tensor(self.trained)
         h = held.numel()
-        has = [j is not None for j in self.neighbours]
+        has = torch.tensor([j is not None for j in self.neighbours], dtype=torch.bool)
         near = torch.tensor([j for j in self.neighbours if j is not None], dtype=torch.long)
         models = torch.cat([params[held], params[trained].mean(dim=0).expand(h, -1),
                             params[near]])
-        rows = torch.cat([held, held, held[torch.tensor(has, dtype=torch.bool)]])
-        bufs = buffers[rows]
+        bufs = torch.cat([buffers[held], buffers[trained].mean(dim=0).expand(h, -1),
+                          buffers[near]])
+        rows = torch.cat([held, held, held[has]])
         metric = self.metric = self.metric or sim.history.metric
-        self.rounds.append(int(record.round))
+        self.rounds.append(rnd)
         for split, out in (("val", self.val), ("test", self.test)):
             values = self._finite(sim.trainer.evaluate(rows, models, bufs, split)[metric].cpu())
             out["own"].append(values[:h])
             out["mean"].append(values[h:2 * h])
             found = iter(values[2 * h:])
-            out["neighbour"].append([next(found) if ok else None for ok in has])
+            out["neighbour"].append([next(found) if ok else None for ok in has.tolist()])
         if len(self.rounds) == 1 or sim.history.best_index == len(sim.history) - 1:
             # Every trained model on every novel client: |T| x |H| rows, trained-major.
             t = trained.numel()
             rows = held.repeat(t)
             models = params[trained].repeat_interleave(h, dim=0)
-            bufs = buffers[rows]
-            cross: dict[str, Any] = {"round": int(record.round)}
+            bufs = buffers[trained].repeat_interleave(h, dim=0)
+            cross: dict[str, Any] = {"round": rnd}
             for split in ("val", "test"):
                 values = self._finite(
                     sim.trainer.evaluate(rows, models, bufs, split)[metric].cpu())

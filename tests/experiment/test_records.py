@@ -685,3 +685,42 @@ def test_the_strongest_neighbour_by_hand():
     assert pick(edge_index, weight, [0, 4], [1, 2, 3], 5) == [3, None]
     assert pick(edge_index, None, [0], [1, 2], 5) == [1]    # weight 1 each: the lowest index
     assert pick(None, None, [0, 4], [1, 2, 3], 5) == [None, None]
+
+
+def test_the_novel_client_probe_keeps_each_models_buffers_and_the_runs_random_streams():
+    from pyg_fedgraph.experiment import build_simulator
+    from pyg_fedgraph.experiment.records import NovelClientProbe
+
+    # FedAvg-FT fine-tunes every client's model to evaluate it (BatchNorm statistics of
+    # their own), and the probe asks for those models again at every evaluation.
+    cfg = ExperimentConfig(dataset="digits", strategy="fedavg-ft", model="cnn-bn", clients=6,
+                           rounds=4, novel_clients=0.34,
+                           overrides={"steps": 3, "eval_every": 1})
+    probe = NovelClientProbe("loss")
+    sim = build_simulator(cfg, callbacks=[probe])
+    sim.run()
+    held, trained = torch.tensor(probe.held_out), torch.tensor(probe.trained)
+    best = sim.history.records[sim.history.best_index].round
+    assert probe.cross["round"] == best == 4 > probe.rounds[0]   # refreshed at a later best
+    params, buffers = sim.personalized_models()                  # those of round 4 again
+    assert sim.local_buffers.size(1) > 0 and not torch.equal(buffers[trained[0]],
+                                                             buffers[trained[1]])
+    for k, j in enumerate(trained.tolist()):
+        rows = held
+        by_hand = sim.trainer.evaluate(rows, params[j].expand(len(rows), -1),
+                                       buffers[j].expand(len(rows), -1), "test")["loss"]
+        assert probe.cross["test"][k] == pytest.approx(by_hand.tolist(), abs=1e-5)
+    mean = sim.trainer.evaluate(held, params[trained].mean(0).expand(len(held), -1),
+                                buffers[trained].mean(0).expand(len(held), -1), "val")["loss"]
+    assert probe.val["mean"][-1] == pytest.approx(mean.tolist(), abs=1e-5)
+    # A model with dropout: the probe's fine-tuning draws its masks, yet the probed run
+    # trains as the unprobed one. (Each built and run in turn: the masks come from the
+    # global stream, which building a simulator seeds.)
+    cfg = dataclasses.replace(cfg, model="mlp",
+                              overrides={**cfg.overrides, "model.dropout": 0.5})
+    probed = build_simulator(cfg, callbacks=[NovelClientProbe()])
+    probed.run()
+    plain = build_simulator(cfg)
+    plain.run()
+    assert probed.history == plain.history
+    assert torch.equal(probed.local_params, plain.local_params)
