@@ -393,6 +393,12 @@ def client_grouping(strategy: Any, k: int) -> list[int] | None:
     return [int(v) for v in read_groups(graph.detach(), k).tolist()]
 
 
+def _rounded(values: Any, digits: int) -> list[float | None]:
+    r"""``values`` as floats rounded to ``digits`` decimals, ``None`` where
+    not finite (as JSON can keep them)."""
+    return [round(v, digits) if math.isfinite(v) else None for v in (float(x) for x in values)]
+
+
 class GroupingTrace:
     r"""Round callback: the strategy's grouping of the clients
     (:func:`client_grouping`, ``k`` groups for a graph) after every evaluated
@@ -502,11 +508,6 @@ class HypernetworkTrace:
         self._reached: list[int] | None = None  # rounds each client was reached, so far
         self._counted = 0  # the last round counted in _reached
 
-    @staticmethod
-    def _finite(values: Any, digits: int) -> list[float | None]:
-        return [round(v, digits) if math.isfinite(v) else None
-                for v in (float(x) for x in values)]
-
     def _count_reach(self, sim: Simulator, strategy: Any, upto: int) -> list[int]:
         r"""Adds to each client's count the rounds up to ``upto`` whose
         accepted clients reach its embedding (see the class docstring)."""
@@ -552,15 +553,15 @@ class HypernetworkTrace:
             distance = (theta - theta.mean(dim=0)).norm(dim=1)
             figures = (norms.max(), norms.mean(), theta.norm(dim=1).mean(), distance.mean())
         self.rounds.append(int(record.round))
-        for name, value in zip(self.FIELDS, figures, strict=True):
-            v = float(value)  # NaN or Inf (a diverged hypernetwork) kept as None, as JSON can
-            self.values[name].append(round(v, 5) if math.isfinite(v) else None)
+        # NaN or Inf (a diverged hypernetwork) kept as None, as JSON can.
+        for name, v in zip(self.FIELDS, _rounded(figures, 5), strict=True):
+            self.values[name].append(v)
         if self.per_client:
             self._reached = self._count_reach(sim, strategy, int(record.round))
             columns = {"input_norm": hn.embedding.detach().norm(dim=1), "embedding_norm": norms,
                        "model_distance": distance, "val": record.val[sim.history.metric]}
             for name, column in columns.items():
-                self.clients[name].append(self._finite(column.cpu().tolist(), 4))
+                self.clients[name].append(_rounded(column.cpu().tolist(), 4))
             self.clients["reached"].append([float(c) for c in self._reached])
 
     def state_dict(self) -> dict[str, Any]:
@@ -642,11 +643,6 @@ class NovelClientProbe:
         self.cross: dict[str, Any] = {}
 
     @staticmethod
-    def _finite(values: Any) -> list[float | None]:
-        return [round(v, 6) if math.isfinite(v) else None
-                for v in (float(x) for x in values)]
-
-    @staticmethod
     def strongest_neighbours(edge_index: Any, edge_weight: Any, held_out: Any,
                              trained: Any, num_nodes: int) -> list[int | None]:
         r"""For each client of ``held_out``, the client of ``trained`` with the
@@ -713,7 +709,7 @@ class NovelClientProbe:
         metric = self.metric = self.metric or sim.history.metric
         self.rounds.append(rnd)
         for split, out in (("val", self.val), ("test", self.test)):
-            values = self._finite(sim.trainer.evaluate(rows, models, bufs, split)[metric].cpu())
+            values = _rounded(sim.trainer.evaluate(rows, models, bufs, split)[metric].cpu(), 6)
             out["own"].append(values[:h])
             out["mean"].append(values[h:2 * h])
             found = iter(values[2 * h:])
@@ -726,8 +722,8 @@ class NovelClientProbe:
             bufs = buffers[trained].repeat_interleave(h, dim=0)
             cross: dict[str, Any] = {"round": rnd}
             for split in ("val", "test"):
-                values = self._finite(
-                    sim.trainer.evaluate(rows, models, bufs, split)[metric].cpu())
+                values = _rounded(
+                    sim.trainer.evaluate(rows, models, bufs, split)[metric].cpu(), 6)
                 cross[split] = [values[k * h:(k + 1) * h] for k in range(t)]
             self.cross = cross
 
