@@ -1971,6 +1971,12 @@ def traffic_mean(entries: list[dict] | None, key: str = "test_client_metrics") -
     return statistics.fmean(values) if values else None
 
 
+#: The strategies whose places the goal fixes (Panacea best, FedAvg-FT second, Per-FedAvg and
+#: pFedMe the two worst): every pair in the paper's opposite order involves one of them, so
+#: their sensor-by-sensor lines say of each such pair whether its order holds sensor by sensor.
+TRAFFIC_GOAL_FOUR = ("panacea", "fedavg-ft", "per-fedavg", "pfedme")
+
+
 def traffic_goal(dataset: str, ours: dict[str, float | None]) -> str:
     r"""Issue 37's goal on ``dataset``: Panacea's ordering of Table II (Panacea
     best, FedAvg-FT second, Per-FedAvg and pFedMe the two worst of the eight)
@@ -1982,7 +1988,7 @@ def traffic_goal(dataset: str, ours: dict[str, float | None]) -> str:
     paper = {n: PANACEA_TRAFFIC_T2[dataset][n][0] for n in TRAFFIC_TABLE3}
     have = {n: v for n in TRAFFIC_TABLE3 if (v := ours.get(n)) is not None}
     missing = [n for n in TRAFFIC_TABLE3 if n not in have]
-    key = ("panacea", "fedavg-ft", "per-fedavg", "pfedme")
+    key = TRAFFIC_GOAL_FOUR
     names = [n for n in TRAFFIC_TABLE3 if n in have]
     flipped = [f"{a} {1e3 * have[a]:.1f} vs {b} {1e3 * have[b]:.1f}"
                for i, a in enumerate(names) for b in names[i + 1:]
@@ -2086,7 +2092,7 @@ def traffic_dataset_lines(dataset: str, run_missing: bool, strategies: list[str]
               "pair's order sensor by sensor, which the ± spread across sensors hides)."
               for found, what in ((seed0, "800 rounds, seed 0"),
                                   (preview, f"the preview's {TRAFFIC_RATE_ROUNDS} rounds"))
-              for first in ("panacea", "fedavg-ft")
+              for first in TRAFFIC_GOAL_FOUR
               if (line := traffic_sensor_wins(found, first))],
             *[f"- Validation MSE x1e-3 at the best round (which) against the median of the "
               f"second half's evaluations ({what}; how far the best evaluation lies below "
