@@ -170,9 +170,32 @@ def test_the_rate_choice_alone_runs_no_800_round_run_and_previews_the_goal(
     claims.traffic_section(run_missing=True, strategies=["pfedhn", "fedavg"],
                            datasets=["metr-la"], rate_only=True)
     assert [(c.strategy, c.rounds, c.overrides["lr"]) for c in ran] == [("fedavg", 200, 0.1)]
-    ran.clear()  # without rate_only, pFedHN's 800-round runs (Tables II and III) follow
+    ran.clear()  # with table2_only, pFedHN's Table II run (800 rounds) and not its Table III
+    asked: dict[str, list[bool]] = {}  # whether the sections beyond the goal may run
+
+    def spy(name):
+        real = getattr(claims, name)
+
+        def call(run_missing, *args, **kw):
+            asked.setdefault(name, []).append(run_missing)
+            return real(run_missing, *args, **kw)
+        return call
+
+    sections = ("traffic_novel_probe_lines", "traffic_sfl_lines", "traffic_ablation_lines")
+    for name in sections:
+        monkeypatch.setattr(claims, name, spy(name))
+    claims.traffic_section(run_missing=True, strategies=["pfedhn", "sfl", "panacea-mlp",
+                                                         "novel-probe"],
+                           datasets=["metr-la"], table2_only=True)
+    # SFL's rate choice and Table II (the goal's), not its lines' runs with our defaults.
+    assert [(c.strategy, c.rounds, c.novel_clients) for c in ran] == [
+        *[("sfl", 200, 0.0)] * 5, ("sfl", 800, 0.0), ("pfedhn", 800, 0.0)]
+    assert all(c.overrides.get("test_at") != "every" for c in ran)
+    assert asked == {name: [False] for name in sections}
+    ran.clear()  # without either, pFedHN's Table II and III runs (none recorded here)
     claims.traffic_section(run_missing=True, strategies=["pfedhn"], datasets=["metr-la"])
     assert [(c.rounds, c.novel_clients) for c in ran] == [(800, 0.0), (800, 0.2)]
+    assert asked == {name: [False, True] for name in sections}
     # The preview: pFedHN's 200-round run at its chosen rate, test MSE 70 x1e-3.
     claims.PENDING.clear()
     text = "\n".join(claims.traffic_section(run_missing=False))
@@ -395,7 +418,15 @@ def test_the_queue_holds_one_line_per_dataset_and_strategy_of_the_plan(claims):
              if "--only traffic" in line and not line.startswith("#")]
     planned = [(line[line.index("--datasets") + 1], line[line.index("--strategies") + 1])
                for line in lines if "--traffic-reduced" not in line
-               and "--traffic-rate-choice" not in line]
+               and "--traffic-rate-choice" not in line and "--traffic-table-ii" not in line]
+    # The goal's lines first: the paper's eight on each dataset, before any full line.
+    goal = [(line[line.index("--datasets") + 1], line[line.index("--strategies") + 1])
+            for line in lines if "--traffic-table-ii" in line]
+    assert sorted(goal) == sorted((d, s) for d in claims.TRAFFIC_DATA
+                                  for s in claims.TRAFFIC_TABLE3)
+    last_goal = max(i for i, line in enumerate(lines) if "--traffic-table-ii" in line)
+    assert all("--traffic-rate-choice" in line for line in lines[:last_goal]
+               if "--traffic-table-ii" not in line and "--traffic-reduced" not in line)
     variants = ",".join(v for v in claims.TRAFFIC_ABLATION if v != "panacea")
     week = [s for d, s in planned if d == claims.TRAFFIC_WEEK]
     probes = [p for p in planned if p[1] == claims.TRAFFIC_NOVEL_PROBE]

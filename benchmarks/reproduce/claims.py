@@ -2006,10 +2006,12 @@ def traffic_goal(dataset: str, ours: dict[str, float | None]) -> str:
 
 
 def traffic_dataset_lines(dataset: str, run_missing: bool, strategies: list[str] | None,
-                          rate_only: bool = False) -> list[str]:
+                          rate_only: bool = False, table2_only: bool = False) -> list[str]:
     r"""Section O's tables for one dataset: the rate choice, then Tables II and III.
     ``rate_only`` runs only the missing runs of the rate choice (so a queue can
-    choose every strategy's rate before any 800-round run starts)."""
+    choose every strategy's rate before any 800-round run starts), ``table2_only``
+    those of the rate choice and Table II (so a queue can complete the goal's runs
+    before Table III's)."""
     n = TRAFFIC_DATA[dataset][1]
     held = traffic_held_out(dataset)
     rate_rows = [f"| strategy | validation MSE x1e-3 at client lr {grid_text()} | chosen |",
@@ -2048,7 +2050,8 @@ def traffic_dataset_lines(dataset: str, run_missing: bool, strategies: list[str]
         else:
             for novel in tables:
                 got = [_traffic_left(cfg, fetch(
-                           cfg, run_it, "traffic", f"{dataset} {name}, Table "
+                           cfg, run_it and not (novel and table2_only), "traffic",
+                           f"{dataset} {name}, Table "
                            f"{'III' if novel else 'II'}, client lr {lr}, seed {cfg.seed}",
                            _traffic_args(dataset, name)))
                        for cfg in (traffic_config(dataset, name, lr, seed=s, novel=novel)
@@ -3184,11 +3187,13 @@ def traffic_t4_figure(panels: dict[str, dict[int, dict[str, dict | None]]]):
 
 def traffic_section(run_missing: bool, strategies: list[str] | None = None,
                     datasets: list[str] | None = None, reduced: bool = False,
-                    rate_only: bool = False) -> list[str]:
+                    rate_only: bool = False, table2_only: bool = False) -> list[str]:
     r"""Section O: Panacea's Tables II and III on the recorded METR-LA and
     PEMS-BAY fragments (issue 37 item 5). ``run_missing`` runs the missing
     runs of the protocol's plan, with ``rate_only`` only those of its rate
-    choice, or with ``reduced`` only those of :data:`TRAFFIC_REDUCED`."""
+    choice, with ``table2_only`` only those of its rate choice and Table II
+    (the runs the goal line needs), or with ``reduced`` only those of
+    :data:`TRAFFIC_REDUCED`."""
     lines = []
     TRAFFIC_LEFT.clear()  # traffic_dataset_lines lists them again
     for dataset in TRAFFIC_DATA:
@@ -3198,11 +3203,11 @@ def traffic_section(run_missing: bool, strategies: list[str] | None = None,
     for dataset in TRAFFIC_DATA:
         lines += traffic_dataset_lines(
             dataset, run_missing and not reduced and (datasets is None or dataset in datasets),
-            strategies, rate_only)
-    lines += traffic_novel_probe_lines(run_missing and not reduced and not rate_only,
-                                       strategies, datasets)
-    lines += traffic_sfl_lines(run_missing and not reduced, strategies, datasets)
-    lines += traffic_ablation_lines(run_missing and not reduced, strategies, datasets, rate_only)
+            strategies, rate_only, table2_only)
+    others = run_missing and not reduced and not table2_only  # the runs beyond the goal's
+    lines += traffic_novel_probe_lines(others and not rate_only, strategies, datasets)
+    lines += traffic_sfl_lines(others, strategies, datasets)
+    lines += traffic_ablation_lines(others, strategies, datasets, rate_only)
     protocol = TRAFFIC_PROTOCOL
     used = [e for e in RUNS.used.values() if e.get("config", {}).get("dataset") in TRAFFIC_DATA]
     return ["## O. Panacea Tables II and III on recorded traffic speeds (METR-LA, PEMS-BAY)",
@@ -3652,6 +3657,10 @@ def main(argv: list[str] | None = None) -> str:
                         help="section O (traffic): run only the missing runs of the plan's "
                              "rate choice (5 rates x 200 rounds, seed 0) and Table IV's "
                              "200-round runs, not the 800-round runs")
+    parser.add_argument("--traffic-table-ii", action="store_true",
+                        help="section O (traffic): run only the missing runs the goal line "
+                             "needs, the rate choice and Table II's 800-round runs (not Table "
+                             "III's, Table IV's, SFL's defaults or the probe)")
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -3742,7 +3751,8 @@ def main(argv: list[str] | None = None) -> str:
         lines += traffic_section(run_missing, chosen,
                                  args.datasets.split(",") if args.datasets else None,
                                  reduced=args.traffic_reduced,
-                                 rate_only=args.traffic_rate_choice)
+                                 rate_only=args.traffic_rate_choice,
+                                 table2_only=args.traffic_table_ii)
     if "fedcedar-fmnist" in sections:
         lines += fedcedar_fmnist_section(run_missing)
     if "fedaghn-fmnist" in sections:
