@@ -614,10 +614,12 @@ class NovelClientProbe:
     (``cross``: :math:`|\mathcal{T}| \times |\mathcal{H}|` values per
     split, row :math:`j` the :math:`j`-th trained client's model), from which
     the best trained model for a novel client can be chosen on validation.
-    Values are rounded to 6 decimals, ``None`` where not finite. The probe
-    draws from the global random streams only inside
-    :func:`torch.random.fork_rng` (rebuilding the models may fine-tune them),
-    so a probed run trains as an unprobed one. Kept by the run's checkpoints
+    Values are rounded to 6 decimals, ``None`` where not finite. The models
+    are those the round has just evaluated
+    (:meth:`~pyg_fedgraph.simulation.Simulator.personalized_models` in a
+    callback: a fine-tuning strategy does not fine-tune again), and the probe
+    runs inside :func:`torch.random.fork_rng`, so a probed run trains as an
+    unprobed one. Kept by the run's checkpoints
     and, through :meth:`RecordCache.run`'s ``traces``, in the run's record.
 
     Args:

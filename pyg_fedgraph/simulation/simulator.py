@@ -225,6 +225,9 @@ class Simulator:
         # and those of the round just evaluated until the history has its record.
         self._kept: dict[str, Tensor] = {}
         self._evaluated: tuple[Tensor, Tensor] | None = None
+        # The models the round just evaluated, while its callbacks run
+        # (personalized_models gives them instead of rebuilding them).
+        self._round_models: tuple[Tensor, Tensor] | None = None
         self.dropout = float(dropout)
         self.attack = attack
         self.malicious = torch.zeros(0, dtype=torch.long)
@@ -420,17 +423,21 @@ class Simulator:
         if not engine.should_evaluate(rnd):
             return None
         val, test = self._evaluate_round(rnd)
-        record = engine.record(rnd, val, test, train_loss=update.loss,
-                               seconds=time.perf_counter() - t0, num_sampled=sampled.numel(),
-                               extra={"num_dropped": sampled.numel() - clients.numel(),
-                                      "num_rejected": clients.numel() - update.num_accepted})
-        if self._keep_evaluated() and rnd < self.rounds:
-            # No client's test values evaluated (complete_test fills some in later).
-            record.pending = torch.ones(self.dataset.num_clients, dtype=torch.bool)
-        if self._kept and rnd >= self.rounds:
-            self.complete_test()
-        for cb in self.callbacks:
-            cb(self, record)
+        try:
+            record = engine.record(rnd, val, test, train_loss=update.loss,
+                                   seconds=time.perf_counter() - t0,
+                                   num_sampled=sampled.numel(),
+                                   extra={"num_dropped": sampled.numel() - clients.numel(),
+                                          "num_rejected": clients.numel() - update.num_accepted})
+            if self._keep_evaluated() and rnd < self.rounds:
+                # No client's test values evaluated (complete_test fills some in later).
+                record.pending = torch.ones(self.dataset.num_clients, dtype=torch.bool)
+            if self._kept and rnd >= self.rounds:
+                self.complete_test()
+            for cb in self.callbacks:
+                cb(self, record)
+        finally:  # the round's models are for its callbacks only
+            self._round_models = None
         return record
 
     def _keep_optimizer_state(self, clients: Tensor, state: dict[str, Tensor],
@@ -490,26 +497,34 @@ class Simulator:
     def personalized_models(self) -> tuple[Tensor, Tensor]:
         r"""Every client's model as it is evaluated now: flat parameters
         :math:`(N, D)` and buffers, after the strategy's choice of model and
-        fine-tuning, if any."""
-        params, buffers = self._evaluated_models(*self._evaluation_start())
+        fine-tuning, if any. Called by a round callback, the models the
+        round has just evaluated (copies; not built again: a strategy that
+        fine-tunes at evaluation, such as FedAvg-FT, does not fine-tune a
+        second time, and they are exactly the models of the round's
+        figures)."""
+        if self._round_models is not None:
+            params, buffers = self._round_models
+        else:
+            params, buffers = self._evaluated_models(*self._evaluation_start())
         return params.clone(), buffers.clone()
 
     def _evaluate_round(self, rnd: int) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
         r"""Round ``rnd``'s validation and test metrics; with ``test_at="best"``
         the test ones are NaN but at the last round, and the evaluated models
         wait in ``_evaluated`` for :meth:`_keep_evaluated`."""
-        if self.test_at == "every":
-            return self.evaluate()
         start, plan = self._evaluation_start()
-        if plan.evaluator is not None:  # its metrics are not those of models alone
-            return self.evaluate()
         params, buffers = self._evaluated_models(start, plan)
+        if self.test_at == "every" or plan.evaluator is not None:
+            # (an evaluator's metrics are not those of the models alone)
+            metrics = self._metrics(start, plan, params, buffers)
+            self._round_models = (params, buffers)
+            return metrics
         val = self.trainer.evaluate(start.rows, params, buffers, "val")
         if rnd >= self.rounds:  # the last round (or past it: any may be the last)
             test = self.trainer.evaluate(start.rows, params, buffers, "test")
         else:
             test = {k: torch.full_like(v, math.nan) for k, v in val.items()}
-        self._evaluated = (params, buffers)
+        self._evaluated = self._round_models = (params, buffers)
         return val, test
 
     def _keep_evaluated(self) -> bool:
@@ -598,8 +613,14 @@ class Simulator:
         r"""Per-client validation and test metrics :math:`(N,)` of the
         personalized models (after the strategy's fine-tuning, if any)."""
         start, plan = self._evaluation_start()
-        metrics = evaluate_clients(self.trainer, start, finetune=plan.finetune,
-                                   start_job=plan.start_job, seed=self.seed, rnd=self.round,
+        return self._metrics(start, plan, *self._evaluated_models(start, plan))
+
+    def _metrics(self, start: ClientStart, plan: EvaluatePlan, params: Tensor,
+                 buffers: Tensor) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+        r"""Validation and test metrics of the models ``plan`` evaluates,
+        already made from ``start`` (:meth:`_evaluated_models`)."""
+        made = dataclasses.replace(start, params=params, buffers=buffers)
+        metrics = evaluate_clients(self.trainer, made, seed=self.seed, rnd=self.round,
                                    evaluator=plan.evaluator)
         return metrics["val"], metrics["test"]
 

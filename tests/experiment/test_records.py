@@ -692,7 +692,7 @@ def test_the_novel_client_probe_keeps_each_models_buffers_and_the_runs_random_st
     from pyg_fedgraph.experiment.records import NovelClientProbe
 
     # FedAvg-FT fine-tunes every client's model to evaluate it (BatchNorm statistics of
-    # their own), and the probe asks for those models again at every evaluation.
+    # their own); the probe reads the models each evaluation made.
     cfg = ExperimentConfig(dataset="digits", strategy="fedavg-ft", model="cnn-bn", clients=6,
                            rounds=4, novel_clients=0.34,
                            overrides={"steps": 3, "eval_every": 1})
@@ -713,9 +713,9 @@ def test_the_novel_client_probe_keeps_each_models_buffers_and_the_runs_random_st
     mean = sim.trainer.evaluate(held, params[trained].mean(0).expand(len(held), -1),
                                 buffers[trained].mean(0).expand(len(held), -1), "val")["loss"]
     assert probe.val["mean"][-1] == pytest.approx(mean.tolist(), abs=1e-5)
-    # A model with dropout: the probe's fine-tuning draws its masks, yet the probed run
-    # trains as the unprobed one. (Each built and run in turn: the masks come from the
-    # global stream, which building a simulator seeds.)
+    # A model with dropout, whose fine-tuning at evaluation draws masks from the global
+    # stream: the probed run trains as the unprobed one. (Each built and run in turn:
+    # building a simulator seeds that stream.)
     cfg = dataclasses.replace(cfg, model="mlp",
                               overrides={**cfg.overrides, "model.dropout": 0.5})
     probed = build_simulator(cfg, callbacks=[NovelClientProbe()])

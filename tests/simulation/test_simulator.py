@@ -164,6 +164,40 @@ def test_fedavg_ft_from_local_evaluates_the_last_local_models():
     assert ft.summary()["test"] > fedavg.summary()["test"] + 0.1
 
 
+@pytest.mark.parametrize("test_at", ["every", "best"])
+def test_a_round_callback_gets_the_models_the_round_evaluated(test_at):
+    # FedAvg-FT fine-tunes every client to evaluate it, with dropout masks from the
+    # global stream: models built again would differ from those the round evaluated.
+    torch.manual_seed(0)
+    model = MLP(2, 8, 2, dropout=0.5)
+    sim = Simulator(opposite_groups(), model, FedAvgFT(finetune_epochs=2), rounds=3,
+                    local=CFG, test_at=test_at)
+    trainings = []
+    train = sim.trainer.train
+    sim.trainer.train = lambda *a, **k: trainings.append(1) or train(*a, **k)
+    seen = []
+
+    def callback(s, record):
+        before = len(trainings)
+        params, buffers = s.personalized_models()
+        assert len(trainings) == before             # not fine-tuned a second time
+        everyone = torch.arange(s.dataset.num_clients)
+        val = s.trainer.evaluate(everyone, params, buffers, "val")
+        assert torch.equal(val["loss"], record.val["loss"])
+        params.zero_()                               # a copy: the run is not touched
+        seen.append(record.round)
+    sim.callbacks.append(callback)
+    sim.run()
+    assert seen == [1, 2, 3]
+    # Outside a callback the models are built again: fine-tuned anew, other masks.
+    before = len(trainings)
+    again, buffers = sim.personalized_models()
+    assert len(trainings) == before + 1
+    everyone = torch.arange(sim.dataset.num_clients)
+    assert not torch.equal(sim.trainer.evaluate(everyone, again, buffers, "val")["loss"],
+                           sim.history.records[-1].val["loss"])
+
+
 # ------------------------------------------------------ held-out and sampling
 def test_held_out_clients_never_train():
     held = torch.tensor([4, 1])
