@@ -426,16 +426,19 @@ def test_the_queue_holds_one_line_per_dataset_and_strategy_of_the_plan(claims):
                                   for s in claims.TRAFFIC_TABLE3)
     last_goal = max(i for i, line in enumerate(lines) if "--traffic-table-ii" in line)
     variants = ",".join(v for v in claims.TRAFFIC_ABLATION if v != "panacea")
-    # Before the goal's last line, only rate choices, the goal's lines and METR-LA's Table
-    # IV variants (which split pFedHN's lead over Panacea on METR-LA's Table II).
+    # Before the goal's last line, only rate choices, the goal's lines, METR-LA's Table IV
+    # variants (which split pFedHN's lead over Panacea on METR-LA's Table II) and FedAvg-FT's
+    # fine-tuning budget (pFedHN's lead over FedAvg-FT).
     early = [line for line in lines[:last_goal]
              if "--traffic-table-ii" not in line and "--traffic-reduced" not in line
              and "--traffic-rate-choice" not in line]
     assert [(line[line.index("--datasets") + 1], line[line.index("--strategies") + 1])
-            for line in early] == [("metr-la", variants)]
+            for line in early] == [("metr-la", variants), ("metr-la", claims.TRAFFIC_FT_SWEEP)]
     week = [s for d, s in planned if d == claims.TRAFFIC_WEEK]
-    probes = [p for p in planned if p[1] == claims.TRAFFIC_NOVEL_PROBE]
-    assert probes == [(d, claims.TRAFFIC_NOVEL_PROBE) for d in claims.TRAFFIC_NOVEL_PROBE_DATASETS]
+    probes = [p for p in planned if p[1] in (claims.TRAFFIC_NOVEL_PROBE, claims.TRAFFIC_FT_SWEEP)]
+    assert probes == [
+        *((d, claims.TRAFFIC_FT_SWEEP) for d in claims.TRAFFIC_FT_SWEEP_DATASETS),
+        *((d, claims.TRAFFIC_NOVEL_PROBE) for d in claims.TRAFFIC_NOVEL_PROBE_DATASETS)]
     assert sorted(p for p in planned if p[0] != claims.TRAFFIC_WEEK and p not in probes) == sorted(
         (d, s) for d in claims.TRAFFIC_DATA for s in (*claims.TRAFFIC_STRATEGIES, variants))
     # The week's rows, each once over its lines, and its traced rows.
@@ -1064,3 +1067,61 @@ def test_the_novel_probe_runs_only_when_named_and_reads_its_best_round(claims, r
     path.write_text(json.dumps(entry))
     assert any("holds no probe of the best round" in line
                for line in claims.traffic_novel_probe_lines(False, None, None))
+
+
+def test_the_fine_tuning_sweep_runs_only_when_named_and_reads_its_last_round(claims, records,
+                                                                           monkeypatch):
+    assert any("pending (after FedAvg's and FedAvg-FT's rate choices" in line
+               for line in claims.traffic_ft_sweep_lines(False, None, None))
+    for lr in claims.PANACEA_LR_GRID:
+        for name in ("fedavg", "fedavg-ft", "pfedhn", "panacea"):
+            write(records, claims.traffic_config("metr-la", name, lr, rounds=200),
+                  {"val_best": 0.2 if lr == 0.1 else 0.5})
+    cfg = claims.traffic_ft_sweep_config("metr-la", 0.1)
+    table2 = claims.traffic_config("metr-la", "fedavg", 0.1)
+    # FedAvg's Table II run again (the training FedAvg-FT's shares), evaluated in full.
+    assert cfg.overrides == {**table2.overrides, "test_at": "every"} and cfg.seed == 0
+    ran: list = []
+
+    def run(cfg, **kw):  # RecordCache.run without training
+        ran.append((cfg, {k: v.steps for k, v in (kw.get("traces") or {}).items()}))
+        return None
+
+    monkeypatch.setattr(claims.RUNS, "run", run)
+    for strategies, datasets in ((["fedavg"], ["metr-la"]), (None, None),
+                                 (["ft-sweep"], ["pems-bay"])):
+        claims.traffic_ft_sweep_lines(True, strategies, datasets)
+    assert ran == []
+    claims.traffic_ft_sweep_lines(True, ["ft-sweep"], ["metr-la"])
+    assert ran == [(cfg, {"finetune": list(claims.TRAFFIC_FT_SWEEP_STEPS)})]
+    assert 0 in claims.TRAFFIC_FT_SWEEP_STEPS
+    assert claims.TRAFFIC_PROTOCOL["steps"] in claims.TRAFFIC_FT_SWEEP_STEPS
+    # A record: 3 sensors, steps 0, 50 and 200 at round 800; pFedHN's and Panacea's runs.
+    from pyg_fedgraph.experiment.records import config_key
+
+    write(records, cfg, {"best_round": 740})
+    path = records / f"{config_key(cfg)}.json"
+    entry = json.loads(path.read_text())
+    entry["traces"] = {"finetune": {
+        "metric": "mse_norm", "steps": [0, 50, 200], "round": 800,
+        "val": [[0.4, 0.5, 0.6], [0.3, 0.3, 0.3], [0.2, 0.5, None]],
+        "test": [[0.5, 0.5, 0.5], [0.2, 0.3, 0.4], [0.1, 0.2, 0.3]]}}
+    path.write_text(json.dumps(entry))
+    assert not any(line.startswith("Pending")
+                   for line in claims.traffic_ft_sweep_lines(False, None, None))
+    write(records, claims.traffic_config("metr-la", "pfedhn", 0.1), {},
+          {"mse_norm": [0.25, 0.25, 0.25]})
+    write(records, claims.traffic_config("metr-la", "panacea", 0.1), {},
+          {"mse_norm": [0.15, 0.35, 0.2]})
+    write(records, table2, {"test_final": 0.5})
+    write(records, claims.traffic_config("metr-la", "fedavg-ft", 0.1), {"test_final": 0.3})
+    lines = claims.traffic_ft_sweep_lines(False, None, None)
+    assert "| 0 (FedAvg) | 500.0 | 500.0 | 0/3 | 0/3 |" in lines
+    assert "| 50 (FedAvg-FT) | 300.0 | 300.0 | 1/3 | 1/3 |" in lines
+    # Sensor 2's validation value is missing (None) at 200 steps: the mean says so.
+    assert "| 200 | 350.0 (2 of 3) | 200.0 | 2/3 | 2/3 |" in lines
+    assert ("- The step count with the lowest validation MSE: k = 50 (test 300.0); pFedHN's "
+            "Table II run (seed 0): 250.0, Panacea's: 233.3.") in lines
+    assert ("- The same training as the records (test MSE x1e-3 at round 800): k = 0: 500.0, "
+            "fedavg's Table II run (seed 0) at round 800: 500.0; k = 50: 300.0, fedavg-ft's "
+            "Table II run (seed 0) at round 800: 300.0.") in lines

@@ -64,7 +64,12 @@ import torch
 
 from pyg_fedgraph.experiment import ExperimentConfig, build_simulator
 from pyg_fedgraph.experiment.files import load_config
-from pyg_fedgraph.experiment.records import GroupingTrace, HypernetworkTrace, NovelClientProbe
+from pyg_fedgraph.experiment.records import (
+    FineTuneSweep,
+    GroupingTrace,
+    HypernetworkTrace,
+    NovelClientProbe,
+)
 from pyg_fedgraph.experiment.reporting import (
     RUNS_HEADER,
     RUNS_RULE,
@@ -3185,6 +3190,115 @@ def traffic_t4_figure(panels: dict[str, dict[int, dict[str, dict | None]]]):
     return fig
 
 
+#: What FedAvg-FT's fine-tuning budget buys: FedAvg's Table II run (seed 0) again, evaluated
+#: in full at every evaluation (``test_at="every"``: the same training and figures, a key of
+#: its own), with a :class:`~pyg_fedgraph.experiment.records.FineTuneSweep` at its last round
+#: that fine-tunes the global model on every sensor for each step count of
+#: :data:`TRAFFIC_FT_SWEEP_STEPS` (FedAvg-FT trains the same global model; its evaluation is
+#: the count K_c). Its name for ``--strategies`` (its runs start only when named), and the
+#: datasets it runs on.
+TRAFFIC_FT_SWEEP = "ft-sweep"
+TRAFFIC_FT_SWEEP_DATASETS = ("metr-la",)
+TRAFFIC_FT_SWEEP_STEPS = (0, 10, 25, 50, 100, 200, 400, 800)
+
+
+def traffic_ft_sweep_config(dataset: str, lr: float) -> ExperimentConfig:
+    r"""FedAvg's Table II run (seed 0) on ``dataset`` at client learning rate
+    ``lr``, evaluated in full at every evaluation (see :data:`TRAFFIC_FT_SWEEP`)."""
+    cfg = traffic_config(dataset, "fedavg", lr)
+    return dataclasses.replace(cfg, overrides={**cfg.overrides, "test_at": "every"})
+
+
+def traffic_ft_sweep_lines(run_missing: bool, strategies: list[str] | None,
+                           datasets: list[str] | None) -> list[str]:
+    r"""Per dataset of :data:`TRAFFIC_FT_SWEEP_DATASETS`, a table of the mean
+    validation and test MSE of FedAvg's global model fine-tuned for each step
+    count at the last round, with the sensors where it lies below pFedHN's and
+    Panacea's Table II runs (seed 0), and the checks against FedAvg's and
+    FedAvg-FT's records. Runs the missing ones when ``run_missing`` and
+    ``strategies`` name :data:`TRAFFIC_FT_SWEEP` (and ``datasets`` the
+    dataset, or none)."""
+    out: list[str] = ["### FedAvg-FT's fine-tuning budget", ""]
+    k_c = TRAFFIC_PROTOCOL["steps"]
+    for dataset in TRAFFIC_FT_SWEEP_DATASETS:
+        lr = chosen_rate(dataset, "fedavg-ft")
+        if lr is None or chosen_rate(dataset, "fedavg") != lr:
+            out += [f"{TRAFFIC_NAMES[dataset]}: pending (after FedAvg's and FedAvg-FT's rate "
+                    "choices, at one rate).", ""]
+            continue
+        run_it = (run_missing and strategies is not None and TRAFFIC_FT_SWEEP in strategies
+                  and (datasets is None or dataset in datasets))
+        cfg = traffic_ft_sweep_config(dataset, lr)
+        entry = _traffic_left(cfg, fetch(
+            cfg, run_it, "traffic", f"{dataset} fedavg, Table II with FedAvg-FT's fine-tuning "
+            f"swept at the last round, client lr {lr}, seed 0",
+            _traffic_args(dataset, TRAFFIC_FT_SWEEP),
+            traces={"finetune": FineTuneSweep(TRAFFIC_FT_SWEEP_STEPS, "mse_norm")}))
+        sweep = None if entry is None else entry.get("traces", {}).get("finetune")
+        rounds = TRAFFIC_PROTOCOL["rounds"]
+        head = (f"{TRAFFIC_NAMES[dataset]}: FedAvg-FT fine-tunes the global model on each "
+                f"sensor for K_c = {k_c} local steps before evaluating it (the run's local "
+                "schedule; the paper does not say how long its FedAvg-finetune tunes). How "
+                "much a longer or shorter fine-tuning buys: FedAvg's Table II run again "
+                f"(client lr {lr}, seed 0, {rounds} rounds, every evaluation in full: the same "
+                "training, and FedAvg-FT's, which trains the same global model), and at round "
+                f"{rounds} the global model fine-tuned on every sensor for k steps (batch "
+                f"{TRAFFIC_PROTOCOL['batch_size']}, the client learning rate, FedAvg-FT's "
+                f"batches; `FineTuneSweep`; k = 0 is FedAvg, k = {k_c} FedAvg-FT). MSE x1e-3, "
+                "mean over sensors; the sensors where it lies below pFedHN's and Panacea's "
+                "Table II runs (seed 0, at their best validation rounds).")
+        if sweep is None or sweep.get("round") is None:
+            out += [head, "", "Pending: " + ("its run" if entry is None else
+                                             "its record holds no sweep"), ""]
+            continue
+        others: dict[str, list[float] | None] = {}
+        for name in ("pfedhn", "panacea"):
+            rate = chosen_rate(dataset, name)
+            other = None if rate is None else RUNS.load(traffic_config(dataset, name, rate))
+            others[name] = (None if other is None
+                            else other["test_client_metrics"]["mse_norm"])
+
+        def cell(values: list[float | None]) -> str:
+            finite = [v for v in values if v is not None and math.isfinite(v)]
+            part = "" if len(finite) == len(values) else f" ({len(finite)} of {len(values)})"
+            return "-" if not finite else f"{1e3 * statistics.fmean(finite):.1f}{part}"
+
+        def below(values: list[float | None], name: str,
+                  others: dict[str, list[float] | None] = others) -> str:
+            ref = others[name]
+            if ref is None:
+                return "pending"
+            pairs = [(v, r) for v, r in zip(values, ref, strict=True)
+                     if v is not None and math.isfinite(r)]
+            return f"{sum(v < r for v, r in pairs)}/{len(pairs)}"
+
+        rows = ["| fine-tuning steps k | validation MSE x1e-3 | test MSE x1e-3 | sensors below "
+                "pFedHN | sensors below Panacea |", "|---:|---:|---:|---:|---:|"]
+        for k, val, test in zip(sweep["steps"], sweep["val"], sweep["test"], strict=True):
+            name = {0: " (FedAvg)", k_c: " (FedAvg-FT)"}.get(k, "")
+            rows.append(f"| {k}{name} | {cell(val)} | {cell(test)} | {below(test, 'pfedhn')} "
+                        f"| {below(test, 'panacea')} |")
+        means = [statistics.fmean(f) if (f := [v for v in val if v is not None]) else math.inf
+                 for val in sweep["val"]]
+        pick = means.index(min(means))
+        checks = []
+        for k, name in ((0, "fedavg"), (k_c, "fedavg-ft")):
+            record = RUNS.load(traffic_config(dataset, name, lr))
+            if k in sweep["steps"] and record is not None:
+                checks.append(f"k = {k}: {cell(sweep['test'][sweep['steps'].index(k)])}, "
+                              f"{name}'s Table II run (seed 0) at round {rounds}: "
+                              f"{1e3 * record['summary']['test_final']:.1f}")
+        ref = {n: (f"{1e3 * statistics.fmean(v):.1f}" if v else "pending")
+               for n, v in others.items()}
+        out += [head, "", *rows, "",
+                f"- The step count with the lowest validation MSE: k = {sweep['steps'][pick]} "
+                f"(test {cell(sweep['test'][pick])}); pFedHN's Table II run (seed 0): "
+                f"{ref['pfedhn']}, Panacea's: {ref['panacea']}.",
+                "- The same training as the records (test MSE x1e-3 at round "
+                f"{rounds}): " + ("; ".join(checks) or "their records pending") + ".", ""]
+    return out
+
+
 def traffic_section(run_missing: bool, strategies: list[str] | None = None,
                     datasets: list[str] | None = None, reduced: bool = False,
                     rate_only: bool = False, table2_only: bool = False) -> list[str]:
@@ -3206,6 +3320,7 @@ def traffic_section(run_missing: bool, strategies: list[str] | None = None,
             strategies, rate_only, table2_only)
     others = run_missing and not reduced and not table2_only  # the runs beyond the goal's
     lines += traffic_novel_probe_lines(others and not rate_only, strategies, datasets)
+    lines += traffic_ft_sweep_lines(others and not rate_only, strategies, datasets)
     lines += traffic_sfl_lines(others, strategies, datasets)
     lines += traffic_ablation_lines(others, strategies, datasets, rate_only)
     protocol = TRAFFIC_PROTOCOL
@@ -3621,8 +3736,9 @@ def main(argv: list[str] | None = None) -> str:
                              "from their records); in section O (traffic) also Table IV's "
                              "panacea-gn and panacea-mlp, and hypernetwork-trace and "
                              "hypernetwork-clients (the traced week rows, with --datasets "
-                             "metr-la-week), and novel-probe (Panacea's Table III run probed "
-                             "on its novel sensors)")
+                             "metr-la-week), novel-probe (Panacea's Table III run probed "
+                             "on its novel sensors), and ft-sweep (FedAvg's Table II run with "
+                             "FedAvg-FT's fine-tuning swept at its last round)")
     parser.add_argument("--levels", default=None,
                         help="comma list of heterogeneity levels of sections G-I to run")
     parser.add_argument("--seeds", default=None,

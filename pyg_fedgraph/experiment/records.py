@@ -56,7 +56,7 @@ import sys
 import tempfile
 import zlib
 from array import array
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -68,7 +68,8 @@ if TYPE_CHECKING:
     from pyg_fedgraph.simulation.simulator import Simulator
 
 __all__ = ["RecordCache", "LocalModelsCallback", "GroupingTrace", "HypernetworkTrace",
-           "client_grouping", "rejections_entry", "config_key", "run_identity", "record_table",
+           "NovelClientProbe", "FineTuneSweep", "client_grouping", "rejections_entry",
+           "config_key", "run_identity", "record_table",
            "EXECUTION_OVERRIDES", "RECORD_FIELDS", "TABLES"]
 
 log = logging.getLogger(__name__)
@@ -749,6 +750,85 @@ class NovelClientProbe:
         self.val = {m: [list(r) for r in state["val"][m]] for m in self.MODELS}
         self.test = {m: [list(r) for r in state["test"][m]] for m in self.MODELS}
         self.cross = dict(state["cross"])
+
+
+class FineTuneSweep:
+    r"""Round callback: how much local fine-tuning buys, measured once at the
+    run's last round. Every client's model as the strategy sends it for
+    evaluation is fine-tuned on the client's training split for each number
+    of local steps :math:`k` in ``steps`` (:math:`k = 0`: not fine-tuned;
+    the run's learning rate and batch size,
+    :meth:`~pyg_fedgraph.simulation.Simulator.finetuned_models`) and
+    evaluated on its validation and test splits, keeping ``metric``
+    (default: the run's primary one). Under FedAvg, step count :math:`k` is
+    FedAvg-FT fine-tuning :math:`k` steps, with FedAvg-FT's own batches: the
+    row of the run's local step count is FedAvg-FT's evaluation, value for
+    value. The run itself is not changed (inside
+    :func:`torch.random.fork_rng`). Values are rounded to 6 decimals,
+    ``None`` where not finite; ``val`` and ``test`` hold one row of
+    :math:`N` values per step count. Kept by the run's checkpoints and, through
+    :meth:`RecordCache.run`'s ``traces``, in the run's record.
+
+    Args:
+        steps (sequence of int): the step counts, each at least 0.
+        metric (str, optional): the metric kept (default: the run's primary
+            metric, the ``metric`` of its :class:`~pyg_fedgraph.engine.History`).
+
+    Example:
+        >>> from pyg_fedgraph.experiment.records import FineTuneSweep
+        >>> FineTuneSweep([0, 10, 50]).state_dict()["steps"]
+        [0, 10, 50]
+    """
+
+    def __init__(self, steps: Sequence[int], metric: str | None = None) -> None:
+        steps = [int(k) for k in steps]
+        if not steps or any(k < 0 for k in steps) or len(set(steps)) != len(steps):
+            raise ValueError(f"steps must be distinct step counts of at least 0, got {steps}")
+        self.steps = steps
+        self.metric = metric
+        self.round: int | None = None
+        self.val: list[list[float | None]] = []
+        self.test: list[list[float | None]] = []
+
+    def __call__(self, sim: Simulator, record: RoundRecord) -> None:
+        import torch
+
+        if int(record.round) < sim.rounds:
+            return
+        with torch.random.fork_rng(devices=[]):
+            self._sweep(sim, int(record.round))
+
+    def _sweep(self, sim: Simulator, rnd: int) -> None:
+        import torch
+
+        from pyg_fedgraph.train.jobs import FineTune
+
+        metric = self.metric = self.metric or sim.history.metric
+        everyone = torch.arange(sim.dataset.num_clients)
+        val: list[list[float | None]] = []
+        test: list[list[float | None]] = []
+        for k in self.steps:
+            params, buffers = sim.finetuned_models(FineTune(steps=k) if k else None)
+            for split, out in (("val", val), ("test", test)):
+                values = sim.trainer.evaluate(everyone, params, buffers, split)[metric]
+                out.append(_rounded(values.cpu(), 6))
+        self.round, self.val, self.test = rnd, val, test
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"metric": self.metric, "steps": list(self.steps), "round": self.round,
+                "val": [list(r) for r in self.val], "test": [list(r) for r in self.test]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if list(state["steps"]) != self.steps:
+            raise ValueError(f"this FineTuneSweep tries steps {self.steps}; the state given "
+                             f"tried {list(state['steps'])}")
+        if self.metric is not None and state["metric"] not in (None, self.metric):
+            raise ValueError(f"this FineTuneSweep keeps {self.metric!r}; the state given "
+                             f"keeps {state['metric']!r}")
+        self.metric = state["metric"] or self.metric
+        self.round = state["round"]
+        self.val = [list(r) for r in state["val"]]
+        self.test = [list(r) for r in state["test"]]
 
 
 def rejections_entry(sim: Simulator) -> dict[str, Any]:

@@ -35,6 +35,7 @@ from pyg_fedgraph.train.config import LocalConfig
 from pyg_fedgraph.train.jobs import (
     ClientStart,
     EvaluatePlan,
+    FineTune,
     evaluate_clients,
     finetuned,
     run_plan,
@@ -506,6 +507,31 @@ class Simulator:
             params, buffers = self._round_models
         else:
             params, buffers = self._evaluated_models(*self._evaluation_start())
+        return params.clone(), buffers.clone()
+
+    def finetuned_models(self, finetune: FineTune | None) -> tuple[Tensor, Tensor]:
+        r"""The models the strategy sends its clients for evaluation now
+        (after its choice of model, if any), fine-tuned locally by
+        ``finetune`` in place of the strategy's own fine-tuning (``None``:
+        not fine-tuned): flat parameters :math:`(N, D)` and buffers.
+        Fine-tuning draws its batches as the strategy's does (order
+        ``(seed, "finetune", round, client)``), so
+        ``finetuned_models(FineTune())`` is FedAvg-FT's evaluated models
+        under FedAvg. It does not change the run.
+
+        Example:
+            >>> from pyg_fedgraph.experiment import ExperimentConfig, build_simulator
+            >>> from pyg_fedgraph.train.jobs import FineTune
+            >>> sim = build_simulator(ExperimentConfig(dataset="digits", strategy="fedavg",
+            ...                                        rounds=2))
+            >>> _ = sim.run()
+            >>> params, _ = sim.finetuned_models(FineTune(steps=3))
+            >>> params.shape == sim.local_params.shape
+            True
+        """
+        start, plan = self._evaluation_start()
+        plan = dataclasses.replace(plan, finetune=finetune)
+        params, buffers = self._evaluated_models(start, plan)
         return params.clone(), buffers.clone()
 
     def _evaluate_round(self, rnd: int) -> tuple[dict[str, Tensor], dict[str, Tensor]]:

@@ -724,3 +724,60 @@ def test_the_novel_client_probe_keeps_each_models_buffers_and_the_runs_random_st
     plain.run()
     assert probed.history == plain.history
     assert torch.equal(probed.local_params, plain.local_params)
+
+
+def test_the_fine_tune_sweep_is_fedavg_ft_at_each_step_count():
+    from pyg_fedgraph.experiment import build_simulator
+    from pyg_fedgraph.experiment.records import FineTuneSweep
+
+    # FedAvg's run with the sweep: 0 steps is FedAvg's last evaluation, the run's own
+    # 3 local steps FedAvg-FT's (the same training, the same fine-tuning batches).
+    cfg = ExperimentConfig(dataset="digits", strategy="fedavg", clients=6, rounds=3,
+                           overrides={"steps": 3, "eval_every": 1})
+    sweep = FineTuneSweep([0, 3, 12], "loss")
+    sim = build_simulator(cfg, callbacks=[sweep])
+    sim.run(2)
+    assert sweep.round is None and sweep.val == []            # only at the last round
+    resumed = FineTuneSweep([0, 3, 12], "loss")
+    resumed.load_state_dict(json.loads(json.dumps(sweep.state_dict())))
+    sim.callbacks = [resumed]
+    sim.run()
+    ft = build_simulator(dataclasses.replace(cfg, strategy="fedavg-ft"))
+    ft.run()
+    last, ft_last = sim.history.records[-1], ft.history.records[-1]
+    state = resumed.state_dict()
+    json.dumps(state, allow_nan=False)
+    assert state["round"] == 3 and state["steps"] == [0, 3, 12] and state["metric"] == "loss"
+    for row, split in ((state["val"], "val"), (state["test"], "test")):
+        assert row[0] == pytest.approx(getattr(last, split)["loss"].tolist(), abs=1e-6)
+        assert row[1] == pytest.approx(getattr(ft_last, split)["loss"].tolist(), abs=1e-6)
+        assert row[2] != pytest.approx(row[1], abs=1e-6)      # more steps, other models
+    # finetuned_models(None) is the model FedAvg-FT sends before fine-tuning: the global one.
+    params, _ = ft.finetuned_models(None)
+    assert torch.equal(params, ft.strategy.global_params.expand_as(params))
+    with pytest.raises(ValueError, match="tries steps \\[0, 3\\]; the state given tried"):
+        FineTuneSweep([0, 3]).load_state_dict(state)
+    with pytest.raises(ValueError, match="keeps 'accuracy'; the state given keeps 'loss'"):
+        FineTuneSweep([0, 3, 12], "accuracy").load_state_dict(state)
+    for bad in ([], [3, 3], [-1]):
+        with pytest.raises(ValueError, match="steps must be distinct step counts"):
+            FineTuneSweep(bad)
+
+
+def test_the_fine_tune_sweep_leaves_the_run_as_it_was():
+    from pyg_fedgraph.experiment import build_simulator
+    from pyg_fedgraph.experiment.records import FineTuneSweep
+
+    # Dropout masks come from the global stream, which fine-tuning draws from; a run whose
+    # last round is not the end (run(2) of 3) goes on as an unswept one.
+    cfg = ExperimentConfig(dataset="digits", strategy="fedavg", model="mlp", clients=6,
+                           rounds=3, overrides={"steps": 2, "eval_every": 1,
+                                                "model.dropout": 0.5})
+    swept = build_simulator(dataclasses.replace(cfg, rounds=2), callbacks=[FineTuneSweep([5])])
+    swept.run()
+    swept.rounds = 3
+    swept.run()
+    plain = build_simulator(cfg)
+    plain.run()
+    assert swept.history == plain.history
+    assert torch.equal(swept.local_params, plain.local_params)
