@@ -1109,19 +1109,40 @@ def test_the_fine_tuning_sweep_runs_only_when_named_and_reads_its_last_round(cla
     path.write_text(json.dumps(entry))
     assert not any(line.startswith("Pending")
                    for line in claims.traffic_ft_sweep_lines(False, None, None))
-    write(records, claims.traffic_config("metr-la", "pfedhn", 0.1), {},
-          {"mse_norm": [0.25, 0.25, 0.25]})
-    write(records, claims.traffic_config("metr-la", "panacea", 0.1), {},
-          {"mse_norm": [0.15, 0.35, 0.2]})
+    write(records, claims.traffic_config("metr-la", "pfedhn", 0.1),
+          {"best_round": 660, "test_final": 0.26}, {"mse_norm": [0.25, 0.25, 0.25]})
+    write(records, claims.traffic_config("metr-la", "panacea", 0.1),
+          {"best_round": 800, "test_final": 0.7 / 3}, {"mse_norm": [0.15, 0.35, 0.2]})
     write(records, table2, {"test_final": 0.5})
-    write(records, claims.traffic_config("metr-la", "fedavg-ft", 0.1), {"test_final": 0.3})
+    write(records, claims.traffic_config("metr-la", "fedavg-ft", 0.1),
+          {"best_round": 780, "test_final": 0.3}, {"mse_norm": [0.2, 0.3, 0.3]})
     lines = claims.traffic_ft_sweep_lines(False, None, None)
     assert "| 0 (FedAvg) | 500.0 | 500.0 | 0/3 | 0/3 |" in lines
     assert "| 50 (FedAvg-FT) | 300.0 | 300.0 | 1/3 | 1/3 |" in lines
     # Sensor 2's validation value is missing (None) at 200 steps: the mean says so.
     assert "| 200 | 350.0 (2 of 3) | 200.0 | 2/3 | 2/3 |" in lines
-    assert ("- The step count with the lowest validation MSE: k = 50 (test 300.0); pFedHN's "
-            "Table II run (seed 0): 250.0, Panacea's: 233.3.") in lines
+    assert ("- The sweep is read at round 800, with no choice of round; the Table II runs "
+            "(seed 0) beside it at their best validation rounds, which favours them: "
+            "FedAvg-FT's 266.7 at its best round 780 (300.0 at round 800), below pFedHN on 1/3 "
+            "sensors (both at their best); pFedHN's 250.0 at its best round 660 (260.0 at round "
+            "800); Panacea's 233.3 at its best round 800 (233.3 at round 800).") in lines
+    # Validation means over sensors 0 and 1 (sensor 2 has no value at 200 steps): 0 steps
+    # 0.45, 50 steps 0.3, 200 steps 0.35.
+    assert ("- The step count with the lowest validation MSE (over the 2 sensors every count "
+            "evaluated): k = 50 (test 300.0).") in lines
     assert ("- The same training as the records (test MSE x1e-3 at round 800): k = 0: 500.0, "
-            "fedavg's Table II run (seed 0) at round 800: 500.0; k = 50: 300.0, fedavg-ft's "
+            "FedAvg's Table II run (seed 0) at round 800: 500.0; k = 50: 300.0, FedAvg-FT's "
             "Table II run (seed 0) at round 800: 300.0.") in lines
+    # Compared over the common sensors: 200 steps (0.25, 0.3: 0.275) beats 50 steps (0.3,
+    # 0.3: 0.3) there, though 50's mean over all three (0.267) is below 200's over its two.
+    entry["traces"]["finetune"]["val"][1] = [0.3, 0.3, 0.2]
+    entry["traces"]["finetune"]["val"][2] = [0.25, 0.3, None]
+    path.write_text(json.dumps(entry))
+    assert any("evaluated): k = 200 (test 200.0)." in line
+               for line in claims.traffic_ft_sweep_lines(False, None, None))
+    # Rates chosen apart: FedAvg's run is not FedAvg-FT's training, and it says so.
+    for lr in claims.PANACEA_LR_GRID:
+        write(records, claims.traffic_config("metr-la", "fedavg", lr, rounds=200),
+              {"val_best": 0.2 if lr == 0.03 else 0.5})
+    assert "METR-LA: not run: FedAvg's and FedAvg-FT's chosen rates differ (0.03 and 0.1)." in \
+        claims.traffic_ft_sweep_lines(False, None, None)

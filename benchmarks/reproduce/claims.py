@@ -3221,10 +3221,14 @@ def traffic_ft_sweep_lines(run_missing: bool, strategies: list[str] | None,
     out: list[str] = ["### FedAvg-FT's fine-tuning budget", ""]
     k_c = TRAFFIC_PROTOCOL["steps"]
     for dataset in TRAFFIC_FT_SWEEP_DATASETS:
-        lr = chosen_rate(dataset, "fedavg-ft")
-        if lr is None or chosen_rate(dataset, "fedavg") != lr:
+        lr, fedavg_lr = chosen_rate(dataset, "fedavg-ft"), chosen_rate(dataset, "fedavg")
+        if lr is None or fedavg_lr is None:
             out += [f"{TRAFFIC_NAMES[dataset]}: pending (after FedAvg's and FedAvg-FT's rate "
-                    "choices, at one rate).", ""]
+                    "choices).", ""]
+            continue
+        if fedavg_lr != lr:  # FedAvg's run is then not the training FedAvg-FT's Table II has
+            out += [f"{TRAFFIC_NAMES[dataset]}: not run: FedAvg's and FedAvg-FT's chosen rates "
+                    f"differ ({fedavg_lr} and {lr}).", ""]
             continue
         run_it = (run_missing and strategies is not None and TRAFFIC_FT_SWEEP in strategies
                   and (datasets is None or dataset in datasets))
@@ -3251,12 +3255,16 @@ def traffic_ft_sweep_lines(run_missing: bool, strategies: list[str] | None,
             out += [head, "", "Pending: " + ("its run" if entry is None else
                                              "its record holds no sweep"), ""]
             continue
+        # pFedHN's, Panacea's and FedAvg-FT's own Table II runs (seed 0): per-sensor test
+        # values at their best validation rounds, and the mean at the last round.
         others: dict[str, list[float] | None] = {}
-        for name in ("pfedhn", "panacea"):
+        summaries: dict[str, dict | None] = {}
+        for name in ("pfedhn", "panacea", "fedavg-ft"):
             rate = chosen_rate(dataset, name)
             other = None if rate is None else RUNS.load(traffic_config(dataset, name, rate))
             others[name] = (None if other is None
                             else other["test_client_metrics"]["mse_norm"])
+            summaries[name] = None if other is None else other["summary"]
 
         def cell(values: list[float | None]) -> str:
             finite = [v for v in values if v is not None and math.isfinite(v)]
@@ -3278,22 +3286,41 @@ def traffic_ft_sweep_lines(run_missing: bool, strategies: list[str] | None,
             name = {0: " (FedAvg)", k_c: " (FedAvg-FT)"}.get(k, "")
             rows.append(f"| {k}{name} | {cell(val)} | {cell(test)} | {below(test, 'pfedhn')} "
                         f"| {below(test, 'panacea')} |")
-        means = [statistics.fmean(f) if (f := [v for v in val if v is not None]) else math.inf
-                 for val in sweep["val"]]
+        # The step count best on validation, over the sensors every count evaluated.
+        common = [i for i in range(len(sweep["val"][0]))
+                  if all(row[i] is not None for row in sweep["val"])]
+        means = [statistics.fmean(row[i] for i in common) if common else math.inf
+                 for row in sweep["val"]]
         pick = means.index(min(means))
+        display = {"fedavg": "FedAvg", "fedavg-ft": "FedAvg-FT", "pfedhn": "pFedHN",
+                   "panacea": "Panacea"}
         checks = []
         for k, name in ((0, "fedavg"), (k_c, "fedavg-ft")):
             record = RUNS.load(traffic_config(dataset, name, lr))
             if k in sweep["steps"] and record is not None:
                 checks.append(f"k = {k}: {cell(sweep['test'][sweep['steps'].index(k)])}, "
-                              f"{name}'s Table II run (seed 0) at round {rounds}: "
+                              f"{display[name]}'s Table II run (seed 0) at round {rounds}: "
                               f"{1e3 * record['summary']['test_final']:.1f}")
-        ref = {n: (f"{1e3 * statistics.fmean(v):.1f}" if v else "pending")
-               for n, v in others.items()}
+        beside = []
+        for name in ("fedavg-ft", "pfedhn", "panacea"):
+            summary, values = summaries[name], others[name]
+            if summary is None or values is None:
+                beside.append(f"{display[name]}'s pending")
+                continue
+            part = (f"{display[name]}'s {1e3 * statistics.fmean(values):.1f} at its best round "
+                    f"{summary['best_round']} ({1e3 * summary['test_final']:.1f} at round "
+                    f"{rounds})")
+            if name == "fedavg-ft":
+                part += f", below pFedHN on {below(values, 'pfedhn')} sensors (both at their best)"
+            beside.append(part)
+        over = ("" if len(common) == len(sweep["val"][0])
+                else f" (over the {len(common)} sensors every count evaluated)")
         out += [head, "", *rows, "",
-                f"- The step count with the lowest validation MSE: k = {sweep['steps'][pick]} "
-                f"(test {cell(sweep['test'][pick])}); pFedHN's Table II run (seed 0): "
-                f"{ref['pfedhn']}, Panacea's: {ref['panacea']}.",
+                f"- The sweep is read at round {rounds}, with no choice of round; the Table "
+                "II runs (seed 0) beside it at their best validation rounds, which favours "
+                "them: " + "; ".join(beside) + ".",
+                f"- The step count with the lowest validation MSE{over}: k = "
+                f"{sweep['steps'][pick]} (test {cell(sweep['test'][pick])}).",
                 "- The same training as the records (test MSE x1e-3 at round "
                 f"{rounds}): " + ("; ".join(checks) or "their records pending") + ".", ""]
     return out

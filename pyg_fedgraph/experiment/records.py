@@ -619,8 +619,8 @@ class NovelClientProbe:
     are those the round has just evaluated
     (:meth:`~pyg_fedgraph.simulation.Simulator.personalized_models` in a
     callback: a fine-tuning strategy does not fine-tune again), and the probe
-    runs inside :func:`torch.random.fork_rng`, so a probed run trains as an
-    unprobed one. Kept by the run's checkpoints
+    runs inside :meth:`~pyg_fedgraph.simulation.Simulator.forked_rng`, so a
+    probed run trains as an unprobed one. Kept by the run's checkpoints
     and, through :meth:`RecordCache.run`'s ``traces``, in the run's record.
 
     Args:
@@ -688,11 +688,10 @@ class NovelClientProbe:
                                                     self.held_out, self.trained, n)
 
     def __call__(self, sim: Simulator, record: RoundRecord) -> None:
-        import torch
 
         if not self.held_out:
             self._setup(sim)
-        with torch.random.fork_rng(devices=[]):
+        with sim.forked_rng():
             self._probe(sim, int(record.round))
 
     def _probe(self, sim: Simulator, rnd: int) -> None:
@@ -761,10 +760,12 @@ class FineTuneSweep:
     :meth:`~pyg_fedgraph.simulation.Simulator.finetuned_models`) and
     evaluated on its validation and test splits, keeping ``metric``
     (default: the run's primary one). Under FedAvg, step count :math:`k` is
-    FedAvg-FT fine-tuning :math:`k` steps, with FedAvg-FT's own batches: the
-    row of the run's local step count is FedAvg-FT's evaluation, value for
-    value. The run itself is not changed (inside
-    :func:`torch.random.fork_rng`). Values are rounded to 6 decimals,
+    FedAvg-FT fine-tuning :math:`k` steps, with FedAvg-FT's own batches: for
+    a model whose training draws nothing from the global random stream (no
+    dropout), the row of the run's local step count is FedAvg-FT's
+    evaluation (its default fine-tuning) value for value. The run itself is
+    not changed (inside
+    :meth:`~pyg_fedgraph.simulation.Simulator.forked_rng`). Values are rounded to 6 decimals,
     ``None`` where not finite; ``val`` and ``test`` hold one row of
     :math:`N` values per step count. Kept by the run's checkpoints and, through
     :meth:`RecordCache.run`'s ``traces``, in the run's record.
@@ -781,8 +782,9 @@ class FineTuneSweep:
     """
 
     def __init__(self, steps: Sequence[int], metric: str | None = None) -> None:
-        steps = [int(k) for k in steps]
-        if not steps or any(k < 0 for k in steps) or len(set(steps)) != len(steps):
+        steps = list(steps)
+        if (not steps or any(isinstance(k, bool) or not isinstance(k, int) or k < 0
+                             for k in steps) or len(set(steps)) != len(steps)):
             raise ValueError(f"steps must be distinct step counts of at least 0, got {steps}")
         self.steps = steps
         self.metric = metric
@@ -791,11 +793,10 @@ class FineTuneSweep:
         self.test: list[list[float | None]] = []
 
     def __call__(self, sim: Simulator, record: RoundRecord) -> None:
-        import torch
 
         if int(record.round) < sim.rounds:
             return
-        with torch.random.fork_rng(devices=[]):
+        with sim.forked_rng():
             self._sweep(sim, int(record.round))
 
     def _sweep(self, sim: Simulator, rnd: int) -> None:

@@ -466,6 +466,11 @@ class Runner:
         if self.stop.requested and self._abandonable:
             raise _RoundAbandoned
 
+    def _round_evaluated(self, sim: Simulator, record: RoundRecord) -> None:
+        r"""The first of a round's callbacks: from here on the round is not
+        abandoned (its trackers have seen it)."""
+        self._abandonable = False
+
     def run(self) -> RunResult:
         r"""Runs to the last round (or until stopped or pruned); returns how
         it ended. Trackers are closed with ``"finished"``, ``"stopped"`` (a
@@ -491,6 +496,12 @@ class Runner:
                 snapshot = sim.state_dict() if last_round >= SNAPSHOT_SECONDS else None
                 self._abandonable = snapshot is not None
                 started = time.perf_counter()
+                # The trackers and callbacks run inside the round, as the simulator's
+                # own callbacks, where they see its evaluated models; once they begin,
+                # the round is done and a stop request waits for its end.
+                base, extra = len(sim.callbacks), (self._round_evaluated, *self.trackers,
+                                                   *self.callbacks.values())
+                sim.callbacks.extend(extra)
                 try:
                     record = sim.step()
                 except _RoundAbandoned:
@@ -500,11 +511,10 @@ class Runner:
                     break
                 finally:
                     self._abandonable = False
+                    del sim.callbacks[base:base + len(extra)]
                 last_round = time.perf_counter() - started
                 self._show(self.progress.end_round, sim, record)
                 if record is not None:
-                    for cb in (*self.trackers, *self.callbacks.values()):
-                        cb(sim, record)
                     if self.stop_when is not None and self.stop_when(sim, record):
                         status = "pruned"
                         break

@@ -2,6 +2,7 @@
 train in one batched computation, over the shared round engine."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
@@ -385,7 +386,9 @@ class Simulator:
         return self.history
 
     def step(self) -> RoundRecord | None:
-        r"""One communication round; returns its record when it was evaluated."""
+        r"""One communication round; returns its record when it was evaluated
+        (after the round :attr:`callbacks` have seen it, with the round's
+        evaluated models at hand: :meth:`personalized_models`)."""
         t0 = time.perf_counter()
         engine = self.engine
         rnd = engine.round + 1
@@ -517,7 +520,11 @@ class Simulator:
         Fine-tuning draws its batches as the strategy's does (order
         ``(seed, "finetune", round, client)``), so
         ``finetuned_models(FineTune())`` is FedAvg-FT's evaluated models
-        under FedAvg. It does not change the run.
+        under FedAvg (FedAvg-FT's default fine-tuning, for a model whose
+        training draws nothing from the global random stream, such as one
+        without dropout: FedAvg-FT's fine-tuning at every evaluation then
+        leaves its training FedAvg's). It does not change the run: it draws
+        from the global random streams inside :func:`torch.random.fork_rng`.
 
         Example:
             >>> from pyg_fedgraph.experiment import ExperimentConfig, build_simulator
@@ -531,8 +538,16 @@ class Simulator:
         """
         start, plan = self._evaluation_start()
         plan = dataclasses.replace(plan, finetune=finetune)
-        params, buffers = self._evaluated_models(start, plan)
+        with self.forked_rng():
+            params, buffers = self._evaluated_models(start, plan)
         return params.clone(), buffers.clone()
+
+    def forked_rng(self) -> contextlib.AbstractContextManager[Any]:
+        r""":func:`torch.random.fork_rng` over the CPU's global random stream
+        and, on CUDA, the run's device's: what is drawn inside leaves the
+        run's random streams as they were."""
+        devices = [self.device] if self.device.type == "cuda" else []
+        return torch.random.fork_rng(devices=devices)
 
     def _evaluate_round(self, rnd: int) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
         r"""Round ``rnd``'s validation and test metrics; with ``test_at="best"``

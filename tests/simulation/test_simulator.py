@@ -184,7 +184,6 @@ def test_a_round_callback_gets_the_models_the_round_evaluated(test_at):
         everyone = torch.arange(s.dataset.num_clients)
         val = s.trainer.evaluate(everyone, params, buffers, "val")
         assert torch.equal(val["loss"], record.val["loss"])
-        params.zero_()                               # a copy: the run is not touched
         seen.append(record.round)
     sim.callbacks.append(callback)
     sim.run()
@@ -196,6 +195,68 @@ def test_a_round_callback_gets_the_models_the_round_evaluated(test_at):
     everyone = torch.arange(sim.dataset.num_clients)
     assert not torch.equal(sim.trainer.evaluate(everyone, again, buffers, "val")["loss"],
                            sim.history.records[-1].val["loss"])
+
+
+def test_the_round_models_a_callback_gets_are_copies_and_go_with_the_round():
+    # Local evaluates the clients' own models (no fine-tuning): the round's models are the
+    # run's local models themselves, and a callback gets copies.
+    def zero(s, record):
+        s.personalized_models()[0].zero_()
+    touched = simulate(Local(), callbacks=[zero])
+    touched.run()
+    plain = simulate(Local())
+    plain.run()
+    assert touched.history == plain.history
+    assert torch.equal(touched.local_params, plain.local_params)
+    # A callback that fails: the round's models are dropped with it, and models asked for
+    # later are built again (FedAvg-FT fine-tunes anew).
+    def fail(s, record):
+        raise RuntimeError("callback failed")
+    sim = simulate(FedAvgFT(finetune_epochs=1), callbacks=[fail])
+    with pytest.raises(RuntimeError, match="callback failed"):
+        sim.step()
+    trainings = []
+    train = sim.trainer.train
+    sim.trainer.train = lambda *a, **k: trainings.append(1) or train(*a, **k)
+    sim.personalized_models()
+    assert trainings == [1]
+
+
+def test_a_runners_callbacks_get_the_models_the_round_evaluated():
+    from pyg_fedgraph.experiment.runner import Runner
+
+    sim = simulate(FedAvgFT(finetune_epochs=1), rounds=3)
+    trainings = []
+    train = sim.trainer.train
+    sim.trainer.train = lambda *a, **k: trainings.append(1) or train(*a, **k)
+    counts = []
+
+    def callback(s, record):
+        before = len(trainings)
+        s.personalized_models()
+        counts.append(len(trainings) - before)
+    Runner(sim, callbacks={"probe": callback}).run()
+    assert counts == [0, 0, 0]
+    # 3 rounds of training and 3 evaluations' fine-tuning: nothing trained twice.
+    assert len(trainings) == 6
+
+
+def test_finetuned_models_leave_the_run_as_it_was():
+    from pyg_fedgraph.train.jobs import FineTune
+
+    # Dropout masks come from the global stream, which fine-tuning draws from.
+    def run(between):
+        torch.manual_seed(0)
+        sim = Simulator(opposite_groups(), MLP(2, 8, 2, dropout=0.5), FedAvg(), rounds=3,
+                        local=CFG)
+        sim.run(2)
+        between(sim)
+        sim.run()
+        return sim
+    tuned = run(lambda sim: sim.finetuned_models(FineTune(steps=3)))
+    plain = run(lambda sim: None)
+    assert tuned.history == plain.history
+    assert torch.equal(tuned.local_params, plain.local_params)
 
 
 # ------------------------------------------------------ held-out and sampling
