@@ -2803,6 +2803,15 @@ TRAFFIC_NOVEL_PROBE = "novel-probe"
 TRAFFIC_NOVEL_PROBE_DATASETS = ("metr-la",)
 
 
+def _named_run(run_missing: bool, strategies: list[str] | None, datasets: list[str] | None,
+               name: str, dataset: str) -> bool:
+    r"""Whether to run the missing run ``name`` on ``dataset``: a run that
+    starts only when ``--strategies`` names it (and ``--datasets`` names the
+    dataset, or nothing)."""
+    return (run_missing and strategies is not None and name in strategies
+            and (datasets is None or dataset in datasets))
+
+
 def traffic_novel_probe_config(dataset: str, lr: float) -> ExperimentConfig:
     r"""Panacea's Table III run on ``dataset`` at client learning rate ``lr``,
     evaluated in full at every evaluation (see :data:`TRAFFIC_NOVEL_PROBE`)."""
@@ -2854,8 +2863,7 @@ def traffic_novel_probe_lines(run_missing: bool, strategies: list[str] | None,
         if lr is None:
             out += [f"{TRAFFIC_NAMES[dataset]}: pending (after Panacea's rate choice).", ""]
             continue
-        run_it = (run_missing and strategies is not None and TRAFFIC_NOVEL_PROBE in strategies
-                  and (datasets is None or dataset in datasets))
+        run_it = _named_run(run_missing, strategies, datasets, TRAFFIC_NOVEL_PROBE, dataset)
         cfg = traffic_novel_probe_config(dataset, lr)
         entry = _traffic_left(cfg, fetch(
             cfg, run_it, "traffic", f"{dataset} panacea, Table III probed (novel sensors), "
@@ -3230,8 +3238,7 @@ def traffic_ft_sweep_lines(run_missing: bool, strategies: list[str] | None,
             out += [f"{TRAFFIC_NAMES[dataset]}: not run: FedAvg's and FedAvg-FT's chosen rates "
                     f"differ ({fedavg_lr} and {lr}).", ""]
             continue
-        run_it = (run_missing and strategies is not None and TRAFFIC_FT_SWEEP in strategies
-                  and (datasets is None or dataset in datasets))
+        run_it = _named_run(run_missing, strategies, datasets, TRAFFIC_FT_SWEEP, dataset)
         cfg = traffic_ft_sweep_config(dataset, lr)
         entry = _traffic_left(cfg, fetch(
             cfg, run_it, "traffic", f"{dataset} fedavg, Table II with FedAvg-FT's fine-tuning "

@@ -46,6 +46,15 @@ def simulate(strategy, data=None, **kwargs) -> Simulator:
                      **kwargs)
 
 
+def count_trainings(sim: Simulator) -> list:
+    r"""A list that grows by one at each call of ``sim``'s trainer's ``train``
+    (local training and fine-tuning alike)."""
+    calls: list = []
+    train = sim.trainer.train
+    sim.trainer.train = lambda *a, **k: calls.append(1) or train(*a, **k)
+    return calls
+
+
 # ------------------------------------------------------------- reproducibility
 def test_seeds_reproduce_histories():
     runs = []
@@ -172,9 +181,7 @@ def test_a_round_callback_gets_the_models_the_round_evaluated(test_at):
     model = MLP(2, 8, 2, dropout=0.5)
     sim = Simulator(opposite_groups(), model, FedAvgFT(finetune_epochs=2), rounds=3,
                     local=CFG, test_at=test_at)
-    trainings = []
-    train = sim.trainer.train
-    sim.trainer.train = lambda *a, **k: trainings.append(1) or train(*a, **k)
+    trainings = count_trainings(sim)
     seen = []
 
     def callback(s, record):
@@ -215,9 +222,7 @@ def test_the_round_models_a_callback_gets_are_copies_and_go_with_the_round():
     sim = simulate(FedAvgFT(finetune_epochs=1), callbacks=[fail])
     with pytest.raises(RuntimeError, match="callback failed"):
         sim.step()
-    trainings = []
-    train = sim.trainer.train
-    sim.trainer.train = lambda *a, **k: trainings.append(1) or train(*a, **k)
+    trainings = count_trainings(sim)
     sim.personalized_models()
     assert trainings == [1]
 
@@ -226,9 +231,7 @@ def test_a_runners_callbacks_get_the_models_the_round_evaluated():
     from pyg_fedgraph.experiment.runner import Runner
 
     sim = simulate(FedAvgFT(finetune_epochs=1), rounds=3)
-    trainings = []
-    train = sim.trainer.train
-    sim.trainer.train = lambda *a, **k: trainings.append(1) or train(*a, **k)
+    trainings = count_trainings(sim)
     counts = []
 
     def callback(s, record):
