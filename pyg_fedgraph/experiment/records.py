@@ -688,7 +688,6 @@ class NovelClientProbe:
                                                     self.held_out, self.trained, n)
 
     def __call__(self, sim: Simulator, record: RoundRecord) -> None:
-
         if not self.held_out:
             self._setup(sim)
         with sim.forked_rng():
@@ -793,7 +792,6 @@ class FineTuneSweep:
         self.test: list[list[float | None]] = []
 
     def __call__(self, sim: Simulator, record: RoundRecord) -> None:
-
         if int(record.round) < sim.rounds:
             return
         with sim.forked_rng():
