@@ -209,6 +209,17 @@ def test_the_rate_choice_alone_runs_no_800_round_run_and_previews_the_goal(
     preview = text.split("- The same goal at the rate choice's 200 rounds")[1].splitlines()[0]
     # FedAvg (lr 0.03: 500) above pFedHN (70), as in the paper: so far in its order.
     assert preview.endswith("so far in the paper's order: pfedhn 70.0, fedavg 500.0.")
+    # With seeds, of FedAvg's three Table II runs (its rate now chosen) only those seeds'.
+    ran.clear()
+    claims.traffic_section(run_missing=True, strategies=["fedavg"], datasets=["metr-la"],
+                           table2_only=True, seeds=[1])
+    assert [(c.strategy, c.rounds, c.seed, c.novel_clients) for c in ran] == [
+        ("fedavg", 800, 1, 0.0)]
+    ran.clear()  # Table III's run is seed 0's
+    claims.traffic_section(run_missing=True, strategies=["fedavg"], datasets=["metr-la"],
+                           seeds=[0, 2])
+    assert [(c.rounds, c.seed, c.novel_clients) for c in ran] == [
+        (800, 0, 0.0), (800, 2, 0.0), (800, 0, 0.2)]
 
 
 def test_runs_compile_and_still_read_the_records_made_without_it(claims, records):
@@ -420,10 +431,24 @@ def test_the_queue_holds_one_line_per_dataset_and_strategy_of_the_plan(claims):
                for line in lines if "--traffic-reduced" not in line
                and "--traffic-rate-choice" not in line and "--traffic-table-ii" not in line]
     # The goal's lines first: the paper's eight on each dataset, before any full line.
-    goal = [(line[line.index("--datasets") + 1], line[line.index("--strategies") + 1])
-            for line in lines if "--traffic-table-ii" in line]
+    def pair(line: list[str]) -> tuple[str, str]:
+        return line[line.index("--datasets") + 1], line[line.index("--strategies") + 1]
+
+    goal = [pair(line) for line in lines if "--traffic-table-ii" in line and "--seeds" not in line]
     assert sorted(goal) == sorted((d, s) for d in claims.TRAFFIC_DATA
                                   for s in claims.TRAFFIC_TABLE3)
+    # On PEMS-BAY, seed 0 of the eight first, each after every rate choice of the eight and
+    # before any goal line whole.
+    seed0 = [i for i, line in enumerate(lines) if "--seeds" in line]
+    assert all(lines[i][lines[i].index("--seeds") + 1] == "0" for i in seed0)
+    assert sorted(pair(lines[i]) for i in seed0) == sorted(
+        ("pems-bay", s) for s in claims.TRAFFIC_TABLE3)
+    rate = [i for i, line in enumerate(lines)
+            if "--traffic-rate-choice" in line and pair(line)[0] == "pems-bay"]
+    assert sorted(pair(lines[i])[1] for i in rate) == sorted(claims.TRAFFIC_TABLE3)
+    whole = [i for i, line in enumerate(lines) if "--traffic-table-ii" in line
+             and "--seeds" not in line and pair(line)[0] == "pems-bay"]
+    assert max(rate) < min(seed0) and max(seed0) < min(whole)
     last_goal = max(i for i, line in enumerate(lines) if "--traffic-table-ii" in line)
     variants = ",".join(v for v in claims.TRAFFIC_ABLATION if v != "panacea")
     # Before the goal's last line, only rate choices, the goal's lines, METR-LA's Table IV

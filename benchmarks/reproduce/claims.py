@@ -56,7 +56,7 @@ import statistics
 import sys
 import time
 import tomllib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -2011,12 +2011,15 @@ def traffic_goal(dataset: str, ours: dict[str, float | None]) -> str:
 
 
 def traffic_dataset_lines(dataset: str, run_missing: bool, strategies: list[str] | None,
-                          rate_only: bool = False, table2_only: bool = False) -> list[str]:
+                          rate_only: bool = False, table2_only: bool = False,
+                          seeds: Sequence[int] | None = None) -> list[str]:
     r"""Section O's tables for one dataset: the rate choice, then Tables II and III.
     ``rate_only`` runs only the missing runs of the rate choice (so a queue can
     choose every strategy's rate before any 800-round run starts), ``table2_only``
     those of the rate choice and Table II (so a queue can complete the goal's runs
-    before Table III's)."""
+    before Table III's), ``seeds`` only the 800-round runs of those seeds (so a
+    queue can run seed 0 of every strategy before the other seeds; the rate choice,
+    on seed 0, runs as it would)."""
     n = TRAFFIC_DATA[dataset][1]
     held = traffic_held_out(dataset)
     rate_rows = [f"| strategy | validation MSE x1e-3 at client lr {grid_text()} | chosen |",
@@ -2042,25 +2045,26 @@ def traffic_dataset_lines(dataset: str, run_missing: bool, strategies: list[str]
         rate_rows.append(f"| {name} | " + ", ".join(
             "pending" if e is None else f"{1e3 * e['summary']['val_best']:.1f}"
             for e in grid_runs.values()) + f" | {rate_text(lr)} |")
-        seeds = TRAFFIC_SEEDS if name in TRAFFIC_SEEDED else TRAFFIC_SEEDS[:1]
+        own_seeds = TRAFFIC_SEEDS if name in TRAFFIC_SEEDED else TRAFFIC_SEEDS[:1]
         tables = (False, True) if name in TRAFFIC_TABLE3 else (False,)
         runs: dict[bool, list[dict] | None] = {False: None, True: None}
         if lr is None:
             TRAFFIC_LEFT.extend((dataset, name, TRAFFIC_PROTOCOL["rounds"], 0)
-                                for _ in range(len(seeds) + (True in tables)))
+                                for _ in range(len(own_seeds) + (True in tables)))
             PENDING.setdefault("traffic", []).append(
                 (f"{dataset} {name}, Tables II" + (" and III" if True in tables else "")
-                 + f", 800 rounds ({len(seeds)} seed{'s' if len(seeds) > 1 else ''}), "
+                 + f", 800 rounds ({len(own_seeds)} seed{'s' if len(own_seeds) > 1 else ''}), "
                  "after its rate choice", f"{COMMAND} {_traffic_args(dataset, name)}", None))
         else:
             for novel in tables:
                 got = [_traffic_left(cfg, fetch(
-                           cfg, run_it and not (novel and table2_only), "traffic",
+                           cfg, run_it and not (novel and table2_only)
+                           and (seeds is None or cfg.seed in seeds), "traffic",
                            f"{dataset} {name}, Table "
                            f"{'III' if novel else 'II'}, client lr {lr}, seed {cfg.seed}",
                            _traffic_args(dataset, name)))
                        for cfg in (traffic_config(dataset, name, lr, seed=s, novel=novel)
-                                   for s in (seeds if not novel else TRAFFIC_SEEDS[:1]))]
+                                   for s in (own_seeds if not novel else TRAFFIC_SEEDS[:1]))]
                 done = [e for e in got if e is not None]
                 made.setdefault(name, []).extend(done)
                 runs[novel] = done if len(done) == len(got) else None
@@ -3335,13 +3339,15 @@ def traffic_ft_sweep_lines(run_missing: bool, strategies: list[str] | None,
 
 def traffic_section(run_missing: bool, strategies: list[str] | None = None,
                     datasets: list[str] | None = None, reduced: bool = False,
-                    rate_only: bool = False, table2_only: bool = False) -> list[str]:
+                    rate_only: bool = False, table2_only: bool = False,
+                    seeds: Sequence[int] | None = None) -> list[str]:
     r"""Section O: Panacea's Tables II and III on the recorded METR-LA and
     PEMS-BAY fragments (issue 37 item 5). ``run_missing`` runs the missing
     runs of the protocol's plan, with ``rate_only`` only those of its rate
     choice, with ``table2_only`` only those of its rate choice and Table II
     (the runs the goal line needs), or with ``reduced`` only those of
-    :data:`TRAFFIC_REDUCED`."""
+    :data:`TRAFFIC_REDUCED`; with ``seeds``, of the tables' 800-round runs only
+    those of these seeds."""
     lines = []
     TRAFFIC_LEFT.clear()  # traffic_dataset_lines lists them again
     for dataset in TRAFFIC_DATA:
@@ -3351,7 +3357,7 @@ def traffic_section(run_missing: bool, strategies: list[str] | None = None,
     for dataset in TRAFFIC_DATA:
         lines += traffic_dataset_lines(
             dataset, run_missing and not reduced and (datasets is None or dataset in datasets),
-            strategies, rate_only, table2_only)
+            strategies, rate_only, table2_only, seeds)
     others = run_missing and not reduced and not table2_only  # the runs beyond the goal's
     lines += traffic_novel_probe_lines(others and not rate_only, strategies, datasets)
     lines += traffic_ft_sweep_lines(others and not rate_only, strategies, datasets)
@@ -3777,7 +3783,8 @@ def main(argv: list[str] | None = None) -> str:
                         help="comma list of heterogeneity levels of sections G-I to run")
     parser.add_argument("--seeds", default=None,
                         help="comma list: run section M's seed-spread runs of these seeds "
-                             "(instead of its seed-0 cells)")
+                             "(instead of its seed-0 cells); in section O (traffic), of "
+                             "Tables II and III's 800-round runs only those of these seeds")
     parser.add_argument("--cached-only", action="store_true",
                         help="only read the run records (every section), train nothing, "
                              "list what is missing with its command")
@@ -3902,7 +3909,9 @@ def main(argv: list[str] | None = None) -> str:
                                  args.datasets.split(",") if args.datasets else None,
                                  reduced=args.traffic_reduced,
                                  rate_only=args.traffic_rate_choice,
-                                 table2_only=args.traffic_table_ii)
+                                 table2_only=args.traffic_table_ii,
+                                 seeds=([int(v) for v in args.seeds.split(",")]
+                                        if args.seeds else None))
     if "fedcedar-fmnist" in sections:
         lines += fedcedar_fmnist_section(run_missing)
     if "fedaghn-fmnist" in sections:
