@@ -460,9 +460,11 @@ def test_the_queue_holds_one_line_per_dataset_and_strategy_of_the_plan(claims):
     assert [(line[line.index("--datasets") + 1], line[line.index("--strategies") + 1])
             for line in early] == [("metr-la", variants), ("metr-la", claims.TRAFFIC_FT_SWEEP)]
     week = [s for d, s in planned if d == claims.TRAFFIC_WEEK]
-    probes = [p for p in planned if p[1] in (claims.TRAFFIC_NOVEL_PROBE, claims.TRAFFIC_FT_SWEEP)]
+    probes = [p for p in planned if p[1] in (claims.TRAFFIC_NOVEL_PROBE, claims.TRAFFIC_FT_SWEEP,
+                                             claims.TRAFFIC_FT_RATES)]
     assert probes == [
         *((d, claims.TRAFFIC_FT_SWEEP) for d in claims.TRAFFIC_FT_SWEEP_DATASETS),
+        *((d, claims.TRAFFIC_FT_RATES) for d in claims.TRAFFIC_FT_SWEEP_DATASETS),
         *((d, claims.TRAFFIC_NOVEL_PROBE) for d in claims.TRAFFIC_NOVEL_PROBE_DATASETS)]
     assert sorted(p for p in planned if p[0] != claims.TRAFFIC_WEEK and p not in probes) == sorted(
         (d, s) for d in claims.TRAFFIC_DATA for s in (*claims.TRAFFIC_STRATEGIES, variants))
@@ -1171,3 +1173,64 @@ def test_the_fine_tuning_sweep_runs_only_when_named_and_reads_its_last_round(cla
               {"val_best": 0.2 if lr == 0.03 else 0.5})
     assert "METR-LA: not run: FedAvg's and FedAvg-FT's chosen rates differ (0.03 and 0.1)." in \
         claims.traffic_ft_sweep_lines(False, None, None)
+
+
+def test_the_fine_tuning_rates_run_only_when_named_and_choose_a_pair_on_validation(
+        claims, records, monkeypatch):
+    assert "METR-LA: pending (after FedAvg's and FedAvg-FT's rate choices)." in \
+        claims.traffic_ft_rates_lines(False, None, None)
+    for lr in claims.PANACEA_LR_GRID:
+        for name in ("fedavg", "fedavg-ft", "pfedhn", "panacea"):
+            write(records, claims.traffic_config("metr-la", name, lr, rounds=200),
+                  {"val_best": 0.2 if lr == 0.1 else 0.5})
+    cfg = claims.traffic_ft_rates_config("metr-la", 0.1)
+    table2 = claims.traffic_config("metr-la", "fedavg", 0.1)
+    # FedAvg's Table II run again, evaluated only at its last round: a key of its own.
+    assert cfg.overrides == {**table2.overrides, "eval_every": 800} and cfg.rounds == 800
+    ran: list = []
+
+    def run(cfg, **kw):  # RecordCache.run without training
+        ran.append((cfg, {k: (v.steps, v.lrs) for k, v in (kw.get("traces") or {}).items()}))
+        return None
+
+    monkeypatch.setattr(claims.RUNS, "run", run)
+    for strategies, datasets in ((["fedavg"], ["metr-la"]), (None, None),
+                                 (["ft-rates"], ["pems-bay"]), (["ft-sweep"], None)):
+        claims.traffic_ft_rates_lines(True, strategies, datasets)
+    assert ran == []
+    claims.traffic_ft_rates_lines(True, ["ft-rates"], ["metr-la"])
+    assert ran == [(cfg, {"finetune": (list(claims.TRAFFIC_FT_RATES_STEPS),
+                                       list(claims.TRAFFIC_FT_RATES_LRS))})]
+    # FedAvg-FT's own fine-tuning (the client rate, K_c steps) is one of the pairs.
+    assert 0.1 in claims.TRAFFIC_FT_RATES_LRS and 0 in claims.TRAFFIC_FT_RATES_STEPS
+    assert claims.TRAFFIC_PROTOCOL["steps"] in claims.TRAFFIC_FT_RATES_STEPS
+    # A record: 3 sensors, rates 0.1 and 1.0 (diverged on sensor 2), steps 0 and 50.
+    from pyg_fedgraph.experiment.records import config_key
+
+    write(records, cfg)
+    path = records / f"{config_key(cfg)}.json"
+    entry = json.loads(path.read_text())
+    entry["traces"] = {"finetune": {
+        "metric": "mse_norm", "steps": [0, 50], "lrs": [0.1, 1.0], "round": 800,
+        "val": [[0.4, 0.5, 0.6], [0.3, 0.3, 0.3], [0.4, 0.5, 0.6], [0.1, 0.2, None]],
+        "test": [[0.5, 0.5, 0.5], [0.2, 0.3, 0.4], [0.5, 0.5, 0.5], [0.15, 0.15, None]]}}
+    path.write_text(json.dumps(entry))
+    write(records, claims.traffic_config("metr-la", "pfedhn", 0.1),
+          {"best_round": 660, "test_final": 0.26}, {"mse_norm": [0.25, 0.25, 0.25]})
+    write(records, claims.traffic_config("metr-la", "fedavg-ft", 0.1),
+          {"best_round": 780, "test_final": 0.3}, {"mse_norm": [0.2, 0.3, 0.3]})
+    write(records, table2, {"test_final": 0.5})
+    lines = claims.traffic_ft_rates_lines(False, None, None)
+    assert "| fine-tuning rate η | k = 50 |" in lines
+    assert "| 0.1 (client rate) | 300.0 (300.0) |" in lines
+    assert "| 1.0 | 150.0 (2 of 3) (150.0 (2 of 3)) |" in lines
+    assert "- k = 0 (FedAvg, no fine-tuning): 500.0 (500.0)." in lines
+    # Over sensors 0 and 1: rate 1.0 (0.15) beats 0.1 (0.3); below pFedHN on both sensors
+    # it has, FedAvg-FT on both.
+    assert ("- The pair with the lowest validation MSE (over the 2 sensors every pair "
+            "evaluated): η = 1.0, k = 50: test 150.0 (2 of 3); below pFedHN on 2/2 sensors, "
+            "Panacea's run pending, below FedAvg-FT on 2/2 sensors (their Table II runs, seed "
+            "0, at their best validation rounds: pFedHN 250.0; FedAvg-FT 266.7).") in lines
+    assert ("- The same training as the records (test MSE x1e-3 at round 800): k = 0: 500.0, "
+            "FedAvg's Table II run (seed 0) at round 800: 500.0; η = 0.1, k = 50: 300.0, "
+            "FedAvg-FT's Table II run (seed 0) at round 800: 300.0.") in lines

@@ -3212,6 +3212,143 @@ def traffic_t4_figure(panels: dict[str, dict[int, dict[str, dict | None]]]):
 TRAFFIC_FT_SWEEP = "ft-sweep"
 TRAFFIC_FT_SWEEP_DATASETS = ("metr-la",)
 TRAFFIC_FT_SWEEP_STEPS = (0, 10, 25, 50, 100, 200, 400, 800)
+#: FedAvg-FT's fine-tuning rate: FedAvg's Table II run (seed 0) once more, evaluated only at
+#: its last round (``eval_every`` = its rounds: the same training, a key of its own), with a
+#: :class:`~pyg_fedgraph.experiment.records.FineTuneSweep` there over the rates of
+#: :data:`TRAFFIC_FT_RATES_LRS` (plain SGD, batch 64) and the step counts of
+#: :data:`TRAFFIC_FT_RATES_STEPS`. Its name for ``--strategies`` (run only when named).
+TRAFFIC_FT_RATES = "ft-rates"
+TRAFFIC_FT_RATES_LRS = (0.01, 0.03, 0.1, 0.2, 0.4)
+TRAFFIC_FT_RATES_STEPS = (0, 10, 50, 200, 800)
+
+
+def _mean_cell(values: list[float | None]) -> str:
+    r"""The mean x1e3 of the finite ``values``, with how many when some are not."""
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    part = "" if len(finite) == len(values) else f" ({len(finite)} of {len(values)})"
+    return "-" if not finite else f"{1e3 * statistics.fmean(finite):.1f}{part}"
+
+
+def _sensors_below(values: list[float | None], ref: list[float] | None) -> str:
+    r"""On how many sensors ``values`` lie below ``ref`` ("k/n", over the
+    sensors both have), or "pending" without ``ref``."""
+    if ref is None:
+        return "pending"
+    pairs = [(v, r) for v, r in zip(values, ref, strict=True)
+             if v is not None and math.isfinite(r)]
+    return f"{sum(v < r for v, r in pairs)}/{len(pairs)}"
+
+
+def _table2_seed0(dataset: str, names: Iterable[str]
+                  ) -> tuple[dict[str, list[float] | None], dict[str, dict | None]]:
+    r"""Per strategy of ``names``, its Table II run's (seed 0, at its chosen
+    rate) per-sensor test MSE at its best validation round, and its summary;
+    ``None`` where not yet recorded."""
+    values: dict[str, list[float] | None] = {}
+    summaries: dict[str, dict | None] = {}
+    for name in names:
+        rate = chosen_rate(dataset, name)
+        entry = None if rate is None else RUNS.load(traffic_config(dataset, name, rate))
+        values[name] = None if entry is None else entry["test_client_metrics"]["mse_norm"]
+        summaries[name] = None if entry is None else entry["summary"]
+    return values, summaries
+
+
+def traffic_ft_rates_config(dataset: str, lr: float) -> ExperimentConfig:
+    r"""FedAvg's Table II run (seed 0) on ``dataset`` at client learning rate
+    ``lr``, evaluated only at its last round (see :data:`TRAFFIC_FT_RATES`)."""
+    cfg = traffic_config(dataset, "fedavg", lr)
+    return dataclasses.replace(cfg, overrides={**cfg.overrides, "eval_every": cfg.rounds})
+
+
+def traffic_ft_rates_lines(run_missing: bool, strategies: list[str] | None,
+                           datasets: list[str] | None) -> list[str]:
+    r"""Per dataset of :data:`TRAFFIC_FT_SWEEP_DATASETS`, a table of the mean
+    test (and validation) MSE of FedAvg's global model at its last round
+    fine-tuned at each rate of :data:`TRAFFIC_FT_RATES_LRS` for each step
+    count of :data:`TRAFFIC_FT_RATES_STEPS`, the pair validation chooses, with
+    the sensors where it lies below pFedHN's, Panacea's and FedAvg-FT's Table
+    II runs (seed 0), and the checks against FedAvg's and FedAvg-FT's records.
+    Runs the missing one when ``run_missing`` and ``strategies`` name
+    :data:`TRAFFIC_FT_RATES` (and ``datasets`` the dataset, or none)."""
+    out: list[str] = ["### FedAvg-FT's fine-tuning rate", ""]
+    k_c, rounds = TRAFFIC_PROTOCOL["steps"], TRAFFIC_PROTOCOL["rounds"]
+    for dataset in TRAFFIC_FT_SWEEP_DATASETS:
+        lr, fedavg_lr = chosen_rate(dataset, "fedavg-ft"), chosen_rate(dataset, "fedavg")
+        if lr is None or fedavg_lr is None:
+            out += [f"{TRAFFIC_NAMES[dataset]}: pending (after FedAvg's and FedAvg-FT's rate "
+                    "choices).", ""]
+            continue
+        if fedavg_lr != lr:
+            out += [f"{TRAFFIC_NAMES[dataset]}: not run: FedAvg's and FedAvg-FT's chosen rates "
+                    f"differ ({fedavg_lr} and {lr}).", ""]
+            continue
+        cfg = traffic_ft_rates_config(dataset, lr)
+        entry = _traffic_left(cfg, fetch(
+            cfg, _named_run(run_missing, strategies, datasets, TRAFFIC_FT_RATES, dataset),
+            "traffic", f"{dataset} fedavg, Table II with FedAvg-FT's fine-tuning rates swept "
+            f"at the last round, client lr {lr}, seed 0",
+            _traffic_args(dataset, TRAFFIC_FT_RATES),
+            traces={"finetune": FineTuneSweep(TRAFFIC_FT_RATES_STEPS, "mse_norm",
+                                              lrs=TRAFFIC_FT_RATES_LRS)}))
+        sweep = None if entry is None else entry.get("traces", {}).get("finetune")
+        head = (f"{TRAFFIC_NAMES[dataset]}: FedAvg-FT fine-tunes at the client rate ({lr}, "
+                "chosen for training by the rate choice, not for fine-tuning), and the sweep "
+                "above varies only its steps. At other rates: FedAvg's Table II run once more "
+                f"(seed 0, {rounds} rounds, evaluated only at round {rounds}: the same "
+                f"training), and at round {rounds} the global model fine-tuned on every sensor "
+                f"for k steps at rate η (plain SGD, batch {TRAFFIC_PROTOCOL['batch_size']}; "
+                "`FineTuneSweep(steps, lrs=...)`). Test MSE x1e-3, mean over sensors "
+                "(validation in parentheses; a mean over fewer sensors says how many: a model "
+                "that diverged has none).")
+        if sweep is None or sweep.get("round") is None:
+            out += [head, "", "Pending: " + ("its run" if entry is None else
+                                             "its record holds no sweep"), ""]
+            continue
+        steps = [k for k in sweep["steps"] if k]
+        found = {(None if r is None else float(r), int(k)): (val, test) for (r, k), val, test
+                 in zip(((r, k) for r in sweep["lrs"] for k in sweep["steps"]),
+                        sweep["val"], sweep["test"], strict=True)}
+        rows = ["| fine-tuning rate η | " + " | ".join(f"k = {k}" for k in steps) + " |",
+                "|---:|" + "---:|" * len(steps)]
+        for rate in sweep["lrs"]:
+            mark = " (client rate)" if rate == lr else ""
+            rows.append(f"| {rate}{mark} | " + " | ".join(
+                f"{_mean_cell(found[(rate, k)][1])} ({_mean_cell(found[(rate, k)][0])})"
+                for k in steps) + " |")
+        # The pair best on validation, over the sensors every pair evaluated.
+        n = len(sweep["val"][0])
+        common = [i for i in range(n) if all(row[i] is not None for row in sweep["val"])]
+        pairs = [p for p in found if p[1]]
+        score = {p: statistics.fmean(found[p][0][i] for i in common) if common else math.inf
+                 for p in pairs}
+        pick = min(pairs, key=lambda p: score[p])
+        others, summaries = _table2_seed0(dataset, ("pfedhn", "panacea", "fedavg-ft"))
+        test = found[pick][1]
+        over = "" if len(common) == n else f" (over the {len(common)} sensors every pair evaluated)"
+        checks = []
+        for (rate, k), name in (((sweep["lrs"][0], 0), "FedAvg"), ((lr, k_c), "FedAvg-FT")):
+            record = RUNS.load(traffic_config(dataset, name.lower(), lr))
+            if (rate, k) in found and record is not None:
+                checks.append(f"{'k = 0' if not k else f'η = {rate}, k = {k}'}: "
+                              f"{_mean_cell(found[(rate, k)][1])}, {name}'s Table II run "
+                              f"(seed 0) at round {rounds}: "
+                              f"{1e3 * record['summary']['test_final']:.1f}")
+        labels = {"pfedhn": "pFedHN", "panacea": "Panacea", "fedavg-ft": "FedAvg-FT"}
+        beside = "; ".join(f"{labels[name]} {_mean_cell(values)}"
+                           for name, values in others.items() if values is not None)
+        against = ", ".join(f"below {labels[name]} on {_sensors_below(test, values)} sensors"
+                            if values is not None else f"{labels[name]}'s run pending"
+                            for name, values in others.items())
+        out += [head, "", *rows, "",
+                f"- k = 0 (FedAvg, no fine-tuning): {_mean_cell(found[(sweep['lrs'][0], 0)][1])}"
+                f" ({_mean_cell(found[(sweep['lrs'][0], 0)][0])}).",
+                f"- The pair with the lowest validation MSE{over}: η = {pick[0]}, k = "
+                f"{pick[1]}: test {_mean_cell(test)}; {against} (their Table II runs, seed 0, "
+                f"at their best validation rounds: {beside or 'none recorded'}).",
+                "- The same training as the records (test MSE x1e-3 at round "
+                f"{rounds}): " + ("; ".join(checks) or "their records pending") + ".", ""]
+    return out
 
 
 def traffic_ft_sweep_config(dataset: str, lr: float) -> ExperimentConfig:
@@ -3268,35 +3405,18 @@ def traffic_ft_sweep_lines(run_missing: bool, strategies: list[str] | None,
             continue
         # pFedHN's, Panacea's and FedAvg-FT's own Table II runs (seed 0): per-sensor test
         # values at their best validation rounds, and the mean at the last round.
-        others: dict[str, list[float] | None] = {}
-        summaries: dict[str, dict | None] = {}
-        for name in ("pfedhn", "panacea", "fedavg-ft"):
-            rate = chosen_rate(dataset, name)
-            other = None if rate is None else RUNS.load(traffic_config(dataset, name, rate))
-            others[name] = (None if other is None
-                            else other["test_client_metrics"]["mse_norm"])
-            summaries[name] = None if other is None else other["summary"]
-
-        def cell(values: list[float | None]) -> str:
-            finite = [v for v in values if v is not None and math.isfinite(v)]
-            part = "" if len(finite) == len(values) else f" ({len(finite)} of {len(values)})"
-            return "-" if not finite else f"{1e3 * statistics.fmean(finite):.1f}{part}"
+        others, summaries = _table2_seed0(dataset, ("pfedhn", "panacea", "fedavg-ft"))
 
         def below(values: list[float | None], name: str,
                   others: dict[str, list[float] | None] = others) -> str:
-            ref = others[name]
-            if ref is None:
-                return "pending"
-            pairs = [(v, r) for v, r in zip(values, ref, strict=True)
-                     if v is not None and math.isfinite(r)]
-            return f"{sum(v < r for v, r in pairs)}/{len(pairs)}"
+            return _sensors_below(values, others[name])
 
         rows = ["| fine-tuning steps k | validation MSE x1e-3 | test MSE x1e-3 | sensors below "
                 "pFedHN | sensors below Panacea |", "|---:|---:|---:|---:|---:|"]
         for k, val, test in zip(sweep["steps"], sweep["val"], sweep["test"], strict=True):
             name = {0: " (FedAvg)", k_c: " (FedAvg-FT)"}.get(k, "")
-            rows.append(f"| {k}{name} | {cell(val)} | {cell(test)} | {below(test, 'pfedhn')} "
-                        f"| {below(test, 'panacea')} |")
+            rows.append(f"| {k}{name} | {_mean_cell(val)} | {_mean_cell(test)} | "
+                        f"{below(test, 'pfedhn')} | {below(test, 'panacea')} |")
         # The step count best on validation, over the sensors every count evaluated.
         common = [i for i in range(len(sweep["val"][0]))
                   if all(row[i] is not None for row in sweep["val"])]
@@ -3309,7 +3429,8 @@ def traffic_ft_sweep_lines(run_missing: bool, strategies: list[str] | None,
         for k, name in ((0, "fedavg"), (k_c, "fedavg-ft")):
             record = RUNS.load(traffic_config(dataset, name, lr))
             if k in sweep["steps"] and record is not None:
-                checks.append(f"k = {k}: {cell(sweep['test'][sweep['steps'].index(k)])}, "
+                row = sweep["test"][sweep["steps"].index(k)]
+                checks.append(f"k = {k}: {_mean_cell(row)}, "
                               f"{display[name]}'s Table II run (seed 0) at round {rounds}: "
                               f"{1e3 * record['summary']['test_final']:.1f}")
         beside = []
@@ -3331,7 +3452,7 @@ def traffic_ft_sweep_lines(run_missing: bool, strategies: list[str] | None,
                 "II runs (seed 0) beside it at their best validation rounds, which favours "
                 "them: " + "; ".join(beside) + ".",
                 f"- The step count with the lowest validation MSE{over}: k = "
-                f"{sweep['steps'][pick]} (test {cell(sweep['test'][pick])}).",
+                f"{sweep['steps'][pick]} (test {_mean_cell(sweep['test'][pick])}).",
                 "- The same training as the records (test MSE x1e-3 at round "
                 f"{rounds}): " + ("; ".join(checks) or "their records pending") + ".", ""]
     return out
@@ -3361,6 +3482,7 @@ def traffic_section(run_missing: bool, strategies: list[str] | None = None,
     others = run_missing and not reduced and not table2_only  # the runs beyond the goal's
     lines += traffic_novel_probe_lines(others and not rate_only, strategies, datasets)
     lines += traffic_ft_sweep_lines(others and not rate_only, strategies, datasets)
+    lines += traffic_ft_rates_lines(others and not rate_only, strategies, datasets)
     lines += traffic_sfl_lines(others, strategies, datasets)
     lines += traffic_ablation_lines(others, strategies, datasets, rate_only)
     protocol = TRAFFIC_PROTOCOL
@@ -3777,8 +3899,9 @@ def main(argv: list[str] | None = None) -> str:
                              "panacea-gn and panacea-mlp, and hypernetwork-trace and "
                              "hypernetwork-clients (the traced week rows, with --datasets "
                              "metr-la-week), novel-probe (Panacea's Table III run probed "
-                             "on its novel sensors), and ft-sweep (FedAvg's Table II run with "
-                             "FedAvg-FT's fine-tuning swept at its last round)")
+                             "on its novel sensors), ft-sweep (FedAvg's Table II run with "
+                             "FedAvg-FT's fine-tuning steps swept at its last round) and "
+                             "ft-rates (its fine-tuning rates and steps)")
     parser.add_argument("--levels", default=None,
                         help="comma list of heterogeneity levels of sections G-I to run")
     parser.add_argument("--seeds", default=None,

@@ -754,42 +754,59 @@ class FineTuneSweep:
     r"""Round callback: how much local fine-tuning buys, measured once at the
     run's last round. Every client's model as the strategy sends it for
     evaluation is fine-tuned on the client's training split for each number
-    of local steps :math:`k` in ``steps`` (:math:`k = 0`: not fine-tuned;
-    the run's learning rate and batch size,
-    :meth:`~pyg_fedgraph.simulation.Simulator.finetuned_models`) and
+    of local steps :math:`k` in ``steps`` (:math:`k = 0`: not fine-tuned) at
+    each learning rate :math:`\eta` in ``lrs`` (``None``: the run's rate and
+    schedule; a number: that rate, plain SGD, the ``lr`` of
+    :class:`~pyg_fedgraph.train.jobs.FineTune`), with the run's batch size
+    (:meth:`~pyg_fedgraph.simulation.Simulator.finetuned_models`), and
     evaluated on its validation and test splits, keeping ``metric``
-    (default: the run's primary one). Under FedAvg, step count :math:`k` is
-    FedAvg-FT fine-tuning :math:`k` steps, with FedAvg-FT's own batches: for
-    a model whose training draws nothing from the global random stream (no
-    dropout), the row of the run's local step count is FedAvg-FT's
-    evaluation (its default fine-tuning) value for value. The run itself is
-    not changed (inside
-    :meth:`~pyg_fedgraph.simulation.Simulator.forked_rng`). Values are rounded to 6 decimals,
-    ``None`` where not finite; ``val`` and ``test`` hold one row of
-    :math:`N` values per step count. Kept by the run's checkpoints and, through
-    :meth:`RecordCache.run`'s ``traces``, in the run's record.
+    (default: the run's primary one). Under FedAvg, step count :math:`k` at
+    the run's rate is FedAvg-FT fine-tuning :math:`k` steps, with FedAvg-FT's
+    own batches: for a model whose training draws nothing from the global
+    random stream (no dropout), the row of the run's local step count is
+    FedAvg-FT's evaluation (its default fine-tuning) value for value. The run
+    itself is not changed (inside
+    :meth:`~pyg_fedgraph.simulation.Simulator.forked_rng`). Values are
+    rounded to 6 decimals, ``None`` where not finite; ``val`` and ``test``
+    hold one row of :math:`N` values per pair :math:`(\eta, k)` of
+    :attr:`rows`, the step counts varying fastest (a model not fine-tuned is
+    evaluated once, its row repeated for every rate).
 
     Args:
         steps (sequence of int): the step counts, each at least 0.
         metric (str, optional): the metric kept (default: the run's primary
             metric, the ``metric`` of its :class:`~pyg_fedgraph.engine.History`).
+        lrs (sequence of float or None, optional): the fine-tuning rates,
+            each positive or ``None`` (default: ``[None]``, the run's own).
 
     Example:
         >>> from pyg_fedgraph.experiment.records import FineTuneSweep
-        >>> FineTuneSweep([0, 10, 50]).state_dict()["steps"]
-        [0, 10, 50]
+        >>> FineTuneSweep([0, 10], lrs=[0.01, None]).rows
+        [(0.01, 0), (0.01, 10), (None, 0), (None, 10)]
     """
 
-    def __init__(self, steps: Sequence[int], metric: str | None = None) -> None:
+    def __init__(self, steps: Sequence[int], metric: str | None = None,
+                 lrs: Sequence[float | None] | None = None) -> None:
         steps = list(steps)
         if (not steps or any(isinstance(k, bool) or not isinstance(k, int) or k < 0
                              for k in steps) or len(set(steps)) != len(steps)):
             raise ValueError(f"steps must be distinct step counts of at least 0, got {steps}")
+        rates: list[float | None] = [None] if lrs is None else list(lrs)
+        if (not rates or len(set(rates)) != len(rates)
+                or any(r is not None and (isinstance(r, bool) or not isinstance(r, int | float)
+                                          or not math.isfinite(r) or r <= 0) for r in rates)):
+            raise ValueError(f"lrs must be distinct positive rates or None, got {rates}")
         self.steps = steps
+        self.lrs = rates
         self.metric = metric
         self.round: int | None = None
         self.val: list[list[float | None]] = []
         self.test: list[list[float | None]] = []
+
+    @property
+    def rows(self) -> list[tuple[float | None, int]]:
+        r"""The pairs :math:`(\eta, k)` of the rows of ``val`` and ``test``."""
+        return [(lr, k) for lr in self.lrs for k in self.steps]
 
     def __call__(self, sim: Simulator, record: RoundRecord) -> None:
         if int(record.round) < sim.rounds:
@@ -804,23 +821,30 @@ class FineTuneSweep:
 
         metric = self.metric = self.metric or sim.history.metric
         everyone = torch.arange(sim.dataset.num_clients)
-        val: list[list[float | None]] = []
-        test: list[list[float | None]] = []
-        for k in self.steps:
-            params, buffers = sim.finetuned_models(FineTune(steps=k) if k else None)
-            for split, out in (("val", val), ("test", test)):
-                values = sim.trainer.evaluate(everyone, params, buffers, split)[metric]
-                out.append(_rounded(values.cpu(), 6))
-        self.round, self.val, self.test = rnd, val, test
+        # Per pair, the validation and test rows; k = 0 (no fine-tuning) once for every rate.
+        done: dict[tuple[float | None, int], list[list[float | None]]] = {}
+        for lr, k in self.rows:
+            if (key := (lr, k) if k else (None, 0)) not in done:
+                params, buffers = sim.finetuned_models(FineTune(steps=k, lr=lr) if k else None)
+                done[key] = [_rounded(sim.trainer.evaluate(everyone, params, buffers, split)
+                                      [metric].cpu(), 6) for split in ("val", "test")]
+        rows = [done[(lr, k) if k else (None, 0)] for lr, k in self.rows]
+        self.round = rnd
+        self.val = [list(val) for val, _ in rows]
+        self.test = [list(test) for _, test in rows]
 
     def state_dict(self) -> dict[str, Any]:
-        return {"metric": self.metric, "steps": list(self.steps), "round": self.round,
-                "val": [list(r) for r in self.val], "test": [list(r) for r in self.test]}
+        return {"metric": self.metric, "steps": list(self.steps), "lrs": list(self.lrs),
+                "round": self.round, "val": [list(r) for r in self.val],
+                "test": [list(r) for r in self.test]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if list(state["steps"]) != self.steps:
             raise ValueError(f"this FineTuneSweep tries steps {self.steps}; the state given "
                              f"tried {list(state['steps'])}")
+        if list(state.get("lrs", [None])) != self.lrs:  # states before rates: the run's own
+            raise ValueError(f"this FineTuneSweep tries rates {self.lrs}; the state given "
+                             f"tried {list(state.get('lrs', [None]))}")
         if self.metric is not None and state["metric"] not in (None, self.metric):
             raise ValueError(f"this FineTuneSweep keeps {self.metric!r}; the state given "
                              f"keeps {state['metric']!r}")

@@ -764,6 +764,42 @@ def test_the_fine_tune_sweep_is_fedavg_ft_at_each_step_count():
             FineTuneSweep(bad)
 
 
+def test_the_fine_tune_sweep_tries_each_rate():
+    from pyg_fedgraph.experiment import build_simulator
+    from pyg_fedgraph.experiment.records import FineTuneSweep
+
+    # Plain SGD at rate 0.05: the run's own settings (None) and the rate 0.05 given are the
+    # same fine-tuning; a rate of 1e-12 leaves the model as it is (the k = 0 row); 0.5
+    # fine-tunes other models.
+    cfg = ExperimentConfig(dataset="digits", strategy="fedavg", clients=6, rounds=2,
+                           overrides={"steps": 3, "lr": 0.05, "momentum": 0.0})
+    sweep = FineTuneSweep([0, 4], "loss", lrs=[None, 0.05, 1e-12, 0.5])
+    assert sweep.rows == [(None, 0), (None, 4), (0.05, 0), (0.05, 4), (1e-12, 0), (1e-12, 4),
+                          (0.5, 0), (0.5, 4)]
+    sim = build_simulator(cfg, callbacks=[sweep])
+    sim.run()
+    state = json.loads(json.dumps(sweep.state_dict(), allow_nan=False))
+    assert state["lrs"] == [None, 0.05, 1e-12, 0.5] and len(state["val"]) == 8
+    last = sim.history.records[-1]
+    for split in ("val", "test"):
+        by = dict(zip(sweep.rows, state[split], strict=True))
+        assert by[(None, 0)] == pytest.approx(getattr(last, split)["loss"].tolist(), abs=1e-6)
+        assert all(by[(lr, 0)] == by[(None, 0)] for lr in sweep.lrs)
+        assert by[(0.05, 4)] == pytest.approx(by[(None, 4)], abs=1e-6)
+        assert by[(1e-12, 4)] == pytest.approx(by[(None, 0)], abs=1e-6)
+        assert by[(None, 4)] != pytest.approx(by[(None, 0)], abs=1e-4)
+        assert by[(0.5, 4)] != pytest.approx(by[(None, 4)], abs=1e-4)
+    # A state of the rates given; one from before rates were swept is the run's own rate's.
+    FineTuneSweep([0, 4], lrs=[None, 0.05, 1e-12, 0.5]).load_state_dict(state)
+    old = {k: v for k, v in state.items() if k != "lrs"}
+    FineTuneSweep([0, 4]).load_state_dict(old)
+    with pytest.raises(ValueError, match="tries rates \\[0.05\\]; the state given tried \\[None"):
+        FineTuneSweep([0, 4], lrs=[0.05]).load_state_dict(old)
+    for bad in ([], [0.1, 0.1], [0.0], [-1.0], [float("nan")], [True]):
+        with pytest.raises(ValueError, match="lrs must be distinct positive rates or None"):
+            FineTuneSweep([0], lrs=bad)
+
+
 def test_the_fine_tune_sweep_leaves_the_run_as_it_was():
     from pyg_fedgraph.experiment import build_simulator
     from pyg_fedgraph.experiment.records import FineTuneSweep
