@@ -215,7 +215,14 @@ def test_the_rate_choice_alone_runs_no_800_round_run_and_previews_the_goal(
                            table2_only=True, seeds=[1])
     assert [(c.strategy, c.rounds, c.seed, c.novel_clients) for c in ran] == [
         ("fedavg", 800, 1, 0.0)]
-    ran.clear()  # Table III's run is seed 0's
+    with pytest.raises(ValueError, match=r"section O runs seeds \[0, 1, 2\] \(Table III seed 0 "
+                                         r"only\), not \[3\]"):
+        claims.traffic_section(run_missing=True, seeds=[1, 3])
+    ran.clear()  # Table III's run is seed 0's, so none without seed 0
+    claims.traffic_section(run_missing=True, strategies=["fedavg"], datasets=["metr-la"],
+                           seeds=[2])
+    assert [(c.rounds, c.seed, c.novel_clients) for c in ran] == [(800, 2, 0.0)]
+    ran.clear()
     claims.traffic_section(run_missing=True, strategies=["fedavg"], datasets=["metr-la"],
                            seeds=[0, 2])
     assert [(c.rounds, c.seed, c.novel_clients) for c in ran] == [
@@ -1225,12 +1232,32 @@ def test_the_fine_tuning_rates_run_only_when_named_and_choose_a_pair_on_validati
     assert "| 0.1 (client rate) | 300.0 (300.0) |" in lines
     assert "| 1.0 | 150.0 (2 of 3) (150.0 (2 of 3)) |" in lines
     assert "- k = 0 (FedAvg, no fine-tuning): 500.0 (500.0)." in lines
-    # Over sensors 0 and 1: rate 1.0 (0.15) beats 0.1 (0.3); below pFedHN on both sensors
-    # it has, FedAvg-FT on both.
-    assert ("- The pair with the lowest validation MSE (over the 2 sensors every pair "
-            "evaluated): η = 1.0, k = 50: test 150.0 (2 of 3); below pFedHN on 2/2 sensors, "
-            "Panacea's run pending, below FedAvg-FT on 2/2 sensors (their Table II runs, seed "
-            "0, at their best validation rounds: pFedHN 250.0; FedAvg-FT 266.7).") in lines
+    # Rate 1.0 has no value on sensor 2 (diverged): not chosen, though lowest on the other
+    # two. Of the rest, (0.1, 50): 0.3 against k = 0's 0.5.
+    assert ("- The pair with the lowest validation MSE: η = 0.1, k = 50: test 300.0; below "
+            "pFedHN on 1/3 sensors, Panacea's run pending, below FedAvg-FT on 0/3 sensors "
+            "(their Table II runs, seed 0, at their best validation rounds: pFedHN 250.0; "
+            "FedAvg-FT 266.7); not chosen, a model without a value on some sensor: η = 1.0, "
+            "k = 50.") in lines
     assert ("- The same training as the records (test MSE x1e-3 at round 800): k = 0: 500.0, "
             "FedAvg's Table II run (seed 0) at round 800: 500.0; η = 0.1, k = 50: 300.0, "
             "FedAvg-FT's Table II run (seed 0) at round 800: 300.0.") in lines
+    # Not fine-tuning can be the best choice (k = 0 competes); with no validation value
+    # before fine-tuning, nothing is chosen.
+    trace = entry["traces"]["finetune"]
+    trace["val"][0] = trace["val"][2] = [0.1, 0.1, 0.1]
+    path.write_text(json.dumps(entry))
+    assert any(line.startswith("- The pair with the lowest validation MSE: η = 0.1, k = 0: "
+                               "test 500.0;") for line in claims.traffic_ft_rates_lines(
+                                   False, None, None))
+    trace["val"] = [[None] * 3] * 4
+    path.write_text(json.dumps(entry))
+    assert ("- No pair has a value on every sensor with a value before fine-tuning (over the "
+            "0 sensors with a value before fine-tuning): none chosen.") in \
+        claims.traffic_ft_rates_lines(False, None, None)
+    # The chosen rate not among the swept ones: the FedAvg-FT check says so.
+    trace["lrs"] = [0.05, 1.0]
+    path.write_text(json.dumps(entry))
+    assert any("η = 0.1, k = 50: not swept (FedAvg-FT's Table II run (seed 0) at round 800: "
+               "300.0)" in line for line in claims.traffic_ft_rates_lines(False, None, None))
+

@@ -3306,46 +3306,63 @@ def traffic_ft_rates_lines(run_missing: bool, strategies: list[str] | None,
                                              "its record holds no sweep"), ""]
             continue
         steps = [k for k in sweep["steps"] if k]
-        found = {(None if r is None else float(r), int(k)): (val, test) for (r, k), val, test
-                 in zip(((r, k) for r in sweep["lrs"] for k in sweep["steps"]),
+        rates = [None if r is None else float(r) for r in sweep.get("lrs", [None])]
+        found = {(r, int(k)): (val, test) for (r, k), val, test
+                 in zip(((r, k) for r in rates for k in sweep["steps"]),
                         sweep["val"], sweep["test"], strict=True)}
         rows = ["| fine-tuning rate η | " + " | ".join(f"k = {k}" for k in steps) + " |",
                 "|---:|" + "---:|" * len(steps)]
-        for rate in sweep["lrs"]:
+        for rate in rates:
             mark = " (client rate)" if rate == lr else ""
             rows.append(f"| {rate}{mark} | " + " | ".join(
                 f"{_mean_cell(found[(rate, k)][1])} ({_mean_cell(found[(rate, k)][0])})"
                 for k in steps) + " |")
-        # The pair best on validation, over the sensors every pair evaluated.
-        n = len(sweep["val"][0])
-        common = [i for i in range(n) if all(row[i] is not None for row in sweep["val"])]
-        pairs = [p for p in found if p[1]]
-        score = {p: statistics.fmean(found[p][0][i] for i in common) if common else math.inf
-                 for p in pairs}
-        pick = min(pairs, key=lambda p: score[p])
-        others, summaries = _table2_seed0(dataset, ("pfedhn", "panacea", "fedavg-ft"))
-        test = found[pick][1]
-        over = "" if len(common) == n else f" (over the {len(common)} sensors every pair evaluated)"
+        # The pair best on validation (k = 0 included), over the sensors the model not
+        # fine-tuned has values for; a pair without a value on one of them (its model
+        # diverged there) is not chosen.
+        base = found[(rates[0], 0)][0]
+        sensors = [i for i, v in enumerate(base) if v is not None]
+        score = {p: (statistics.fmean(val[i] for i in sensors)
+                     if sensors and all(val[i] is not None for i in sensors) else math.inf)
+                 for p, (val, _) in found.items()}
+        pick = min(found, key=lambda p: score[p])
+        others, _ = _table2_seed0(dataset, ("pfedhn", "panacea", "fedavg-ft"))
+        over = ("" if len(sensors) == len(base)
+                else f" (over the {len(sensors)} sensors with a value before fine-tuning)")
+        diverged = [p for p in found if score[p] == math.inf]
+        dropped = ("" if not diverged or len(diverged) == len(found) else
+                   "; not chosen, a model without a value on some sensor: " + ", ".join(
+                       f"η = {r}, k = {k}" for r, k in diverged))
         checks = []
-        for (rate, k), name in (((sweep["lrs"][0], 0), "FedAvg"), ((lr, k_c), "FedAvg-FT")):
+        for (rate, k), name in (((rates[0], 0), "FedAvg"), ((lr, k_c), "FedAvg-FT")):
             record = RUNS.load(traffic_config(dataset, name.lower(), lr))
-            if (rate, k) in found and record is not None:
-                checks.append(f"{'k = 0' if not k else f'η = {rate}, k = {k}'}: "
-                              f"{_mean_cell(found[(rate, k)][1])}, {name}'s Table II run "
-                              f"(seed 0) at round {rounds}: "
-                              f"{1e3 * record['summary']['test_final']:.1f}")
+            if record is None:
+                continue
+            made = f"{name}'s Table II run (seed 0) at round {rounds}: " \
+                   f"{1e3 * record['summary']['test_final']:.1f}"
+            checks.append(f"{'k = 0' if not k else f'η = {rate}, k = {k}'}: "
+                          + (f"{_mean_cell(found[(rate, k)][1])}, {made}" if (rate, k) in found
+                             else f"not swept ({made})"))
         labels = {"pfedhn": "pFedHN", "panacea": "Panacea", "fedavg-ft": "FedAvg-FT"}
         beside = "; ".join(f"{labels[name]} {_mean_cell(values)}"
                            for name, values in others.items() if values is not None)
-        against = ", ".join(f"below {labels[name]} on {_sensors_below(test, values)} sensors"
-                            if values is not None else f"{labels[name]}'s run pending"
-                            for name, values in others.items())
+        if score[pick] == math.inf:
+            chosen = (f"- No pair has a value on every sensor with a value before fine-tuning"
+                      f"{over}: none chosen.")
+        else:
+            test = found[pick][1]
+            against = ", ".join(
+                f"below {labels[name]} on {_sensors_below(test, values)} sensors"
+                if values is not None else f"{labels[name]}'s run pending"
+                for name, values in others.items())
+            chosen = (f"- The pair with the lowest validation MSE{over}: η = {pick[0]}, k = "
+                      f"{pick[1]}: test {_mean_cell(test)}; {against} (their Table II runs, "
+                      f"seed 0, at their best validation rounds: {beside or 'none recorded'})"
+                      f"{dropped}.")
         out += [head, "", *rows, "",
-                f"- k = 0 (FedAvg, no fine-tuning): {_mean_cell(found[(sweep['lrs'][0], 0)][1])}"
-                f" ({_mean_cell(found[(sweep['lrs'][0], 0)][0])}).",
-                f"- The pair with the lowest validation MSE{over}: η = {pick[0]}, k = "
-                f"{pick[1]}: test {_mean_cell(test)}; {against} (their Table II runs, seed 0, "
-                f"at their best validation rounds: {beside or 'none recorded'}).",
+                f"- k = 0 (FedAvg, no fine-tuning): {_mean_cell(found[(rates[0], 0)][1])}"
+                f" ({_mean_cell(base)}).",
+                chosen,
                 "- The same training as the records (test MSE x1e-3 at round "
                 f"{rounds}): " + ("; ".join(checks) or "their records pending") + ".", ""]
     return out
@@ -3422,7 +3439,7 @@ def traffic_ft_sweep_lines(run_missing: bool, strategies: list[str] | None,
                   if all(row[i] is not None for row in sweep["val"])]
         means = [statistics.fmean(row[i] for i in common) if common else math.inf
                  for row in sweep["val"]]
-        pick = means.index(min(means))
+        pick = means.index(min(means))  # with no common sensor, k's first: said below
         display = {"fedavg": "FedAvg", "fedavg-ft": "FedAvg-FT", "pfedhn": "pFedHN",
                    "panacea": "Panacea"}
         checks = []
@@ -3451,8 +3468,10 @@ def traffic_ft_sweep_lines(run_missing: bool, strategies: list[str] | None,
                 f"- The sweep is read at round {rounds}, with no choice of round; the Table "
                 "II runs (seed 0) beside it at their best validation rounds, which favours "
                 "them: " + "; ".join(beside) + ".",
-                f"- The step count with the lowest validation MSE{over}: k = "
-                f"{sweep['steps'][pick]} (test {_mean_cell(sweep['test'][pick])}).",
+                (f"- The step count with the lowest validation MSE{over}: k = "
+                 f"{sweep['steps'][pick]} (test {_mean_cell(sweep['test'][pick])})."
+                 if common else "- No sensor has a validation value at every step count: "
+                 "no count chosen."),
                 "- The same training as the records (test MSE x1e-3 at round "
                 f"{rounds}): " + ("; ".join(checks) or "their records pending") + ".", ""]
     return out
@@ -3469,6 +3488,9 @@ def traffic_section(run_missing: bool, strategies: list[str] | None = None,
     (the runs the goal line needs), or with ``reduced`` only those of
     :data:`TRAFFIC_REDUCED`; with ``seeds``, of the tables' 800-round runs only
     those of these seeds."""
+    if seeds is not None and (bad := sorted(set(seeds) - set(TRAFFIC_SEEDS))):
+        raise ValueError(f"section O runs seeds {list(TRAFFIC_SEEDS)} (Table III seed 0 "
+                         f"only), not {bad}")
     lines = []
     TRAFFIC_LEFT.clear()  # traffic_dataset_lines lists them again
     for dataset in TRAFFIC_DATA:

@@ -50,6 +50,7 @@ import hashlib
 import json
 import logging
 import math
+import numbers
 import os
 import re
 import sys
@@ -756,8 +757,10 @@ class FineTuneSweep:
     evaluation is fine-tuned on the client's training split for each number
     of local steps :math:`k` in ``steps`` (:math:`k = 0`: not fine-tuned) at
     each learning rate :math:`\eta` in ``lrs`` (``None``: the run's rate and
-    schedule; a number: that rate, plain SGD, the ``lr`` of
-    :class:`~pyg_fedgraph.train.jobs.FineTune`), with the run's batch size
+    schedule; a number: that rate, without the run's Nesterov momentum,
+    warm-up or decay, the ``lr`` of :class:`~pyg_fedgraph.train.jobs.FineTune`:
+    its optimizer, momentum and weight decay stay the run's), with the run's
+    batch size
     (:meth:`~pyg_fedgraph.simulation.Simulator.finetuned_models`), and
     evaluated on its validation and test splits, keeping ``metric``
     (default: the run's primary one). Under FedAvg, step count :math:`k` at
@@ -793,11 +796,11 @@ class FineTuneSweep:
             raise ValueError(f"steps must be distinct step counts of at least 0, got {steps}")
         rates: list[float | None] = [None] if lrs is None else list(lrs)
         if (not rates or len(set(rates)) != len(rates)
-                or any(r is not None and (isinstance(r, bool) or not isinstance(r, int | float)
+                or any(r is not None and (isinstance(r, bool) or not isinstance(r, numbers.Real)
                                           or not math.isfinite(r) or r <= 0) for r in rates)):
             raise ValueError(f"lrs must be distinct positive rates or None, got {rates}")
         self.steps = steps
-        self.lrs = rates
+        self.lrs = [None if r is None else float(r) for r in rates]  # as JSON keeps them
         self.metric = metric
         self.round: int | None = None
         self.val: list[list[float | None]] = []

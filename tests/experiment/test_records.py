@@ -795,6 +795,9 @@ def test_the_fine_tune_sweep_tries_each_rate():
     FineTuneSweep([0, 4]).load_state_dict(old)
     with pytest.raises(ValueError, match="tries rates \\[0.05\\]; the state given tried \\[None"):
         FineTuneSweep([0, 4], lrs=[0.05]).load_state_dict(old)
+    import numpy as np
+
+    assert FineTuneSweep([0], lrs=[np.float32(0.5), None]).lrs == [0.5, None]  # JSON's floats
     for bad in ([], [0.1, 0.1], [0.0], [-1.0], [float("nan")], [True]):
         with pytest.raises(ValueError, match="lrs must be distinct positive rates or None"):
             FineTuneSweep([0], lrs=bad)
