@@ -3254,6 +3254,20 @@ def _table2_seed0(dataset: str, names: Iterable[str]
     return values, summaries
 
 
+def _fedavg_ft_rate(dataset: str) -> tuple[float | None, str]:
+    r"""FedAvg-FT's chosen client rate on ``dataset`` where FedAvg chose the
+    same (FedAvg's run is then the training FedAvg-FT's Table II has), else
+    ``None`` and the line that says why."""
+    lr, fedavg_lr = chosen_rate(dataset, "fedavg-ft"), chosen_rate(dataset, "fedavg")
+    if lr is None or fedavg_lr is None:
+        return None, (f"{TRAFFIC_NAMES[dataset]}: pending (after FedAvg's and FedAvg-FT's "
+                      "rate choices).")
+    if fedavg_lr != lr:
+        return None, (f"{TRAFFIC_NAMES[dataset]}: not run: FedAvg's and FedAvg-FT's chosen "
+                      f"rates differ ({fedavg_lr} and {lr}).")
+    return lr, ""
+
+
 def traffic_ft_rates_config(dataset: str, lr: float) -> ExperimentConfig:
     r"""FedAvg's Table II run (seed 0) on ``dataset`` at client learning rate
     ``lr``, evaluated only at its last round (see :data:`TRAFFIC_FT_RATES`)."""
@@ -3274,14 +3288,9 @@ def traffic_ft_rates_lines(run_missing: bool, strategies: list[str] | None,
     out: list[str] = ["### FedAvg-FT's fine-tuning rate", ""]
     k_c, rounds = TRAFFIC_PROTOCOL["steps"], TRAFFIC_PROTOCOL["rounds"]
     for dataset in TRAFFIC_FT_SWEEP_DATASETS:
-        lr, fedavg_lr = chosen_rate(dataset, "fedavg-ft"), chosen_rate(dataset, "fedavg")
-        if lr is None or fedavg_lr is None:
-            out += [f"{TRAFFIC_NAMES[dataset]}: pending (after FedAvg's and FedAvg-FT's rate "
-                    "choices).", ""]
-            continue
-        if fedavg_lr != lr:
-            out += [f"{TRAFFIC_NAMES[dataset]}: not run: FedAvg's and FedAvg-FT's chosen rates "
-                    f"differ ({fedavg_lr} and {lr}).", ""]
+        lr, why = _fedavg_ft_rate(dataset)
+        if lr is None:
+            out += [why, ""]
             continue
         cfg = traffic_ft_rates_config(dataset, lr)
         entry = _traffic_left(cfg, fetch(
@@ -3387,14 +3396,9 @@ def traffic_ft_sweep_lines(run_missing: bool, strategies: list[str] | None,
     out: list[str] = ["### FedAvg-FT's fine-tuning budget", ""]
     k_c = TRAFFIC_PROTOCOL["steps"]
     for dataset in TRAFFIC_FT_SWEEP_DATASETS:
-        lr, fedavg_lr = chosen_rate(dataset, "fedavg-ft"), chosen_rate(dataset, "fedavg")
-        if lr is None or fedavg_lr is None:
-            out += [f"{TRAFFIC_NAMES[dataset]}: pending (after FedAvg's and FedAvg-FT's rate "
-                    "choices).", ""]
-            continue
-        if fedavg_lr != lr:  # FedAvg's run is then not the training FedAvg-FT's Table II has
-            out += [f"{TRAFFIC_NAMES[dataset]}: not run: FedAvg's and FedAvg-FT's chosen rates "
-                    f"differ ({fedavg_lr} and {lr}).", ""]
+        lr, why = _fedavg_ft_rate(dataset)
+        if lr is None:
+            out += [why, ""]
             continue
         run_it = _named_run(run_missing, strategies, datasets, TRAFFIC_FT_SWEEP, dataset)
         cfg = traffic_ft_sweep_config(dataset, lr)
