@@ -459,13 +459,15 @@ def test_the_queue_holds_one_line_per_dataset_and_strategy_of_the_plan(claims):
     last_goal = max(i for i, line in enumerate(lines) if "--traffic-table-ii" in line)
     variants = ",".join(v for v in claims.TRAFFIC_ABLATION if v != "panacea")
     # Before the goal's last line, only rate choices, the goal's lines, METR-LA's Table IV
-    # variants (which split pFedHN's lead over Panacea on METR-LA's Table II) and FedAvg-FT's
-    # fine-tuning budget (pFedHN's lead over FedAvg-FT).
-    early = [line for line in lines[:last_goal]
+    # variants (which split pFedHN's lead over Panacea on METR-LA's Table II), FedAvg-FT's
+    # fine-tuning budget (pFedHN's lead over FedAvg-FT) and, after PEMS-BAY's seed-0 lines,
+    # PEMS-BAY's variants (whether Panacea's generator is why FedAvg-FT leads it there).
+    early = [(i, line) for i, line in enumerate(lines[:last_goal])
              if "--traffic-table-ii" not in line and "--traffic-reduced" not in line
              and "--traffic-rate-choice" not in line]
-    assert [(line[line.index("--datasets") + 1], line[line.index("--strategies") + 1])
-            for line in early] == [("metr-la", variants), ("metr-la", claims.TRAFFIC_FT_SWEEP)]
+    assert [pair(line) for _, line in early] == [
+        ("metr-la", variants), ("metr-la", claims.TRAFFIC_FT_SWEEP), ("pems-bay", variants)]
+    assert max(seed0) < early[-1][0] < min(whole)
     week = [s for d, s in planned if d == claims.TRAFFIC_WEEK]
     probes = [p for p in planned if p[1] in (claims.TRAFFIC_NOVEL_PROBE, claims.TRAFFIC_FT_SWEEP,
                                              claims.TRAFFIC_FT_RATES)]
@@ -1261,3 +1263,46 @@ def test_the_fine_tuning_rates_run_only_when_named_and_choose_a_pair_on_validati
     assert any("η = 0.1, k = 50: not swept (FedAvg-FT's Table II run (seed 0) at round 800: "
                "300.0)" in line for line in claims.traffic_ft_rates_lines(False, None, None))
 
+
+
+def test_the_exposure_round_is_where_a_sensor_has_trained_x_times(claims):
+    # r = x N / 5 on the evaluation grid: METR-LA's 20 sensors train 60 times by round
+    # 240; PEMS-BAY's 67 by round 804, within half an interval of the run's 800.
+    assert claims.traffic_exposure_round(20, 60, 800, 20) == 240
+    assert claims.traffic_exposure_round(67, 60, 800, 20) == 800
+    assert claims.traffic_exposure_round(67, 15, 800, 20) == 200  # 201 -> 200
+    assert claims.traffic_exposure_round(67, 61, 800, 20) is None  # 817.4, past 810
+    assert claims.traffic_exposure_round(20, 1, 800, 20) == 20  # 4 -> the first evaluation
+    entry = {"config": {"rounds": 100}, "val": [0.5, 0.3, math.nan, 0.4, 0.2]}
+    assert claims.traffic_val_until(entry, 20) == 0.5
+    assert claims.traffic_val_until(entry, 80) == 0.3  # the NaN at round 60 skipped
+    assert claims.traffic_val_until(entry, 100) == 0.2
+    assert claims.traffic_val_until(None, 100) is None
+    assert claims.traffic_val_until(entry, None) is None
+
+
+def test_the_exposure_table_sets_both_datasets_side_by_side(claims, records):
+    # Panacea and FedAvg-FT choose 0.1 on both; their 800-round curves (40 evaluations)
+    # fall by 1e-3 an evaluation from 0.3 (Panacea) and 0.28 (FedAvg-FT), except that
+    # Panacea's METR-LA curve dips to 0.1 at round 200 (evaluation 10).
+    text = "\n".join(claims.traffic_exposure_lines())
+    assert "Pending: the Table II runs of seed 0." in text
+    for dataset in ("metr-la", "pems-bay"):
+        for name, start in (("panacea", 0.3), ("fedavg-ft", 0.28)):
+            for lr in claims.PANACEA_LR_GRID:
+                write(records, claims.traffic_config(dataset, name, lr, rounds=200),
+                      {"val_best": 0.2 if lr == 0.1 else 0.5})
+            val = [start - 1e-3 * i for i in range(40)]
+            if dataset == "metr-la" and name == "panacea":
+                val[9] = 0.1
+            write(records, claims.traffic_config(dataset, name, 0.1), val=val)
+    text = "\n".join(claims.traffic_exposure_lines())
+    assert ("| strategy | METR-LA x = 15 (round 60) | METR-LA x = 30 (round 120) | METR-LA x = "
+            "60 (round 240) | METR-LA x = 200 (round 800) | PEMS-BAY x = 15 (round 200) | "
+            "PEMS-BAY x = 30 (round 400) | PEMS-BAY x = 60 (round 800) |") in text
+    # Round 60 is evaluation 3 (0.3 - 2e-3); round 240 evaluation 12, after the dip.
+    assert "| fedavg-ft | 278.0 | 275.0 | 269.0 | 241.0 | 271.0 | 261.0 | 241.0 |" in text
+    assert "| panacea | 298.0 | 295.0 | 100.0 | 100.0 | 291.0 | 281.0 | 261.0 |" in text
+    assert ("- Order at x = 60: METR-LA panacea 100.0, fedavg-ft 269.0; PEMS-BAY fedavg-ft "
+            "241.0, panacea 261.0.") in text
+    assert "x = 200:" not in text  # PEMS-BAY's sensors never train 200 times

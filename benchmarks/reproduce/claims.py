@@ -2122,6 +2122,87 @@ def traffic_dataset_lines(dataset: str, run_missing: bool, strategies: list[str]
             ""]
 
 
+#: Expected local trainings per sensor (rounds x the 5 clients sampled a round / sensors)
+#: at which section O sets the two datasets' Table II runs side by side: METR-LA's 20
+#: sensors reach 60 at round 240, PEMS-BAY's 67 at round 804 (its 800 rounds: 59.7).
+TRAFFIC_EXPOSURES = (15, 30, 60)
+
+
+def traffic_exposure_round(sensors: int, exposure: float, rounds: int, every: int,
+                           sampled: int = 5) -> int | None:
+    r"""The evaluated round (a multiple of ``every`` up to ``rounds``)
+    nearest to :math:`r = x N / m`, where each of ``sensors`` (N) sensors,
+    ``sampled`` (m) of them training each round, has trained ``exposure``
+    (x) times in expectation; ``None`` when r lies past ``rounds`` by more
+    than half an evaluation interval."""
+    target = exposure * sensors / sampled
+    if target > rounds + every / 2:
+        return None
+    return every * min(max(1, round(target / every)), rounds // every)
+
+
+def traffic_val_until(entry: dict | None, at: int | None) -> float | None:
+    r"""The lowest finite validation MSE of ``entry``'s curve (``val``, one
+    mean per evaluation, every ``rounds / len(val)`` rounds) up to round
+    ``at``: the figure its best-round rule had chosen on validation had the
+    run stopped there; ``None`` without a record, a round or a finite value."""
+    val = [] if entry is None or at is None else entry.get("val", [])
+    if not val:
+        return None
+    every = entry["config"]["rounds"] // len(val)
+    seen = [v for v in val[:at // every] if math.isfinite(v)]
+    return min(seen) if seen else None
+
+
+def traffic_exposure_lines() -> list[str]:
+    r"""Section O's Table II runs (seed 0, 800 rounds, each strategy's chosen
+    rate) of both datasets at the same expected local training per sensor
+    (:data:`TRAFFIC_EXPOSURES`, and each dataset's last round): a table of
+    the lowest validation MSE up to that round, and the strategies' order at
+    each exposure both datasets reach. PEMS-BAY's sensors train 20/67 as
+    often as METR-LA's, so its 800 rounds are METR-LA's first 240 by that
+    measure."""
+    rounds, every = TRAFFIC_PROTOCOL["rounds"], TRAFFIC_PROTOCOL["eval_every"]
+    columns = []  # (dataset, exposure, round)
+    for dataset, (_, n) in TRAFFIC_DATA.items():
+        at = {x: traffic_exposure_round(n, x, rounds, every) for x in TRAFFIC_EXPOSURES}
+        last = rounds * 5 / n
+        if rounds not in at.values():
+            at[last] = rounds
+        columns += [(dataset, x, r) for x, r in at.items() if r is not None]
+    entries = {(d, name): (None if (lr := chosen_rate(d, name)) is None
+                           else RUNS.load(traffic_config(d, name, lr)))
+               for d in TRAFFIC_DATA for name in TRAFFIC_STRATEGIES}
+    names = [n for n in TRAFFIC_STRATEGIES if any(entries[(d, n)] for d in TRAFFIC_DATA)]
+    head = ["### The same local training per sensor: METR-LA and PEMS-BAY", "",
+            "Each round trains 5 sampled sensors, so over 800 rounds a METR-LA sensor trains "
+            f"about {rounds * 5 / TRAFFIC_DATA['metr-la'][1]:.0f} times and a PEMS-BAY sensor "
+            f"about {rounds * 5 / TRAFFIC_DATA['pems-bay'][1]:.0f}. The Table II runs (seed 0, "
+            "800 rounds) at the round where a sensor has trained x times in expectation "
+            "(x = round x 5 / sensors; the evaluated round nearest): the lowest validation MSE "
+            "x1e-3 up to that round (the best-round rule's choice, had the run stopped "
+            "there)."]
+    if not names:
+        return [*head, "", "Pending: the Table II runs of seed 0.", ""]
+    rows = ["| strategy | " + " | ".join(f"{TRAFFIC_NAMES[d]} x = {x:.0f} (round {r})"
+                                        for d, x, r in columns) + " |",
+            "|---|" + "---:|" * len(columns)]
+    found: dict[tuple[str, float], dict[str, float | None]] = {}
+    for name in names:
+        cells = []
+        for d, x, r in columns:
+            v = traffic_val_until(entries[(d, name)], r)
+            found.setdefault((d, round(x)), {})[name] = v
+            cells.append("pending" if v is None else f"{1e3 * v:.1f}")
+        rows.append(f"| {name} | " + " | ".join(cells) + " |")
+    both = [x for x in TRAFFIC_EXPOSURES
+            if all((d, x) in found for d in TRAFFIC_DATA)]
+    orders = [f"- Order at x = {x}: " + "; ".join(
+                  f"{TRAFFIC_NAMES[d]} {traffic_order(found[(d, x)]) or 'pending'}"
+                  for d in TRAFFIC_DATA) + "." for x in both]
+    return [*head, "", *rows, "", *orders, ""]
+
+
 def traffic_rejections(runs: dict[str, list[dict]]) -> str:
     r"""The uploads the runs of ``runs`` (strategy -> its records) had
     rejected, from each record's ``rejections``
@@ -3505,6 +3586,7 @@ def traffic_section(run_missing: bool, strategies: list[str] | None = None,
         lines += traffic_dataset_lines(
             dataset, run_missing and not reduced and (datasets is None or dataset in datasets),
             strategies, rate_only, table2_only, seeds)
+    lines += traffic_exposure_lines()
     others = run_missing and not reduced and not table2_only  # the runs beyond the goal's
     lines += traffic_novel_probe_lines(others and not rate_only, strategies, datasets)
     lines += traffic_ft_sweep_lines(others and not rate_only, strategies, datasets)
