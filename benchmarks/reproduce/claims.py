@@ -2170,8 +2170,7 @@ def traffic_exposure_lines() -> list[str]:
         if rounds not in at.values():
             at[last] = rounds
         columns += [(dataset, x, r) for x, r in at.items() if r is not None]
-    entries = {(d, name): (None if (lr := chosen_rate(d, name)) is None
-                           else RUNS.load(traffic_config(d, name, lr)))
+    entries = {(d, name): _table2_seed0_entry(d, name)
                for d in TRAFFIC_DATA for name in TRAFFIC_STRATEGIES}
     names = [n for n in TRAFFIC_STRATEGIES if any(entries[(d, n)] for d in TRAFFIC_DATA)]
     head = ["### The same local training per sensor: METR-LA and PEMS-BAY", "",
@@ -3320,6 +3319,13 @@ def _sensors_below(values: list[float | None], ref: list[float] | None) -> str:
     return f"{sum(v < r for v, r in pairs)}/{len(pairs)}"
 
 
+def _table2_seed0_entry(dataset: str, name: str) -> dict | None:
+    r"""``name``'s Table II record on ``dataset`` (seed 0, 800 rounds, at its
+    chosen rate), or ``None`` while its rate or its run is not recorded."""
+    rate = chosen_rate(dataset, name)
+    return None if rate is None else RUNS.load(traffic_config(dataset, name, rate))
+
+
 def _table2_seed0(dataset: str, names: Iterable[str]
                   ) -> tuple[dict[str, list[float] | None], dict[str, dict | None]]:
     r"""Per strategy of ``names``, its Table II run's (seed 0, at its chosen
@@ -3328,8 +3334,7 @@ def _table2_seed0(dataset: str, names: Iterable[str]
     values: dict[str, list[float] | None] = {}
     summaries: dict[str, dict | None] = {}
     for name in names:
-        rate = chosen_rate(dataset, name)
-        entry = None if rate is None else RUNS.load(traffic_config(dataset, name, rate))
+        entry = _table2_seed0_entry(dataset, name)
         values[name] = None if entry is None else entry["test_client_metrics"]["mse_norm"]
         summaries[name] = None if entry is None else entry["summary"]
     return values, summaries
