@@ -465,14 +465,19 @@ def test_the_queue_holds_one_line_per_dataset_and_strategy_of_the_plan(claims):
     early = [(i, line) for i, line in enumerate(lines[:last_goal])
              if "--traffic-table-ii" not in line and "--traffic-reduced" not in line
              and "--traffic-rate-choice" not in line]
+    # Panacea's grids on PEMS-BAY come right after its rate choices, its variants after its
+    # seed-0 lines.
     assert [pair(line) for _, line in early] == [
-        ("metr-la", variants), ("metr-la", claims.TRAFFIC_FT_SWEEP), ("pems-bay", variants)]
+        ("metr-la", variants), ("metr-la", claims.TRAFFIC_FT_SWEEP),
+        ("pems-bay", claims.TRAFFIC_PANACEA_GRID), ("pems-bay", variants)]
+    assert max(rate) < early[-2][0] < min(seed0)
     assert max(seed0) < early[-1][0] < min(whole)
     week = [s for d, s in planned if d == claims.TRAFFIC_WEEK]
     probes = [p for p in planned if p[1] in (claims.TRAFFIC_NOVEL_PROBE, claims.TRAFFIC_FT_SWEEP,
-                                             claims.TRAFFIC_FT_RATES)]
+                                             claims.TRAFFIC_FT_RATES, claims.TRAFFIC_PANACEA_GRID)]
     assert probes == [
         *((d, claims.TRAFFIC_FT_SWEEP) for d in claims.TRAFFIC_FT_SWEEP_DATASETS),
+        *((d, claims.TRAFFIC_PANACEA_GRID) for d in claims.TRAFFIC_PANACEA_GRID_DATASETS),
         *((d, claims.TRAFFIC_FT_RATES) for d in claims.TRAFFIC_FT_SWEEP_DATASETS),
         *((d, claims.TRAFFIC_NOVEL_PROBE) for d in claims.TRAFFIC_NOVEL_PROBE_DATASETS)]
     assert sorted(p for p in planned if p[0] != claims.TRAFFIC_WEEK and p not in probes) == sorted(
@@ -1306,3 +1311,56 @@ def test_the_exposure_table_sets_both_datasets_side_by_side(claims, records):
     assert ("- Order at x = 60: METR-LA panacea 100.0, fedavg-ft 269.0; PEMS-BAY fedavg-ft "
             "241.0, panacea 261.0.") in text
     assert "x = 200:" not in text  # PEMS-BAY's sensors never train 200 times
+
+
+def test_panaceas_grids_run_only_when_named_and_choose_a_value_on_validation(
+        claims, records, monkeypatch):
+    assert "PEMS-BAY: pending (after Panacea's rate choice)." in \
+        claims.traffic_panacea_grid_lines(False, None, None)
+    # Panacea and FedAvg-FT choose 0.1 (validation 0.2 against 0.5); FedAvg-FT's run there
+    # has test MSE 0.2, 0.3, 0.4 on three sensors.
+    for lr in claims.PANACEA_LR_GRID:
+        write(records, claims.traffic_config("pems-bay", "panacea", lr, rounds=200),
+              {"val_best": 0.2 if lr == 0.1 else 0.5, "best_round": 200},
+              {"mse_norm": [0.3, 0.3, 0.3]})
+        write(records, claims.traffic_config("pems-bay", "fedavg-ft", lr, rounds=200),
+              {"val_best": 0.15 if lr == 0.1 else 0.5}, {"mse_norm": [0.2, 0.3, 0.4]})
+    # The defaults are Panacea's own and their runs the rate choice's (the same key).
+    assert claims.panacea_default("lambda_d") == 0.1 and claims.panacea_default("hn_lr") == 1e-3
+    rate_run = claims.traffic_config("pems-bay", "panacea", 0.1, rounds=200)
+    assert claims.traffic_panacea_grid_config("pems-bay", 0.1, "lambda_d", 0.1) == rate_run
+    cfg = claims.traffic_panacea_grid_config("pems-bay", 0.1, "hn_lr", 0.01)
+    assert cfg.overrides == {**rate_run.overrides, "hn_lr": 0.01} and cfg.rounds == 200
+    ran: list = []
+
+    def run(cfg, **kw):  # RecordCache.run without training
+        ran.append(cfg)
+        return None
+
+    monkeypatch.setattr(claims.RUNS, "run", run)
+    for strategies, datasets in ((["panacea"], ["pems-bay"]), (None, None),
+                                 (["panacea-grid"], ["metr-la"]), (["ft-sweep"], None)):
+        claims.traffic_panacea_grid_lines(True, strategies, datasets)
+    assert ran == []
+    claims.traffic_panacea_grid_lines(True, ["panacea-grid"], ["pems-bay"])
+    grids = claims.TRAFFIC_PANACEA_GRID_VALUES
+    assert len(ran) == len(grids["lambda_d"]) + len(grids["hn_lr"]) - 2  # not the defaults
+    assert rate_run not in ran and cfg in ran
+    lines = claims.traffic_panacea_grid_lines(False, None, None)
+    assert "| lambda_d | 0.1 (default) | 200.0 (200) | 300.0 | 1/3 |" in lines
+    assert "| hn_lr | 0.01 | pending | pending | pending |" in lines
+    assert "- The value validation chooses: pending (the grid's other runs)." in lines
+    # Every value recorded: hn_lr 0.01 lowest on validation (0.1), below FedAvg-FT on
+    # sensors 1 and 2 (0.25 and 0.1 against 0.3 and 0.4); lambda_d 1.0 diverged (NaN).
+    for setting, values in grids.items():
+        for value in values:
+            if value == claims.panacea_default(setting):
+                continue
+            val = {("hn_lr", 0.01): 0.1, ("lambda_d", 1.0): math.nan}.get((setting, value), 0.3)
+            write(records, claims.traffic_panacea_grid_config("pems-bay", 0.1, setting, value),
+                  {"val_best": val, "best_round": 180}, {"mse_norm": [0.3, 0.25, 0.1]})
+    lines = claims.traffic_panacea_grid_lines(False, None, None)
+    assert "| hn_lr | 0.01 | 100.0 (180) | 216.7 | 2/3 |" in lines
+    assert "| lambda_d | 1.0 | nan (180) | 216.7 | 2/3 |" in lines
+    assert ("- The value with the lowest validation MSE: hn_lr = 0.01: 100.0 on validation and "
+            "216.7 on test, against FedAvg-FT's 150.0 on validation and 300.0 on test.") in lines

@@ -3567,6 +3567,104 @@ def traffic_ft_sweep_lines(run_missing: bool, strategies: list[str] | None,
     return out
 
 
+#: Panacea's own settings on the paper's grids (Sec. IV-A: "the learning rate of graph
+#: hypernetworks was tuned amongst {0.001, ..., 0.1} ... the coefficient λ_d was searched
+#: in {0.001, ..., 1}"), which the section's runs leave at Panacea's defaults (Adam at
+#: ``hn_lr`` 0.001, ``lambda_d`` 0.1): Panacea's rate-choice run (seed 0, 200 rounds, its
+#: chosen client rate) once for each other value of one setting, the other at its default.
+#: Its name for ``--strategies`` (run only when named), the datasets it runs on (PEMS-BAY,
+#: where FedAvg-FT lies below Panacea), and the grids.
+TRAFFIC_PANACEA_GRID = "panacea-grid"
+TRAFFIC_PANACEA_GRID_DATASETS = ("pems-bay",)
+TRAFFIC_PANACEA_GRID_VALUES: dict[str, tuple[float, ...]] = {
+    "lambda_d": (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0), "hn_lr": PANACEA_LR_GRID}
+
+
+def panacea_default(setting: str) -> Any:
+    r"""The default of Panacea's option ``setting``, from its signature."""
+    return inspect.signature(STRATEGIES["panacea"]).parameters[setting].default
+
+
+def traffic_panacea_grid_config(dataset: str, lr: float, setting: str,
+                                value: float) -> ExperimentConfig:
+    r"""Panacea's rate-choice run on ``dataset`` at client rate ``lr`` with
+    its option ``setting`` at ``value``: at the default, the rate choice's own
+    run (the same key)."""
+    same = value == panacea_default(setting)
+    return traffic_config(dataset, "panacea", lr, rounds=TRAFFIC_RATE_ROUNDS,
+                          options=None if same else {setting: value})
+
+
+def traffic_panacea_grid_lines(run_missing: bool, strategies: list[str] | None,
+                               datasets: list[str] | None) -> list[str]:
+    r"""Per dataset of :data:`TRAFFIC_PANACEA_GRID_DATASETS`, a table of
+    Panacea's best validation MSE, its test MSE there, and the sensors where it
+    lies below FedAvg-FT's rate-choice run at its chosen rate, for each value of
+    :data:`TRAFFIC_PANACEA_GRID_VALUES` (one setting at a time, the other at
+    Panacea's default), and the value validation chooses against FedAvg-FT.
+    Runs the missing ones when ``run_missing`` and ``strategies`` name
+    :data:`TRAFFIC_PANACEA_GRID` (and ``datasets`` the dataset, or none)."""
+    out: list[str] = ["### Panacea's hypernetwork settings on the paper's grids", ""]
+    rounds = TRAFFIC_RATE_ROUNDS
+    for dataset in TRAFFIC_PANACEA_GRID_DATASETS:
+        lr, ft_lr = chosen_rate(dataset, "panacea"), chosen_rate(dataset, "fedavg-ft")
+        if lr is None:
+            out += [f"{TRAFFIC_NAMES[dataset]}: pending (after Panacea's rate choice).", ""]
+            continue
+        run_it = _named_run(run_missing, strategies, datasets, TRAFFIC_PANACEA_GRID, dataset)
+        ft = None if ft_lr is None else RUNS.load(
+            traffic_config(dataset, "fedavg-ft", ft_lr, rounds=rounds))
+        ft_test = None if ft is None else ft["test_client_metrics"]["mse_norm"]
+        defaults = {k: panacea_default(k) for k in TRAFFIC_PANACEA_GRID_VALUES}
+        rows = ["| setting (the other at its default) | value | validation MSE x1e-3 (best "
+                "round) | test MSE x1e-3 there | sensors below FedAvg-FT |",
+                "|---|---:|---:|---:|---:|"]
+        found: dict[tuple[str, float], dict] = {}
+        for setting, values in TRAFFIC_PANACEA_GRID_VALUES.items():
+            for value in values:
+                cfg = traffic_panacea_grid_config(dataset, lr, setting, value)
+                entry = _traffic_left(cfg, fetch(
+                    cfg, run_it and value != defaults[setting], "traffic",
+                    f"{dataset} panacea, {setting} {value}, client lr {lr}, seed 0, "
+                    f"{rounds} rounds", _traffic_args(dataset, TRAFFIC_PANACEA_GRID)))
+                mark = " (default)" if value == defaults[setting] else ""
+                if entry is None:
+                    rows.append(f"| {setting} | {value}{mark} | pending | pending | pending |")
+                    continue
+                found[(setting, value)] = entry
+                test = entry["test_client_metrics"]["mse_norm"]
+                rows.append(f"| {setting} | {value}{mark} | "
+                            f"{1e3 * entry['summary']['val_best']:.1f} "
+                            f"({entry['summary']['best_round']}) | {_mean_cell(test)} | "
+                            f"{_sensors_below(test, ft_test)} |")
+        head = (f"{TRAFFIC_NAMES[dataset]}: the paper tunes Panacea's hypernetwork learning "
+                f"rate on {grid_text()} and λ_d on "
+                + ", ".join(map(str, TRAFFIC_PANACEA_GRID_VALUES["lambda_d"]))
+                + " (Sec. IV-A); the section's runs keep Panacea's defaults (Adam at hn_lr "
+                f"{defaults['hn_lr']}, λ_d {defaults['lambda_d']}). Panacea's rate-choice run "
+                f"(client lr {lr}, seed 0, {rounds} rounds) with one of the two at each value of "
+                "its grid, the other at its default (the default's row is the rate choice's "
+                "run); test at the best validation round, the sensors where it lies below "
+                f"FedAvg-FT's rate-choice run at its chosen rate ({ft_lr}), the same rounds.")
+        finite = {k: e["summary"]["val_best"] for k, e in found.items()
+                  if math.isfinite(e["summary"]["val_best"])}
+        lines = []
+        if finite and len(found) == sum(map(len, TRAFFIC_PANACEA_GRID_VALUES.values())):
+            pick = min(finite, key=finite.__getitem__)
+            entry = found[pick]
+            against = ("FedAvg-FT's run pending" if ft is None else
+                       f"FedAvg-FT's {1e3 * ft['summary']['val_best']:.1f} on validation and "
+                       f"{_mean_cell(ft_test)} on test")
+            lines.append(f"- The value with the lowest validation MSE: {pick[0]} = {pick[1]}: "
+                         f"{1e3 * finite[pick]:.1f} on validation and "
+                         f"{_mean_cell(entry['test_client_metrics']['mse_norm'])} on test, "
+                         f"against {against}.")
+        elif found:
+            lines.append("- The value validation chooses: pending (the grid's other runs).")
+        out += [head, "", *rows, "", *lines, ""]
+    return out
+
+
 def traffic_section(run_missing: bool, strategies: list[str] | None = None,
                     datasets: list[str] | None = None, reduced: bool = False,
                     rate_only: bool = False, table2_only: bool = False,
@@ -3596,6 +3694,7 @@ def traffic_section(run_missing: bool, strategies: list[str] | None = None,
     lines += traffic_novel_probe_lines(others and not rate_only, strategies, datasets)
     lines += traffic_ft_sweep_lines(others and not rate_only, strategies, datasets)
     lines += traffic_ft_rates_lines(others and not rate_only, strategies, datasets)
+    lines += traffic_panacea_grid_lines(others and not rate_only, strategies, datasets)
     lines += traffic_sfl_lines(others, strategies, datasets)
     lines += traffic_ablation_lines(others, strategies, datasets, rate_only)
     protocol = TRAFFIC_PROTOCOL
@@ -3617,7 +3716,9 @@ def traffic_section(run_missing: bool, strategies: list[str] | None = None,
             f"validation MSE after {TRAFFIC_RATE_ROUNDS} rounds on seed 0 (the budget rule "
             "of issue 37; the paper tunes on full runs and reports the best), every other "
             "option each strategy's default (Per-FedAvg its first-order variant, FedAvg-FT "
-            "fine-tuning the global model at each evaluation) but SFL's, which runs as its "
+            "fine-tuning the global model at each evaluation; Panacea's hypernetwork rate "
+            "and λ_d, which the paper also tunes: \"Panacea's hypernetwork settings on the "
+            "paper's grids\" below) but SFL's, which runs as its "
             "authors' released code, as Table II's SFL did (Panacea Sec. IV-A: \"We use the "
             "original implementation\"; with our defaults it does not train here: \"SFL on "
             "METR-LA\" below); one seed per strategy, three "
@@ -4013,8 +4114,9 @@ def main(argv: list[str] | None = None) -> str:
                              "hypernetwork-clients (the traced week rows, with --datasets "
                              "metr-la-week), novel-probe (Panacea's Table III run probed "
                              "on its novel sensors), ft-sweep (FedAvg's Table II run with "
-                             "FedAvg-FT's fine-tuning steps swept at its last round) and "
-                             "ft-rates (its fine-tuning rates and steps)")
+                             "FedAvg-FT's fine-tuning steps swept at its last round), "
+                             "ft-rates (its fine-tuning rates and steps) and panacea-grid "
+                             "(Panacea's lambda_d and hypernetwork rate on the paper's grids)")
     parser.add_argument("--levels", default=None,
                         help="comma list of heterogeneity levels of sections G-I to run")
     parser.add_argument("--seeds", default=None,
