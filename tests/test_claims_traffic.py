@@ -467,17 +467,19 @@ def test_the_queue_holds_one_line_per_dataset_and_strategy_of_the_plan(claims):
              and "--traffic-rate-choice" not in line]
     # Panacea's grids on PEMS-BAY come right after its rate choices, its variants after its
     # seed-0 lines.
+    grid = [f"{claims.TRAFFIC_PANACEA_GRID}:{k}" for k in claims.TRAFFIC_PANACEA_GRID_VALUES]
     assert [pair(line) for _, line in early] == [
         ("metr-la", variants), ("metr-la", claims.TRAFFIC_FT_SWEEP),
-        ("pems-bay", claims.TRAFFIC_PANACEA_GRID), ("pems-bay", variants)]
-    assert max(rate) < early[-2][0] < min(seed0)
+        *(("pems-bay", g) for g in grid), ("pems-bay", variants)]
+    assert max(rate) < early[-3][0] < early[-2][0] < min(seed0)
     assert max(seed0) < early[-1][0] < min(whole)
     week = [s for d, s in planned if d == claims.TRAFFIC_WEEK]
-    probes = [p for p in planned if p[1] in (claims.TRAFFIC_NOVEL_PROBE, claims.TRAFFIC_FT_SWEEP,
-                                             claims.TRAFFIC_FT_RATES, claims.TRAFFIC_PANACEA_GRID)]
+    probes = [p for p in planned if p[1].split(":")[0] in (
+        claims.TRAFFIC_NOVEL_PROBE, claims.TRAFFIC_FT_SWEEP, claims.TRAFFIC_FT_RATES,
+        claims.TRAFFIC_PANACEA_GRID)]
     assert probes == [
         *((d, claims.TRAFFIC_FT_SWEEP) for d in claims.TRAFFIC_FT_SWEEP_DATASETS),
-        *((d, claims.TRAFFIC_PANACEA_GRID) for d in claims.TRAFFIC_PANACEA_GRID_DATASETS),
+        *((d, g) for d in claims.TRAFFIC_PANACEA_GRID_DATASETS for g in grid),
         *((d, claims.TRAFFIC_FT_RATES) for d in claims.TRAFFIC_FT_SWEEP_DATASETS),
         *((d, claims.TRAFFIC_NOVEL_PROBE) for d in claims.TRAFFIC_NOVEL_PROBE_DATASETS)]
     assert sorted(p for p in planned if p[0] != claims.TRAFFIC_WEEK and p not in probes) == sorted(
@@ -1346,6 +1348,10 @@ def test_panaceas_grids_run_only_when_named_and_choose_a_value_on_validation(
     grids = claims.TRAFFIC_PANACEA_GRID_VALUES
     assert len(ran) == len(grids["lambda_d"]) + len(grids["hn_lr"]) - 2  # not the defaults
     assert rate_run not in ran and cfg in ran
+    ran.clear()  # one setting's values alone
+    claims.traffic_panacea_grid_lines(True, ["panacea-grid:hn_lr"], None)
+    assert [c.overrides["hn_lr"] for c in ran] == [0.003, 0.01, 0.03, 0.1]
+    assert all("lambda_d" not in c.overrides for c in ran)
     lines = claims.traffic_panacea_grid_lines(False, None, None)
     assert "| lambda_d | 0.1 (default) | 200.0 (200) | 300.0 | 1/3 |" in lines
     assert "| hn_lr | 0.01 | pending | pending | pending |" in lines

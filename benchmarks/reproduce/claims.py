@@ -3603,7 +3603,8 @@ def traffic_panacea_grid_lines(run_missing: bool, strategies: list[str] | None,
     :data:`TRAFFIC_PANACEA_GRID_VALUES` (one setting at a time, the other at
     Panacea's default), and the value validation chooses against FedAvg-FT.
     Runs the missing ones when ``run_missing`` and ``strategies`` name
-    :data:`TRAFFIC_PANACEA_GRID` (and ``datasets`` the dataset, or none)."""
+    :data:`TRAFFIC_PANACEA_GRID` (and ``datasets`` the dataset, or none), one
+    setting's when they name ``"panacea-grid:<setting>"``."""
     out: list[str] = ["### Panacea's hypernetwork settings on the paper's grids", ""]
     rounds = TRAFFIC_RATE_ROUNDS
     for dataset in TRAFFIC_PANACEA_GRID_DATASETS:
@@ -3611,7 +3612,7 @@ def traffic_panacea_grid_lines(run_missing: bool, strategies: list[str] | None,
         if lr is None:
             out += [f"{TRAFFIC_NAMES[dataset]}: pending (after Panacea's rate choice).", ""]
             continue
-        run_it = _named_run(run_missing, strategies, datasets, TRAFFIC_PANACEA_GRID, dataset)
+        grid_named = _named_run(run_missing, strategies, datasets, TRAFFIC_PANACEA_GRID, dataset)
         ft = None if ft_lr is None else RUNS.load(
             traffic_config(dataset, "fedavg-ft", ft_lr, rounds=rounds))
         ft_test = None if ft is None else ft["test_client_metrics"]["mse_norm"]
@@ -3621,6 +3622,9 @@ def traffic_panacea_grid_lines(run_missing: bool, strategies: list[str] | None,
                 "|---|---:|---:|---:|---:|"]
         found: dict[tuple[str, float], dict] = {}
         for setting, values in TRAFFIC_PANACEA_GRID_VALUES.items():
+            # "panacea-grid:<setting>" runs one setting's values (two queue lines share it).
+            run_it = grid_named or _named_run(run_missing, strategies, datasets,
+                                              f"{TRAFFIC_PANACEA_GRID}:{setting}", dataset)
             for value in values:
                 cfg = traffic_panacea_grid_config(dataset, lr, setting, value)
                 entry = _traffic_left(cfg, fetch(
@@ -4116,7 +4120,8 @@ def main(argv: list[str] | None = None) -> str:
                              "on its novel sensors), ft-sweep (FedAvg's Table II run with "
                              "FedAvg-FT's fine-tuning steps swept at its last round), "
                              "ft-rates (its fine-tuning rates and steps) and panacea-grid "
-                             "(Panacea's lambda_d and hypernetwork rate on the paper's grids)")
+                             "(Panacea's lambda_d and hypernetwork rate on the paper's grids; "
+                             "panacea-grid:lambda_d or panacea-grid:hn_lr one of them)")
     parser.add_argument("--levels", default=None,
                         help="comma list of heterogeneity levels of sections G-I to run")
     parser.add_argument("--seeds", default=None,
