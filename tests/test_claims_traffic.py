@@ -1280,7 +1280,8 @@ def test_the_exposure_round_is_where_a_sensor_has_trained_x_times(claims):
     assert claims.traffic_exposure_round(67, 15, 800, 20) == 200  # 201 -> 200
     assert claims.traffic_exposure_round(67, 61, 800, 20) is None  # 817.4, past 810
     assert claims.traffic_exposure_round(20, 1, 800, 20) == 20  # 4 -> the first evaluation
-    entry = {"config": {"rounds": 100}, "val": [0.5, 0.3, math.nan, 0.4, 0.2]}
+    entry = {"config": {"rounds": 100, "overrides": {"eval_every": 20}},
+             "val": [0.5, 0.3, math.nan, 0.4, 0.2]}
     assert claims.traffic_val_until(entry, 20) == 0.5
     assert claims.traffic_val_until(entry, 80) == 0.3  # the NaN at round 60 skipped
     assert claims.traffic_val_until(entry, 100) == 0.2
@@ -1367,6 +1368,6 @@ def test_panaceas_grids_run_only_when_named_and_choose_a_value_on_validation(
                   {"val_best": val, "best_round": 180}, {"mse_norm": [0.3, 0.25, 0.1]})
     lines = claims.traffic_panacea_grid_lines(False, None, None)
     assert "| hn_lr | 0.01 | 100.0 (180) | 216.7 | 2/3 |" in lines
-    assert "| lambda_d | 1.0 | nan (180) | 216.7 | 2/3 |" in lines
+    assert "| lambda_d | 1.0 | diverged (180) | 216.7 | 2/3 |" in lines
     assert ("- The value with the lowest validation MSE: hn_lr = 0.01: 100.0 on validation and "
             "216.7 on test, against FedAvg-FT's 150.0 on validation and 300.0 on test.") in lines

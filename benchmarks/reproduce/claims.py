@@ -2143,13 +2143,13 @@ def traffic_exposure_round(sensors: int, exposure: float, rounds: int, every: in
 
 def traffic_val_until(entry: dict | None, at: int | None) -> float | None:
     r"""The lowest finite validation MSE of ``entry``'s curve (``val``, one
-    mean per evaluation, every ``rounds / len(val)`` rounds) up to round
+    mean per evaluation, every ``eval_every`` rounds) up to round
     ``at``: the figure its best-round rule had chosen on validation had the
     run stopped there; ``None`` without a record, a round or a finite value."""
     val = [] if entry is None or at is None else entry.get("val", [])
     if not val:
         return None
-    every = entry["config"]["rounds"] // len(val)
+    every = int(entry["config"]["overrides"]["eval_every"])
     seen = [v for v in val[:at // every] if math.isfinite(v)]
     return min(seen) if seen else None
 
@@ -2178,7 +2178,7 @@ def traffic_exposure_lines() -> list[str]:
             f"about {rounds * 5 / TRAFFIC_DATA['metr-la'][1]:.0f} times and a PEMS-BAY sensor "
             f"about {rounds * 5 / TRAFFIC_DATA['pems-bay'][1]:.0f}. The Table II runs (seed 0, "
             "800 rounds) at the round where a sensor has trained x times in expectation "
-            "(x = round x 5 / sensors; the evaluated round nearest): the lowest validation MSE "
+            "(x = round · 5 / sensors; the evaluated round nearest): the lowest validation MSE "
             "x1e-3 up to that round (the best-round rule's choice, had the run stopped "
             "there)."]
     if not names:
@@ -3592,7 +3592,8 @@ def traffic_panacea_grid_config(dataset: str, lr: float, setting: str,
     run (the same key)."""
     same = value == panacea_default(setting)
     return traffic_config(dataset, "panacea", lr, rounds=TRAFFIC_RATE_ROUNDS,
-                          options=None if same else {setting: value})
+                          options=None if same else {**TRAFFIC_OPTIONS.get("panacea", {}),
+                                                     setting: value})
 
 
 def traffic_panacea_grid_lines(run_missing: bool, strategies: list[str] | None,
@@ -3630,15 +3631,17 @@ def traffic_panacea_grid_lines(run_missing: bool, strategies: list[str] | None,
                 entry = _traffic_left(cfg, fetch(
                     cfg, run_it and value != defaults[setting], "traffic",
                     f"{dataset} panacea, {setting} {value}, client lr {lr}, seed 0, "
-                    f"{rounds} rounds", _traffic_args(dataset, TRAFFIC_PANACEA_GRID)))
+                    f"{rounds} rounds",
+                    _traffic_args(dataset, f"{TRAFFIC_PANACEA_GRID}:{setting}")))
                 mark = " (default)" if value == defaults[setting] else ""
                 if entry is None:
                     rows.append(f"| {setting} | {value}{mark} | pending | pending | pending |")
                     continue
                 found[(setting, value)] = entry
                 test = entry["test_client_metrics"]["mse_norm"]
+                val = entry["summary"]["val_best"]
                 rows.append(f"| {setting} | {value}{mark} | "
-                            f"{1e3 * entry['summary']['val_best']:.1f} "
+                            f"{f'{1e3 * val:.1f}' if math.isfinite(val) else 'diverged'} "
                             f"({entry['summary']['best_round']}) | {_mean_cell(test)} | "
                             f"{_sensors_below(test, ft_test)} |")
         head = (f"{TRAFFIC_NAMES[dataset]}: the paper tunes Panacea's hypernetwork learning "
